@@ -1,0 +1,123 @@
+/**
+ * Every failure EchoStore reports, one class each, with a stable `code` and the
+ * HTTP status the API answers with. Callers and tests match on `code`, never on
+ * message text.
+ *
+ * @packageDocumentation
+ */
+
+/** Fields every EchoStore error may carry. */
+export interface EchoStoreErrorOptions {
+  /** The table the failure concerns, when there is one. */
+  table?: string;
+  /** The item id the failure concerns, when there is one. */
+  id?: string;
+  /** The underlying error (loader rejection, Valkey error, parse error…). */
+  cause?: unknown;
+}
+
+/** Base class: `code` is stable across releases; `statusCode` is the HTTP answer. */
+export class EchoStoreError extends Error {
+  static readonly code: string = 'ECC_INTERNAL';
+  static readonly statusCode: number = 500;
+  readonly code: string;
+  readonly statusCode: number;
+  readonly table: string | undefined;
+  readonly id: string | undefined;
+
+  constructor(message: string, options: EchoStoreErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    const ctor = this.constructor as typeof EchoStoreError;
+    this.name = ctor.name;
+    this.code = ctor.code;
+    this.statusCode = ctor.statusCode;
+    this.table = options.table;
+    this.id = options.id;
+  }
+}
+
+/** The id is not 1–512 bytes of printable UTF-8, or does not match the table's `idPattern`. */
+export class BadIdError extends EchoStoreError {
+  static override readonly code = 'ECC_BAD_ID';
+  static override readonly statusCode = 400;
+}
+
+/** The table name is not `[a-z0-9_-]{1,64}` or the table is not configured. */
+export class UnknownTableError extends EchoStoreError {
+  static override readonly code = 'ECC_UNKNOWN_TABLE';
+  static override readonly statusCode = 404;
+}
+
+/** The source has no such item (possibly answered from the negative cache). */
+export class NotFoundError extends EchoStoreError {
+  static override readonly code = 'ECC_NOT_FOUND';
+  static override readonly statusCode = 404;
+}
+
+/** The loader rejected or threw; every waiter of that flight gets this same error. */
+export class LoadFailedError extends EchoStoreError {
+  static override readonly code = 'ECC_LOAD_FAILED';
+  static override readonly statusCode = 502;
+}
+
+/** The loader returned a value that cannot be stored as JSON (BigInt, cycle, function, undefined inside a result…). */
+export class BadValueError extends EchoStoreError {
+  static override readonly code = 'ECC_BAD_VALUE';
+  static override readonly statusCode = 502;
+}
+
+/** The load took longer than the table's `loadTimeoutMs`. */
+export class LoadTimeoutError extends EchoStoreError {
+  static override readonly code = 'ECC_LOAD_TIMEOUT';
+  static override readonly statusCode = 504;
+}
+
+/** The table already runs `maxConcurrentLoads` loads; retry after `retryAfterMs`. */
+export class ShedError extends EchoStoreError {
+  static override readonly code = 'ECC_SHED';
+  static override readonly statusCode = 503;
+  /** Suggested client back-off, in milliseconds (HTTP `Retry-After` is this in whole seconds). */
+  readonly retryAfterMs: number = 1000;
+}
+
+/** The store is shutting down and takes no new work. */
+export class ClosedError extends EchoStoreError {
+  static override readonly code = 'ECC_CLOSED';
+  static override readonly statusCode = 503;
+}
+
+/** Valkey refused or did not answer a write that must not be skipped (PUT, DELETE). */
+export class ValkeyUnavailableError extends EchoStoreError {
+  static override readonly code = 'ECC_VALKEY_UNAVAILABLE';
+  static override readonly statusCode = 503;
+}
+
+/** A PUT body is missing, not JSON, or not storable. */
+export class BadRequestError extends EchoStoreError {
+  static override readonly code = 'ECC_BAD_REQUEST';
+  static override readonly statusCode = 400;
+}
+
+/** No route matches the method and path. */
+export class RouteNotFoundError extends EchoStoreError {
+  static override readonly code = 'ECC_ROUTE_NOT_FOUND';
+  static override readonly statusCode = 404;
+}
+
+/** The request body is larger than `http.bodyLimitBytes`. */
+export class PayloadTooLargeError extends EchoStoreError {
+  static override readonly code = 'ECC_PAYLOAD_TOO_LARGE';
+  static override readonly statusCode = 413;
+}
+
+/** The configuration (file, environment or `createStore` options) is invalid; the message names the field. */
+export class ConfigError extends EchoStoreError {
+  static override readonly code = 'ECC_BAD_CONFIG';
+  static override readonly statusCode = 500;
+}
+
+/** Anything unexpected: a bug. Logged with its cause; the client sees only the code. */
+export class InternalError extends EchoStoreError {
+  static override readonly code = 'ECC_INTERNAL';
+  static override readonly statusCode = 500;
+}

@@ -1,0 +1,137 @@
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { TableStats } from './store/types.js';
+
+/** Where an answer came from, as counted by `echostore_reads_total{layer}`. */
+export type ReadLayer = 'l1' | 'l2' | 'source' | 'negative' | 'stale';
+
+/**
+ * The metric children of one table, bound once at table creation so the hot
+ * path pays no label lookup.
+ */
+export interface TableMetrics {
+  fills: { inc(n?: number): void };
+  coalesced: { inc(n?: number): void };
+  reads: Record<ReadLayer, { inc(n?: number): void }>;
+  loadSeconds: { observe(seconds: number): void };
+  loadErrors(code: string): { inc(n?: number): void };
+  shed: { inc(n?: number): void };
+  lateLoads: { inc(n?: number): void };
+  valkeyErrors(op: string): { inc(n?: number): void };
+  badEnvelopes: { inc(n?: number): void };
+}
+
+/**
+ * The store's Prometheus metrics, registered on a registry the caller passes
+ * in (no global registry: two stores can live in one process).
+ * Counters end in `_total`; times are seconds.
+ */
+export class StoreMetrics {
+  readonly #fills: Counter<'table'>;
+  readonly #coalesced: Counter<'table'>;
+  readonly #reads: Counter<'table' | 'layer'>;
+  readonly #loadSeconds: Histogram<'table'>;
+  readonly #loadErrors: Counter<'table' | 'code'>;
+  readonly #shed: Counter<'table'>;
+  readonly #lateLoads: Counter<'table'>;
+  readonly #valkeyErrors: Counter<'table' | 'op'>;
+  readonly #badEnvelopes: Counter<'table'>;
+  readonly #stats = new Map<string, () => TableStats>();
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.#fills = new Counter({
+      name: 'echostore_fills_total',
+      help: 'Loader runs (source reads started by this process).',
+      labelNames: ['table'],
+      registers,
+    });
+    this.#coalesced = new Counter({
+      name: 'echostore_coalesced_total',
+      help: 'Waiters that attached to a running flight instead of starting a load.',
+      labelNames: ['table'],
+      registers,
+    });
+    this.#reads = new Counter({
+      name: 'echostore_reads_total',
+      help: 'Reads answered, by the layer that answered (l1, l2, source, negative, stale).',
+      labelNames: ['table', 'layer'],
+      registers,
+    });
+    this.#loadSeconds = new Histogram({
+      name: 'echostore_load_duration_seconds',
+      help: 'Time the loader took, successful or not, in seconds.',
+      labelNames: ['table'],
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    });
+    this.#loadErrors = new Counter({
+      name: 'echostore_load_errors_total',
+      help: 'Failed flights, by error code.',
+      labelNames: ['table', 'code'],
+      registers,
+    });
+    this.#shed = new Counter({
+      name: 'echostore_shed_total',
+      help: 'Loads refused because the table ran maxConcurrentLoads loads already.',
+      labelNames: ['table'],
+      registers,
+    });
+    this.#lateLoads = new Counter({
+      name: 'echostore_late_loads_total',
+      help: 'Loader results that arrived after their load timed out (discarded).',
+      labelNames: ['table'],
+      registers,
+    });
+    this.#valkeyErrors = new Counter({
+      name: 'echostore_valkey_errors_total',
+      help: 'Valkey commands that failed or timed out, by operation.',
+      labelNames: ['table', 'op'],
+      registers,
+    });
+    this.#badEnvelopes = new Counter({
+      name: 'echostore_bad_envelopes_total',
+      help: 'L2 values that could not be decoded (treated as a miss and overwritten).',
+      labelNames: ['table'],
+      registers,
+    });
+    const stats = this.#stats;
+    const gauge = (name: string, help: string, pick: (s: TableStats) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['table'],
+        registers,
+        collect() {
+          this.reset();
+          for (const [table, read] of stats) this.set({ table }, pick(read()));
+        },
+      });
+    gauge('echostore_flights', 'Flights (loads or L2 reads) in progress.', (s) => s.flights);
+    gauge('echostore_mailbox_depth', "Messages waiting in the table owner's mailbox.", (s) => s.mailbox_depth);
+    gauge('echostore_l1_entries', 'Rows in the in-process L1.', (s) => s.l1_entries);
+    gauge('echostore_l1_bytes', 'Bytes held by the in-process L1.', (s) => s.l1_bytes);
+  }
+
+  /** Binds the children of one table; `stats` is read at scrape time for the gauges. */
+  forTable(table: string, stats: () => TableStats): TableMetrics {
+    this.#stats.set(table, stats);
+    const layer = (l: ReadLayer) => this.#reads.labels(table, l);
+    return {
+      fills: this.#fills.labels(table),
+      coalesced: this.#coalesced.labels(table),
+      reads: {
+        l1: layer('l1'),
+        l2: layer('l2'),
+        source: layer('source'),
+        negative: layer('negative'),
+        stale: layer('stale'),
+      },
+      loadSeconds: this.#loadSeconds.labels(table),
+      loadErrors: (code) => this.#loadErrors.labels(table, code),
+      shed: this.#shed.labels(table),
+      lateLoads: this.#lateLoads.labels(table),
+      valkeyErrors: (op) => this.#valkeyErrors.labels(table, op),
+      badEnvelopes: this.#badEnvelopes.labels(table),
+    };
+  }
+}

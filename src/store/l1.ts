@@ -1,0 +1,79 @@
+import { LRUCache } from 'lru-cache';
+import type { Envelope } from './envelope.js';
+import type { L1Policy } from './policy.js';
+
+/** One L1 row: the decoded envelope (value, its JSON text, version, soft expiry). */
+export type L1Row = Envelope;
+
+/**
+ * The in-process L1: an lru-cache bounded by entries and bytes, each row with
+ * a jittered TTL that never outlives the row's soft TTL.
+ *
+ * Writes are newer-wins on `version`, so a late or duplicated write can never
+ * replace a newer row. A row too large for the byte budget is simply not
+ * kept: the fill still answers its callers (pass-through, never failure).
+ */
+export class L1 {
+  readonly #cache: LRUCache<string, L1Row>;
+  readonly #policy: L1Policy;
+  readonly #jitter: number;
+
+  constructor(policy: L1Policy, jitter: number) {
+    this.#policy = policy;
+    this.#jitter = jitter;
+    this.#cache = new LRUCache<string, L1Row>({
+      max: policy.maxEntries,
+      maxSize: policy.maxBytes,
+      maxEntrySize: Math.max(1, Math.floor(policy.maxBytes / 8)),
+      sizeCalculation: (row, key) => row.json.length + key.length + 64,
+      ttlAutopurge: false,
+    });
+  }
+
+  /** The row, if present and not past its L1 TTL. Never touches Valkey. */
+  get(id: string): L1Row | undefined {
+    return this.#cache.get(id);
+  }
+
+  /**
+   * Stores `row` unless L1 already holds a newer version of `id`.
+   *
+   * @param now epoch milliseconds, for the soft-TTL bound.
+   * @returns true when the row was stored.
+   */
+  set(id: string, row: L1Row, now: number): boolean {
+    const current = this.#cache.get(id, { allowStale: true, updateAgeOnGet: false });
+    if (current !== undefined && current.version > row.version) return false;
+    const remainingMs = row.softExpiresAt - now;
+    if (remainingMs <= 0) {
+      this.#cache.delete(id);
+      return false;
+    }
+    const ttl = Math.min(this.#policy.ttlMs * (1 + Math.random() * this.#jitter), remainingMs);
+    this.#cache.set(id, row, { ttl: Math.max(1, Math.floor(ttl)) });
+    return this.#cache.has(id);
+  }
+
+  /** Drops `id`'s row. */
+  delete(id: string): void {
+    this.#cache.delete(id);
+  }
+
+  /** Remaining L1 TTL of `id` in milliseconds (0 if absent); for tests and diagnostics. */
+  remainingTtlMs(id: string): number {
+    return Math.max(0, this.#cache.getRemainingTTL(id));
+  }
+
+  /** Drops every row. */
+  clear(): void {
+    this.#cache.clear();
+  }
+
+  get size(): number {
+    return this.#cache.size;
+  }
+
+  get bytes(): number {
+    return this.#cache.calculatedSize;
+  }
+}

@@ -1,0 +1,281 @@
+import { ClosedError, ValkeyUnavailableError } from '../errors.js';
+import type { Envelope } from './envelope.js';
+import { encodeEnvelope } from './envelope.js';
+import { Flight, type FlightContext, fly, hardTtlMs, jitterFactor, type Outcome, type Waiter } from './flight.js';
+import { leaseKey, valueKey } from './keys.js';
+import type { L1 } from './l1.js';
+import { resultOf } from './result.js';
+import type { WriteResult } from './types.js';
+
+/** A caller waiting for a write (`put` or `invalidate`) to be acknowledged. */
+export interface WriteWaiter<T> {
+  resolve(result: T): void;
+  reject(error: Error): void;
+}
+
+/** The messages a table owner handles, one at a time, in arrival order. */
+export type Message =
+  | { kind: 'fill'; id: string; waiter: Waiter }
+  | { kind: 'landed'; flight: Flight; outcome: Outcome }
+  | { kind: 'put'; id: string; value: unknown; json: string; waiter: WriteWaiter<WriteResult> }
+  | { kind: 'written'; id: string; envelope: Envelope; error?: unknown; waiter: WriteWaiter<WriteResult> }
+  | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }
+  | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> };
+
+/** The counters the owner bumps (the caller bumps `hits` and `misses`). */
+export interface OwnerCounters {
+  fills: number;
+  l2_hits: number;
+  coalesced: number;
+}
+
+/**
+ * The actor that owns one table's state: its flights (id → waiters), its L1
+ * writes after loads, and the ordering of writes per id.
+ *
+ * Invariants:
+ * - Only `#handle` changes `#flights`, `#writes` or L1-after-load; async work
+ *   (Valkey, the loader) runs outside and reports back with a message.
+ * - A flight is removed by identity, never just by key.
+ * - While a `put` or `invalidate` of an id awaits Valkey, later messages for
+ *   that id are parked and replayed in order once it is acknowledged, so a
+ *   read can never bring back a value the write replaced.
+ * - Every waiter is settled exactly once: by its flight's outcome, by its
+ *   write's acknowledgement, or by `ECC_CLOSED` on forced shutdown.
+ */
+export class TableOwner {
+  readonly #ctx: FlightContext;
+  readonly #l1: L1;
+  readonly #counters: OwnerCounters;
+  readonly #mailbox: Message[] = [];
+  #head = 0;
+  #scheduled = false;
+  readonly #flights = new Map<string, Flight>();
+  readonly #writes = new Map<string, Message[]>();
+  #closed = false;
+  #idle: (() => void) | undefined;
+
+  constructor(ctx: FlightContext, l1: L1, counters: OwnerCounters) {
+    this.#ctx = ctx;
+    this.#l1 = l1;
+    this.#counters = counters;
+  }
+
+  /** Messages waiting to be handled. */
+  get mailboxDepth(): number {
+    return this.#mailbox.length - this.#head;
+  }
+
+  /** Flights in progress. */
+  get flights(): number {
+    return this.#flights.size;
+  }
+
+  /** Queues a message; the mailbox is drained on a microtask, one message at a time. */
+  post(message: Message): void {
+    this.#mailbox.push(message);
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      queueMicrotask(() => this.#drain());
+    }
+  }
+
+  #drain(): void {
+    while (this.#head < this.#mailbox.length) {
+      const message = this.#mailbox[this.#head] as Message;
+      this.#mailbox[this.#head++] = undefined as unknown as Message;
+      this.#handle(message);
+    }
+    this.#mailbox.length = 0;
+    this.#head = 0;
+    this.#scheduled = false;
+    this.#checkIdle();
+  }
+
+  #handle(m: Message): void {
+    switch (m.kind) {
+      case 'fill':
+        return this.#fill(m.id, m.waiter);
+      case 'landed':
+        return this.#landed(m.flight, m.outcome);
+      case 'put':
+      case 'invalidate':
+        if (this.#closed) return m.waiter.reject(this.#closedError(m.id));
+        if (this.#park(m.id, m)) return;
+        return m.kind === 'put' ? this.#put(m) : this.#invalidate(m);
+      case 'written':
+        return this.#written(m);
+      case 'invalidated':
+        return this.#invalidated(m);
+    }
+  }
+
+  #fill(id: string, waiter: Waiter): void {
+    if (this.#closed) return waiter.reject(this.#closedError(id));
+    if (this.#park(id, { kind: 'fill', id, waiter })) return;
+    const row = this.#l1.get(id);
+    if (row !== undefined) {
+      this.#ctx.metrics.reads[row.negative ? 'negative' : 'l1'].inc();
+      return waiter.resolve(resultOf(row, 'l1', false, Date.now()));
+    }
+    const running = this.#flights.get(id);
+    if (running !== undefined) {
+      running.waiters.push(waiter);
+      this.#counters.coalesced++;
+      this.#ctx.metrics.coalesced.inc();
+      return;
+    }
+    const flight = new Flight(id, waiter);
+    this.#flights.set(id, flight);
+    fly(this.#ctx, flight).then((outcome) => this.post({ kind: 'landed', flight, outcome }));
+  }
+
+  #landed(flight: Flight, outcome: Outcome): void {
+    if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
+    if (outcome.loaded) this.#counters.fills++;
+    const { metrics } = this.#ctx;
+    if (outcome.kind === 'error') {
+      metrics.loadErrors(outcome.error.code).inc();
+      for (const w of flight.waiters) w.reject(outcome.error);
+      return;
+    }
+    const { envelope, source } = outcome;
+    if (source === 'l2') this.#counters.l2_hits++;
+    const now = Date.now();
+    if (!flight.superseded) this.#l1.set(flight.id, envelope, now);
+    metrics.reads[envelope.negative ? 'negative' : source].inc(flight.waiters.length);
+    flight.waiters.forEach((w, i) => {
+      w.resolve(resultOf(envelope, source, i > 0, now));
+    });
+  }
+
+  /** Detaches the running flight of `id`: its waiters still get its answer, but it writes nothing. */
+  #supersede(id: string): void {
+    const flight = this.#flights.get(id);
+    if (flight === undefined) return;
+    flight.superseded = true;
+    this.#flights.delete(id);
+  }
+
+  #put(m: Extract<Message, { kind: 'put' }>): void {
+    const { policy, valkey, table } = this.#ctx;
+    this.#supersede(m.id);
+    const now = Date.now();
+    const envelope: Envelope = {
+      value: m.value,
+      json: m.json,
+      version: this.#ctx.mintVersion(),
+      softExpiresAt: now + Math.round(policy.ttlMs * jitterFactor(policy)),
+      deltaMs: 0,
+      negative: false,
+    };
+    this.#writes.set(m.id, []);
+    valkey
+      .set(valueKey(table, m.id), encodeEnvelope(envelope), 'PX', hardTtlMs(policy, envelope, now))
+      .then(
+        () => this.post({ kind: 'written', id: m.id, envelope, waiter: m.waiter }),
+        (error: unknown) => this.post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
+      );
+  }
+
+  #written(m: Extract<Message, { kind: 'written' }>): void {
+    if (m.error === undefined) {
+      this.#l1.set(m.id, m.envelope, Date.now());
+      m.waiter.resolve({ version: m.envelope.version });
+    } else {
+      // The write may or may not have reached Valkey: drop L1 so the next read asks L2.
+      this.#l1.delete(m.id);
+      this.#ctx.metrics.valkeyErrors('put').inc();
+      m.waiter.reject(this.#valkeyError('put', m.id, m.error));
+    }
+    this.#unpark(m.id);
+  }
+
+  #invalidate(m: Extract<Message, { kind: 'invalidate' }>): void {
+    const { valkey, table } = this.#ctx;
+    this.#supersede(m.id);
+    this.#l1.delete(m.id);
+    this.#writes.set(m.id, []);
+    valkey.del(valueKey(table, m.id), leaseKey(table, m.id)).then(
+      () => this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter }),
+      (error: unknown) => this.post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
+    );
+  }
+
+  #invalidated(m: Extract<Message, { kind: 'invalidated' }>): void {
+    this.#l1.delete(m.id);
+    if (m.error === undefined) {
+      m.waiter.resolve();
+    } else {
+      this.#ctx.metrics.valkeyErrors('del').inc();
+      m.waiter.reject(this.#valkeyError('delete', m.id, m.error));
+    }
+    this.#unpark(m.id);
+  }
+
+  /** Parks `m` behind a pending write of `id`; true when parked. */
+  #park(id: string, m: Message): boolean {
+    const parked = this.#writes.get(id);
+    if (parked === undefined) return false;
+    parked.push(m);
+    return true;
+  }
+
+  /** The write of `id` is acknowledged: replay what arrived meanwhile, in order. */
+  #unpark(id: string): void {
+    const parked = this.#writes.get(id) ?? [];
+    this.#writes.delete(id);
+    for (const m of parked) this.#handle(m);
+  }
+
+  #valkeyError(op: string, id: string, cause: unknown): ValkeyUnavailableError {
+    const { table } = this.#ctx;
+    return new ValkeyUnavailableError(`valkey did not accept the ${op}`, { table, id, cause });
+  }
+
+  #closedError(id: string): ClosedError {
+    return new ClosedError('the store is shutting down', { table: this.#ctx.table, id });
+  }
+
+  /**
+   * Stops taking work and waits for running flights and writes to settle, at
+   * most `graceMs`; then aborts the loads still running and fails their
+   * waiters with `ECC_CLOSED`.
+   */
+  async close(graceMs: number): Promise<void> {
+    this.#closed = true;
+    if (!this.#busy()) return;
+    const idle = new Promise<void>((resolve) => {
+      this.#idle = resolve;
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), graceMs);
+    });
+    const result = await Promise.race([idle, deadline]);
+    clearTimeout(timer);
+    if (result !== 'timeout') return;
+    for (const flight of this.#flights.values()) {
+      const error = this.#closedError(flight.id);
+      flight.abort.abort(error);
+      for (const w of flight.waiters) w.reject(error);
+      flight.waiters.length = 0;
+    }
+    this.#flights.clear();
+    for (const [id, parked] of this.#writes) {
+      for (const m of parked) if ('waiter' in m) m.waiter.reject(this.#closedError(id));
+    }
+    this.#writes.clear();
+  }
+
+  #busy(): boolean {
+    return this.#flights.size > 0 || this.#writes.size > 0 || this.mailboxDepth > 0;
+  }
+
+  #checkIdle(): void {
+    if (this.#idle !== undefined && !this.#busy()) {
+      this.#idle();
+      this.#idle = undefined;
+    }
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * Per-table freshness and protection policy: defaults, JSON schema, and the
+ * resolved shape the store works with. All durations are milliseconds.
+ */
+
+/** Bounds of a table's in-process L1 (lru-cache). */
+export interface L1Policy {
+  /** Most rows held. Default 10,000. */
+  maxEntries: number;
+  /** Most bytes held (UTF-8 length of each value's JSON). A row larger than an eighth of this is not kept in L1 (pass-through). Default 64 MiB. */
+  maxBytes: number;
+  /** Upper bound on a row's L1 lifetime, before jitter; a row never outlives its soft TTL either. Default 30,000 ms. */
+  ttlMs: number;
+}
+
+/** A table's policy as written by a user: every field optional. */
+export interface TablePolicyInput {
+  /** Soft TTL: after it the value is stale. Default 300,000. */
+  ttlMs?: number;
+  /** Soft and hard TTL are multiplied by uniform(1, 1 + jitter). Default 0.2. */
+  jitter?: number;
+  /** Extra time a stale value may still be held (hard TTL = ttlMs + staleMs). Default 60,000. */
+  staleMs?: number;
+  /** XFetch beta; 0 disables early refresh. Default 1. */
+  earlyRefreshBeta?: number;
+  /** How long "not found" is cached (negative caching). Default 30,000. */
+  negativeTtlMs?: number;
+  /** Lease PX; must exceed `loadTimeoutMs`. Default 5,000. */
+  leaseMs?: number;
+  /** A load slower than this fails its waiters with `ECC_LOAD_TIMEOUT`. Default 4,000. */
+  loadTimeoutMs?: number;
+  /** How long a waiter waits for someone else's fill. Default 5,000. */
+  waitTimeoutMs?: number;
+  /** Loader calls at once for this table, per process; more are shed with `ECC_SHED`. Default 16. */
+  maxConcurrentLoads?: number;
+  /** A stricter id rule than the default (a JavaScript regular expression source, anchored by you). */
+  idPattern?: string;
+  /** L1 bounds. */
+  l1?: Partial<L1Policy>;
+}
+
+/** A table's policy with every default applied. */
+export interface TablePolicy extends Required<Omit<TablePolicyInput, 'idPattern' | 'l1'>> {
+  idPattern: RegExp | undefined;
+  l1: L1Policy;
+}
+
+/** The defaults of DESIGN.md. */
+export const DEFAULT_POLICY: Omit<TablePolicy, 'idPattern'> = Object.freeze({
+  ttlMs: 300_000,
+  jitter: 0.2,
+  staleMs: 60_000,
+  earlyRefreshBeta: 1,
+  negativeTtlMs: 30_000,
+  leaseMs: 5_000,
+  loadTimeoutMs: 4_000,
+  waitTimeoutMs: 5_000,
+  maxConcurrentLoads: 16,
+  l1: Object.freeze({ maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 }),
+});
+
+const ms = { type: 'integer', minimum: 1, maximum: 31 * 24 * 3600 * 1000 } as const;
+
+/** JSON schema (ajv) of {@link TablePolicyInput}; shared by the config file and `createStore`. */
+export const policySchemaProperties = {
+  ttlMs: ms,
+  jitter: { type: 'number', minimum: 0, maximum: 1 },
+  staleMs: { type: 'integer', minimum: 0, maximum: 31 * 24 * 3600 * 1000 },
+  earlyRefreshBeta: { type: 'number', minimum: 0, maximum: 100 },
+  negativeTtlMs: ms,
+  leaseMs: ms,
+  loadTimeoutMs: ms,
+  waitTimeoutMs: ms,
+  maxConcurrentLoads: { type: 'integer', minimum: 1, maximum: 100_000 },
+  idPattern: { type: 'string', minLength: 1, maxLength: 1024 },
+  l1: {
+    type: 'object',
+    additionalProperties: false,
+    properties: {
+      maxEntries: { type: 'integer', minimum: 1, maximum: 100_000_000 },
+      maxBytes: { type: 'integer', minimum: 1024, maximum: 64 * 1024 * 1024 * 1024 },
+      ttlMs: ms,
+    },
+  },
+} as const;
+
+/**
+ * Applies defaults. Assumes `input` already passed the schema; checks the
+ * cross-field rules the schema cannot express.
+ *
+ * @returns the resolved policy.
+ * @throws {Error} with a message naming the field, when `leaseMs <= loadTimeoutMs`
+ *   or `idPattern` is not a valid regular expression.
+ */
+export function resolvePolicy(input: TablePolicyInput): TablePolicy {
+  const { l1, idPattern, ...rest } = input;
+  const policy: TablePolicy = {
+    ...DEFAULT_POLICY,
+    ...rest,
+    idPattern: undefined,
+    l1: { ...DEFAULT_POLICY.l1, ...l1 },
+  };
+  if (policy.leaseMs <= policy.loadTimeoutMs) {
+    throw new Error(
+      `leaseMs (${policy.leaseMs}) must be greater than loadTimeoutMs (${policy.loadTimeoutMs})`,
+    );
+  }
+  if (idPattern !== undefined) {
+    try {
+      policy.idPattern = new RegExp(idPattern, 'u');
+    } catch (err) {
+      throw new Error(`idPattern is not a valid regular expression: ${(err as Error).message}`);
+    }
+  }
+  return policy;
+}

@@ -1,0 +1,152 @@
+import { BadValueError, ClosedError } from '../errors.js';
+import type { TableMetrics } from '../metrics.js';
+import { toJson } from './envelope.js';
+import { assertId } from './keys.js';
+import type { L1 } from './l1.js';
+import type { OwnerCounters, TableOwner } from './owner.js';
+import type { TablePolicy } from './policy.js';
+import { resultOf } from './result.js';
+import type { ReadResult, TableStats, WriteResult } from './types.js';
+
+/** The caller-side counters (EchoStore's `hits` and `misses`) plus the owner's. */
+export interface TableCounters extends OwnerCounters {
+  hits: number;
+  misses: number;
+}
+
+/**
+ * The facade callers use for one table (cache-aside with single-flight).
+ *
+ * A read runs in the caller: an L1 hit is answered here and never enters the
+ * owner's mailbox; only a miss becomes a `fill` message.
+ */
+export class Table {
+  /** The table's name (`[a-z0-9_-]{1,64}`). */
+  readonly name: string;
+  /** The resolved policy (defaults applied). */
+  readonly policy: TablePolicy;
+  readonly #l1: L1;
+  readonly #owner: TableOwner;
+  readonly #counters: TableCounters;
+  readonly #metrics: TableMetrics;
+  #closed = false;
+
+  /** @internal Built by `createStore`. */
+  constructor(
+    name: string,
+    policy: TablePolicy,
+    l1: L1,
+    owner: TableOwner,
+    counters: TableCounters,
+    metrics: TableMetrics,
+  ) {
+    this.name = name;
+    this.policy = policy;
+    this.#l1 = l1;
+    this.#owner = owner;
+    this.#counters = counters;
+    this.#metrics = metrics;
+  }
+
+  /**
+   * Reads an item: L1, else the owner's flight (L2, else the loader).
+   *
+   * @param id 1–512 bytes of printable UTF-8 (and the table's `idPattern`).
+   * @returns `{ found: true, value, json, source, coalesced, version, ttlMs }`,
+   *   or `{ found: false, … }` when the source has no such item.
+   * @throws (rejects) `ECC_BAD_ID`, `ECC_LOAD_FAILED`, `ECC_BAD_VALUE`,
+   *   `ECC_LOAD_TIMEOUT`, `ECC_SHED`, `ECC_CLOSED` — see `errors.ts`.
+   *   Concurrent callers of one flight receive the same error object.
+   */
+  get(id: string): Promise<ReadResult> {
+    try {
+      assertId(this.name, id, this.policy.idPattern);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const row = this.#l1.get(id);
+    if (row !== undefined) {
+      this.#counters.hits++;
+      this.#metrics.reads[row.negative ? 'negative' : 'l1'].inc();
+      return Promise.resolve(resultOf(row, 'l1', false, Date.now()));
+    }
+    this.#counters.misses++;
+    return new Promise((resolve, reject) => {
+      this.#owner.post({ kind: 'fill', id, waiter: { resolve, reject } });
+    });
+  }
+
+  /**
+   * Write-through: stores `value` in L2 (`SET … PX`), then in L1, with a new version.
+   *
+   * @param value any JSON-serialisable value.
+   * @throws (rejects) `ECC_BAD_ID`, `ECC_BAD_VALUE` (not serialisable),
+   *   `ECC_VALKEY_UNAVAILABLE` (Valkey refused or timed out: L1 is dropped for the id), `ECC_CLOSED`.
+   */
+  put(id: string, value: unknown): Promise<WriteResult> {
+    try {
+      assertId(this.name, id, this.policy.idPattern);
+      this.#assertOpen(id);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const json = toJson(value);
+    if (json === undefined) {
+      return Promise.reject(
+        new BadValueError('value cannot be serialised as JSON', { table: this.name, id }),
+      );
+    }
+    return new Promise((resolve, reject) => {
+      this.#owner.post({ kind: 'put', id, value, json, waiter: { resolve, reject } });
+    });
+  }
+
+  /**
+   * Deletes the item from L2 (value and lease) and from this process's L1. A
+   * flight already running for the id is detached: it writes nothing.
+   *
+   * @throws (rejects) `ECC_BAD_ID`, `ECC_VALKEY_UNAVAILABLE`, `ECC_CLOSED`.
+   */
+  invalidate(id: string): Promise<void> {
+    try {
+      assertId(this.name, id, this.policy.idPattern);
+      this.#assertOpen(id);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return new Promise((resolve, reject) => {
+      this.#owner.post({ kind: 'invalidate', id, waiter: { resolve, reject } });
+    });
+  }
+
+  /** EchoStore's counters — hits, misses, fills, l2_hits, coalesced — and L1, flight and mailbox sizes. */
+  stats(): TableStats {
+    const c = this.#counters;
+    return {
+      hits: c.hits,
+      misses: c.misses,
+      fills: c.fills,
+      l2_hits: c.l2_hits,
+      coalesced: c.coalesced,
+      l1_entries: this.#l1.size,
+      l1_bytes: this.#l1.bytes,
+      flights: this.#owner.flights,
+      mailbox_depth: this.#owner.mailboxDepth,
+    };
+  }
+
+  /** Remaining L1 lifetime of a row in milliseconds, 0 when absent (diagnostics and tests). */
+  l1TtlMs(id: string): number {
+    return this.#l1.remainingTtlMs(id);
+  }
+
+  /** @internal Stops taking work; waits up to `graceMs` for flights and writes to settle. */
+  close(graceMs: number): Promise<void> {
+    this.#closed = true;
+    return this.#owner.close(graceMs);
+  }
+
+  #assertOpen(id: string): void {
+    if (this.#closed) throw new ClosedError('the store is shutting down', { table: this.name, id });
+  }
+}

@@ -1,0 +1,80 @@
+/** Types shared by the store's files and its users. */
+
+/** What the loader is given besides the id. */
+export interface LoadContext {
+  /**
+   * Aborted when the load times out (`loadTimeoutMs`) or the store closes. It
+   * belongs to the flight, not to any one caller: a caller that gives up does
+   * not cancel a load that others wait on.
+   */
+  signal: AbortSignal;
+}
+
+/**
+ * Reads one item from the source of truth. The only code that touches the source.
+ *
+ * Resolve with the value (any JSON-serialisable value, `null` included), or
+ * with `undefined` for "not found" (negative-cached for `negativeTtlMs`).
+ * A rejection or synchronous throw fails every waiter of the flight with
+ * `ECC_LOAD_FAILED` and is never cached.
+ */
+export type LoadFn = (id: string, ctx: LoadContext) => unknown | Promise<unknown>;
+
+/** Which layer answered a read. */
+export type ReadSource = 'l1' | 'l2' | 'source';
+
+/** Common fields of every read answer. */
+interface ReadBase {
+  /** The layer that answered: in-process L1, Valkey L2, or the source (loader). */
+  source: ReadSource;
+  /** True when this caller attached to another caller's flight (single-flight). */
+  coalesced: boolean;
+  /** Mint-time version of the answer. */
+  version: number;
+  /** Milliseconds until the answer goes stale (soft TTL), 0 if it already is. */
+  ttlMs: number;
+}
+
+/** A found item. */
+export interface FoundResult extends ReadBase {
+  found: true;
+  value: unknown;
+  /** `value` as JSON text, ready to send. */
+  json: string;
+}
+
+/** The source says the item does not exist (possibly a negative-cache hit). */
+export interface NotFoundResult extends ReadBase {
+  found: false;
+}
+
+/** The answer of `Table.get`. */
+export type ReadResult = FoundResult | NotFoundResult;
+
+/** The answer of `Table.put`. */
+export interface WriteResult {
+  /** The version minted for the write. */
+  version: number;
+}
+
+/** EchoStore's counters for one table (monotonic since start), plus L1 size. */
+export interface TableStats {
+  /** Reads answered from L1 in the caller. */
+  hits: number;
+  /** Reads that went to the owner. */
+  misses: number;
+  /** Loader runs. */
+  fills: number;
+  /** Flights answered by Valkey (L2). */
+  l2_hits: number;
+  /** Waiters that attached to a running flight. */
+  coalesced: number;
+  /** Rows in L1 now. */
+  l1_entries: number;
+  /** Bytes in L1 now. */
+  l1_bytes: number;
+  /** Flights in progress now. */
+  flights: number;
+  /** Messages waiting in the owner's mailbox now. */
+  mailbox_depth: number;
+}
