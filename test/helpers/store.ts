@@ -1,0 +1,28 @@
+import { randomBytes } from 'node:crypto';
+import { inject } from 'vitest';
+
+/** The shared test server's URL (see `server.ts`). */
+export function valkeyUrl(): string {
+  return inject('valkeyUrl');
+}
+
+/** A table name no other test uses, so test files can run in parallel on one server. */
+export function uniqueTable(prefix: string): string {
+  return `${prefix}-${randomBytes(4).toString('hex')}`.slice(0, 64);
+}
+
+/** Resolves after `ms` milliseconds. */
+export function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** A promise with its resolve/reject exposed, for holding a loader open. */
+export function deferred<T>(): { promise: Promise<T>; resolve(v: T): void; reject(e: unknown): void } {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
