@@ -121,3 +121,15 @@ export class InternalError extends EchoStoreError {
   static override readonly code = 'ECC_INTERNAL';
   static override readonly statusCode = 500;
 }
+
+/** The method is not allowed on this path (the `Allow` header lists the allowed ones). */
+export class MethodNotAllowedError extends EchoStoreError {
+  static override readonly code = 'ECC_METHOD_NOT_ALLOWED';
+  static override readonly statusCode = 405;
+}
+
+/** A request body was sent with a content type other than `application/json`. */
+export class UnsupportedMediaTypeError extends EchoStoreError {
+  static override readonly code = 'ECC_UNSUPPORTED_MEDIA_TYPE';
+  static override readonly statusCode = 415;
+}

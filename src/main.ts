@@ -1,0 +1,69 @@
+#!/usr/bin/env node
+/**
+ * The service: reads the config, builds the sources and the store, serves
+ * HTTP, and shuts down gracefully on SIGTERM/SIGINT (stop accepting, let
+ * running requests and flights settle, quit Valkey).
+ */
+import closeWithGrace from 'close-with-grace';
+import { pino } from 'pino';
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import { loadConfig } from './config/load.js';
+import { EchoStoreError } from './errors.js';
+import { buildServer } from './http/server.js';
+import { buildSource, type Source } from './sources/index.js';
+import { createStore, type TableOptions } from './store/store.js';
+import { redactUrl } from './valkey.js';
+
+async function main(): Promise<void> {
+  const config = loadConfig({ argv: process.argv.slice(2), env: process.env });
+  const log = pino({
+    level: config.log.level,
+    redact: { paths: ['req.headers.authorization', '*.password', '*.token'], censor: '***' },
+  });
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+
+  const sources: Source[] = [];
+  const tables: Record<string, TableOptions> = {};
+  for (const [name, { source, ...policy }] of Object.entries(config.tables)) {
+    const built = buildSource(source);
+    sources.push(built);
+    tables[name] = { ...policy, load: built.load };
+  }
+  const store = await createStore({
+    valkey: config.valkey,
+    tables,
+    registry,
+    logger: log,
+    readyTimeoutMs: config.valkey.connectTimeoutMs,
+  });
+  const app = buildServer({ store, logger: log, bodyLimitBytes: config.http.bodyLimitBytes });
+
+  closeWithGrace({ delay: 15_000, logger: log }, async ({ signal, err }) => {
+    if (err !== undefined) log.error({ err }, 'stopping after an uncaught error');
+    else log.info({ signal }, 'stopping');
+    await app.close();
+    await store.close(5_000);
+    for (const s of sources) s.close();
+  });
+
+  await app.listen({ host: config.http.host, port: config.http.port });
+  log.info(
+    {
+      config: config.origin,
+      valkey: redactUrl(config.valkey.url),
+      valkeyReady: store.valkeyReady(),
+      tables: Object.keys(tables),
+    },
+    'echostore is serving',
+  );
+}
+
+main().catch((err: unknown) => {
+  if (err instanceof EchoStoreError && err.code === 'ECC_BAD_CONFIG') {
+    process.stderr.write(`echostore: invalid configuration: ${err.message}\n`);
+    process.exit(2);
+  }
+  process.stderr.write(`echostore: failed to start: ${(err as Error)?.stack ?? String(err)}\n`);
+  process.exit(1);
+});
