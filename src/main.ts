@@ -26,7 +26,7 @@ async function main(): Promise<void> {
   const sources: Source[] = [];
   const tables: Record<string, TableOptions> = {};
   for (const [name, { source, ...policy }] of Object.entries(config.tables)) {
-    const built = buildSource(source);
+    const built = buildSource(source, `tables.${name}.source`);
     sources.push(built);
     tables[name] = { ...policy, load: built.load };
   }

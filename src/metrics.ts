@@ -4,6 +4,9 @@ import type { TableStats } from './store/types.js';
 /** Where an answer came from, as counted by `echostore_reads_total{layer}`. */
 export type ReadLayer = 'l1' | 'l2' | 'source' | 'negative' | 'stale';
 
+/** A table's answered reads by layer: plain integers bumped on the hot path. */
+export type ReadCounts = Record<ReadLayer, number>;
+
 /**
  * The metric children of one table, bound once at table creation so the hot
  * path pays no label lookup.
@@ -11,7 +14,6 @@ export type ReadLayer = 'l1' | 'l2' | 'source' | 'negative' | 'stale';
 export interface TableMetrics {
   fills: { inc(n?: number): void };
   coalesced: { inc(n?: number): void };
-  reads: Record<ReadLayer, { inc(n?: number): void }>;
   loadSeconds: { observe(seconds: number): void };
   loadErrors(code: string): { inc(n?: number): void };
   shed: { inc(n?: number): void };
@@ -28,7 +30,6 @@ export interface TableMetrics {
 export class StoreMetrics {
   readonly #fills: Counter<'table'>;
   readonly #coalesced: Counter<'table'>;
-  readonly #reads: Counter<'table' | 'layer'>;
   readonly #loadSeconds: Histogram<'table'>;
   readonly #loadErrors: Counter<'table' | 'code'>;
   readonly #shed: Counter<'table'>;
@@ -36,6 +37,7 @@ export class StoreMetrics {
   readonly #valkeyErrors: Counter<'table' | 'op'>;
   readonly #badEnvelopes: Counter<'table'>;
   readonly #stats = new Map<string, () => TableStats>();
+  readonly #readCounts = new Map<string, ReadCounts>();
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -51,11 +53,19 @@ export class StoreMetrics {
       labelNames: ['table'],
       registers,
     });
-    this.#reads = new Counter({
+    const readCounts = this.#readCounts;
+    new Counter({
       name: 'echostore_reads_total',
       help: 'Reads answered, by the layer that answered (l1, l2, source, negative, stale).',
       labelNames: ['table', 'layer'],
       registers,
+      collect() {
+        this.reset();
+        for (const [table, counts] of readCounts) {
+          for (const layer of Object.keys(counts) as ReadLayer[])
+            this.inc({ table, layer }, counts[layer]);
+        }
+      },
     });
     this.#loadSeconds = new Histogram({
       name: 'echostore_load_duration_seconds',
@@ -107,25 +117,26 @@ export class StoreMetrics {
         },
       });
     gauge('echostore_flights', 'Flights (loads or L2 reads) in progress.', (s) => s.flights);
-    gauge('echostore_mailbox_depth', "Messages waiting in the table owner's mailbox.", (s) => s.mailbox_depth);
+    gauge(
+      'echostore_mailbox_depth',
+      "Messages waiting in the table owner's mailbox.",
+      (s) => s.mailbox_depth,
+    );
     gauge('echostore_l1_entries', 'Rows in the in-process L1.', (s) => s.l1_entries);
     gauge('echostore_l1_bytes', 'Bytes held by the in-process L1.', (s) => s.l1_bytes);
   }
 
-  /** Binds the children of one table; `stats` is read at scrape time for the gauges. */
-  forTable(table: string, stats: () => TableStats): TableMetrics {
+  /**
+   * Binds the children of one table. `stats` and `reads` are read at scrape
+   * time: the gauges and `echostore_reads_total` mirror the table's own plain
+   * counters, so an L1 hit costs one integer increment, not a label lookup.
+   */
+  forTable(table: string, stats: () => TableStats, reads: ReadCounts): TableMetrics {
     this.#stats.set(table, stats);
-    const layer = (l: ReadLayer) => this.#reads.labels(table, l);
+    this.#readCounts.set(table, reads);
     return {
       fills: this.#fills.labels(table),
       coalesced: this.#coalesced.labels(table),
-      reads: {
-        l1: layer('l1'),
-        l2: layer('l2'),
-        source: layer('source'),
-        negative: layer('negative'),
-        stale: layer('stale'),
-      },
       loadSeconds: this.#loadSeconds.labels(table),
       loadErrors: (code) => this.#loadErrors.labels(table, code),
       shed: this.#shed.labels(table),

@@ -59,7 +59,9 @@ describe('HTTP API', () => {
     expect(first.statusCode).toBe(200);
     expect(first.json()).toEqual({ id: 'a1', name: 'product a1' });
     expect(first.headers['content-type']).toMatch(/^application\/json/);
-    expect(first.headers['cache-status']).toMatch(/^echostore; fwd=miss; fwd-status=200; stored; ttl=\d+$/);
+    expect(first.headers['cache-status']).toMatch(
+      /^echostore; fwd=miss; fwd-status=200; stored; ttl=\d+$/,
+    );
     const second = await app.inject(item(products, 'a1'));
     expect(second.statusCode).toBe(200);
     expect(second.body).toBe(first.body);
@@ -69,9 +71,13 @@ describe('HTTP API', () => {
 
   it('marks coalesced requests as collapsed', async () => {
     const before = productLoads;
-    const answers = await Promise.all(Array.from({ length: 20 }, () => app.inject(item(products, 'burst'))));
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => app.inject(item(products, 'burst'))),
+    );
     expect(productLoads - before).toBe(1);
-    const collapsed = answers.filter((r) => r.headers['cache-status']?.toString().endsWith('; collapsed'));
+    const collapsed = answers.filter((r) =>
+      r.headers['cache-status']?.toString().endsWith('; collapsed'),
+    );
     expect(collapsed).toHaveLength(19);
     expect(new Set(answers.map((r) => r.body)).size).toBe(1);
   });
@@ -154,7 +160,11 @@ describe('HTTP API', () => {
   });
 
   it('PUT writes through (version, then served from L1) and DELETE invalidates', async () => {
-    const put = await app.inject({ method: 'PUT', url: item(products, 'w1'), payload: { price: 5 } });
+    const put = await app.inject({
+      method: 'PUT',
+      url: item(products, 'w1'),
+      payload: { price: 5 },
+    });
     expect(put.statusCode).toBe(200);
     const { version } = put.json();
     expect(typeof version).toBe('number');
@@ -182,13 +192,22 @@ describe('HTTP API', () => {
     const empty = await app.inject({ method: 'PUT', url });
     expect(empty.statusCode).toBe(400);
     expect(empty.json().error.code).toBe('ECC_BAD_REQUEST');
-    const text = await app.inject({ method: 'PUT', url, payload: 'hi', headers: { 'content-type': 'text/plain' } });
+    const text = await app.inject({
+      method: 'PUT',
+      url,
+      payload: 'hi',
+      headers: { 'content-type': 'text/plain' },
+    });
     expect(text.statusCode).toBe(415);
     expect(text.json().error.code).toBe('ECC_UNSUPPORTED_MEDIA_TYPE');
     const big = await app.inject({ method: 'PUT', url, payload: { s: 'x'.repeat(2000) } });
     expect(big.statusCode).toBe(413);
     expect(big.json().error.code).toBe('ECC_PAYLOAD_TOO_LARGE');
-    const badId = await app.inject({ method: 'PUT', url: item(products, '%01'), payload: { a: 1 } });
+    const badId = await app.inject({
+      method: 'PUT',
+      url: item(products, '%01'),
+      payload: { a: 1 },
+    });
     expect(badId.statusCode).toBe(400);
     expect(badId.json().error.code).toBe('ECC_BAD_ID');
     const unknown = await app.inject({ method: 'DELETE', url: item('nope', '1') });
@@ -203,7 +222,9 @@ describe('HTTP API', () => {
     expect(table.policy.ttlMs).toBe(300_000);
     expect(table.stats.fills).toBeGreaterThan(0);
     expect(table.stats).toHaveProperty('coalesced');
-    expect(r.json().tables.find((t: { name: string }) => t.name === strict).policy.idPattern).toBe('^[0-9]+$');
+    expect(r.json().tables.find((t: { name: string }) => t.name === strict).policy.idPattern).toBe(
+      '^[0-9]+$',
+    );
   });
 
   it('reports liveness and readiness', async () => {

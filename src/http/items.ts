@@ -28,7 +28,11 @@ export function itemRoutes(app: FastifyInstance, store: Store): void {
     const result = await store.table(table).get(id);
     reply.header('cache-status', cacheStatus(result));
     if (!result.found) {
-      return sendError(request, reply, new NotFoundError(`no item ${id} in ${table}`, { table, id }));
+      return sendError(
+        request,
+        reply,
+        new NotFoundError(`no item ${id} in ${table}`, { table, id }),
+      );
     }
     return reply
       .header('etag', `"${result.version}"`)
@@ -36,15 +40,19 @@ export function itemRoutes(app: FastifyInstance, store: Store): void {
       .send(result.json);
   });
 
-  app.put<{ Params: ItemParams; Body: unknown }>(ITEM_PATH, { schema: { params } }, async (request, reply) => {
-    const { table, id } = request.params;
-    const t = store.table(table);
-    if (request.body === undefined) {
-      throw new BadRequestError('a JSON body (application/json) is required', { table, id });
-    }
-    const { version } = await t.put(id, request.body);
-    return reply.header('etag', `"${version}"`).send({ version });
-  });
+  app.put<{ Params: ItemParams; Body: unknown }>(
+    ITEM_PATH,
+    { schema: { params } },
+    async (request, reply) => {
+      const { table, id } = request.params;
+      const t = store.table(table);
+      if (request.body === undefined) {
+        throw new BadRequestError('a JSON body (application/json) is required', { table, id });
+      }
+      const { version } = await t.put(id, request.body);
+      return reply.header('etag', `"${version}"`).send({ version });
+    },
+  );
 
   app.delete<{ Params: ItemParams }>(ITEM_PATH, { schema: { params } }, async (request, reply) => {
     const { table, id } = request.params;

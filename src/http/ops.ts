@@ -11,7 +11,11 @@ export function opsRoutes(app: FastifyInstance, store: Store, lifecycle: Lifecyc
   app.get('/v1/tables', async () => ({
     tables: store.tables().map((t) => {
       const { idPattern, ...policy } = t.policy;
-      return { name: t.name, policy: { ...policy, idPattern: idPattern?.source ?? null }, stats: t.stats() };
+      return {
+        name: t.name,
+        policy: { ...policy, idPattern: idPattern?.source ?? null },
+        stats: t.stats(),
+      };
     }),
   }));
 

@@ -61,7 +61,11 @@ export function decodeEnvelope(text: string): Envelope | undefined {
   if (typeof raw !== 'object' || raw === null) return undefined;
   const r = raw as Record<string, unknown>;
   if (r.v !== ENVELOPE_VERSION || !('value' in r)) return undefined;
-  if (!isFiniteNumber(r.version) || !isFiniteNumber(r.softExpiresAt) || !isFiniteNumber(r.deltaMs)) {
+  if (
+    !isFiniteNumber(r.version) ||
+    !isFiniteNumber(r.softExpiresAt) ||
+    !isFiniteNumber(r.deltaMs)
+  ) {
     return undefined;
   }
   return {

@@ -74,10 +74,13 @@ export async function fly(ctx: FlightContext, flight: Flight): Promise<Outcome> 
     if (cached !== undefined) return { kind: 'value', envelope: cached, source: 'l2', loaded };
     if (ctx.gate.active >= ctx.policy.maxConcurrentLoads) {
       ctx.metrics.shed.inc();
-      throw new ShedError(`table ${ctx.table} already runs ${ctx.policy.maxConcurrentLoads} loads`, {
-        table: ctx.table,
-        id: flight.id,
-      });
+      throw new ShedError(
+        `table ${ctx.table} already runs ${ctx.policy.maxConcurrentLoads} loads`,
+        {
+          table: ctx.table,
+          id: flight.id,
+        },
+      );
     }
     loaded = true;
     const started = performance.now();

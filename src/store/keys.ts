@@ -33,7 +33,8 @@ export function assertId(table: string, id: unknown, pattern?: RegExp): asserts 
   if (!id.isWellFormed()) {
     throw new BadIdError('id must be well-formed UTF-8', { table });
   }
-  if (Buffer.byteLength(id, 'utf8') > MAX_ID_BYTES) {
+  // A UTF-16 code unit is at most 3 UTF-8 bytes: short ids need no byte count.
+  if (id.length > MAX_ID_BYTES / 3 && Buffer.byteLength(id, 'utf8') > MAX_ID_BYTES) {
     throw new BadIdError(`id must be at most ${MAX_ID_BYTES} bytes of UTF-8`, { table });
   }
   if (CONTROL.test(id)) {

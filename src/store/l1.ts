@@ -25,7 +25,8 @@ export class L1 {
       max: policy.maxEntries,
       maxSize: policy.maxBytes,
       maxEntrySize: Math.max(1, Math.floor(policy.maxBytes / 8)),
-      sizeCalculation: (row, key) => row.json.length + key.length + 64,
+      // UTF-8 bytes, as L1Policy.maxBytes documents (`.length` counts UTF-16 units and undercounts non-ASCII).
+      sizeCalculation: (row, key) => Buffer.byteLength(row.json) + Buffer.byteLength(key) + 64,
       ttlAutopurge: false,
     });
   }

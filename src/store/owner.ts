@@ -1,7 +1,16 @@
 import { ClosedError, ValkeyUnavailableError } from '../errors.js';
+import type { ReadCounts } from '../metrics.js';
 import type { Envelope } from './envelope.js';
 import { encodeEnvelope } from './envelope.js';
-import { Flight, type FlightContext, fly, hardTtlMs, jitterFactor, type Outcome, type Waiter } from './flight.js';
+import {
+  Flight,
+  type FlightContext,
+  fly,
+  hardTtlMs,
+  jitterFactor,
+  type Outcome,
+  type Waiter,
+} from './flight.js';
 import { leaseKey, valueKey } from './keys.js';
 import type { L1 } from './l1.js';
 import { resultOf } from './result.js';
@@ -18,12 +27,20 @@ export type Message =
   | { kind: 'fill'; id: string; waiter: Waiter }
   | { kind: 'landed'; flight: Flight; outcome: Outcome }
   | { kind: 'put'; id: string; value: unknown; json: string; waiter: WriteWaiter<WriteResult> }
-  | { kind: 'written'; id: string; envelope: Envelope; error?: unknown; waiter: WriteWaiter<WriteResult> }
+  | {
+      kind: 'written';
+      id: string;
+      envelope: Envelope;
+      error?: unknown;
+      waiter: WriteWaiter<WriteResult>;
+    }
   | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }
   | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> };
 
 /** The counters the owner bumps (the caller bumps `hits` and `misses`). */
 export interface OwnerCounters {
+  /** Answered reads by layer, mirrored into `echostore_reads_total` at scrape time. */
+  reads: ReadCounts;
   fills: number;
   l2_hits: number;
   coalesced: number;
@@ -95,28 +112,38 @@ export class TableOwner {
   #handle(m: Message): void {
     switch (m.kind) {
       case 'fill':
-        return this.#fill(m.id, m.waiter);
+        this.#fill(m.id, m.waiter);
+        break;
       case 'landed':
-        return this.#landed(m.flight, m.outcome);
+        this.#landed(m.flight, m.outcome);
+        break;
       case 'put':
       case 'invalidate':
-        if (this.#closed) return m.waiter.reject(this.#closedError(m.id));
-        if (this.#park(m.id, m)) return;
-        return m.kind === 'put' ? this.#put(m) : this.#invalidate(m);
+        if (this.#closed) m.waiter.reject(this.#closedError(m.id));
+        else if (this.#park(m.id, m)) break;
+        else if (m.kind === 'put') this.#put(m);
+        else this.#invalidate(m);
+        break;
       case 'written':
-        return this.#written(m);
+        this.#written(m);
+        break;
       case 'invalidated':
-        return this.#invalidated(m);
+        this.#invalidated(m);
+        break;
     }
   }
 
   #fill(id: string, waiter: Waiter): void {
-    if (this.#closed) return waiter.reject(this.#closedError(id));
+    if (this.#closed) {
+      waiter.reject(this.#closedError(id));
+      return;
+    }
     if (this.#park(id, { kind: 'fill', id, waiter })) return;
     const row = this.#l1.get(id);
     if (row !== undefined) {
-      this.#ctx.metrics.reads[row.negative ? 'negative' : 'l1'].inc();
-      return waiter.resolve(resultOf(row, 'l1', false, Date.now()));
+      this.#counters.reads[row.negative ? 'negative' : 'l1']++;
+      waiter.resolve(resultOf(row, 'l1', false, Date.now()));
+      return;
     }
     const running = this.#flights.get(id);
     if (running !== undefined) {
@@ -143,7 +170,7 @@ export class TableOwner {
     if (source === 'l2') this.#counters.l2_hits++;
     const now = Date.now();
     if (!flight.superseded) this.#l1.set(flight.id, envelope, now);
-    metrics.reads[envelope.negative ? 'negative' : source].inc(flight.waiters.length);
+    this.#counters.reads[envelope.negative ? 'negative' : source] += flight.waiters.length;
     flight.waiters.forEach((w, i) => {
       w.resolve(resultOf(envelope, source, i > 0, now));
     });
@@ -174,7 +201,8 @@ export class TableOwner {
       .set(valueKey(table, m.id), encodeEnvelope(envelope), 'PX', hardTtlMs(policy, envelope, now))
       .then(
         () => this.post({ kind: 'written', id: m.id, envelope, waiter: m.waiter }),
-        (error: unknown) => this.post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
+        (error: unknown) =>
+          this.post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
       );
   }
 

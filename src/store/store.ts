@@ -1,6 +1,6 @@
 import { Ajv } from 'ajv';
 import type { Redis } from 'ioredis';
-import { pino, type Logger } from 'pino';
+import { type Logger, pino } from 'pino';
 import { Registry } from 'prom-client';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { StoreMetrics } from '../metrics.js';
@@ -137,7 +137,9 @@ function buildTable(
   if (!validatePolicy(input)) {
     const e = validatePolicy.errors?.[0];
     const field = `${e?.instancePath ?? ''}${e?.params && 'additionalProperty' in e.params ? `/${e.params.additionalProperty}` : ''}`;
-    throw new ConfigError(`tables.${name}${field.replaceAll('/', '.')}: ${e?.message ?? 'invalid'}`);
+    throw new ConfigError(
+      `tables.${name}${field.replaceAll('/', '.')}: ${e?.message ?? 'invalid'}`,
+    );
   }
   const { load, ...policyInput } = input;
   let policy: ReturnType<typeof resolvePolicy>;
@@ -146,10 +148,17 @@ function buildTable(
   } catch (err) {
     throw new ConfigError(`tables.${name}: ${(err as Error).message}`);
   }
-  const counters: TableCounters = { hits: 0, misses: 0, fills: 0, l2_hits: 0, coalesced: 0 };
+  const counters: TableCounters = {
+    hits: 0,
+    misses: 0,
+    fills: 0,
+    l2_hits: 0,
+    coalesced: 0,
+    reads: { l1: 0, l2: 0, source: 0, negative: 0, stale: 0 },
+  };
   const l1 = new L1(policy.l1, policy.jitter);
   let table: Table | undefined;
-  const tableMetrics = deps.metrics.forTable(name, () => (table as Table).stats());
+  const tableMetrics = deps.metrics.forTable(name, () => (table as Table).stats(), counters.reads);
   const owner = new TableOwner(
     {
       table: name,
@@ -164,6 +173,6 @@ function buildTable(
     l1,
     counters,
   );
-  table = new Table(name, policy, l1, owner, counters, tableMetrics);
+  table = new Table(name, policy, l1, owner, counters);
   return table;
 }

@@ -1,5 +1,4 @@
 import { BadValueError, ClosedError } from '../errors.js';
-import type { TableMetrics } from '../metrics.js';
 import { toJson } from './envelope.js';
 import { assertId } from './keys.js';
 import type { L1 } from './l1.js';
@@ -28,7 +27,6 @@ export class Table {
   readonly #l1: L1;
   readonly #owner: TableOwner;
   readonly #counters: TableCounters;
-  readonly #metrics: TableMetrics;
   #closed = false;
 
   /** @internal Built by `createStore`. */
@@ -38,14 +36,12 @@ export class Table {
     l1: L1,
     owner: TableOwner,
     counters: TableCounters,
-    metrics: TableMetrics,
   ) {
     this.name = name;
     this.policy = policy;
     this.#l1 = l1;
     this.#owner = owner;
     this.#counters = counters;
-    this.#metrics = metrics;
   }
 
   /**
@@ -67,7 +63,7 @@ export class Table {
     const row = this.#l1.get(id);
     if (row !== undefined) {
       this.#counters.hits++;
-      this.#metrics.reads[row.negative ? 'negative' : 'l1'].inc();
+      this.#counters.reads[row.negative ? 'negative' : 'l1']++;
       return Promise.resolve(resultOf(row, 'l1', false, Date.now()));
     }
     this.#counters.misses++;

@@ -28,7 +28,11 @@ export function freePort(): Promise<number> {
     srv.on('error', reject);
     srv.listen(0, '127.0.0.1', () => {
       const address = srv.address();
-      srv.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      srv.close(() =>
+        typeof address === 'object' && address
+          ? resolve(address.port)
+          : reject(new Error('no port')),
+      );
     });
   });
 }
@@ -52,7 +56,18 @@ export async function spawnServer(binary = serverBinary()): Promise<TestServer> 
   const port = await freePort();
   const child = spawn(
     binary,
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no'],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--protected-mode',
+      'no',
+    ],
     { stdio: 'ignore' },
   );
   const url = `redis://127.0.0.1:${port}`;
@@ -73,7 +88,11 @@ export async function spawnServer(binary = serverBinary()): Promise<TestServer> 
 async function waitForPing(url: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const client = new Redis(url, {
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
     client.on('error', () => {});
     try {
       await client.connect();
@@ -82,7 +101,8 @@ async function waitForPing(url: string, timeoutMs: number): Promise<void> {
       return;
     } catch (err) {
       client.disconnect();
-      if (Date.now() > deadline) throw new Error(`server at ${url} did not answer PING: ${(err as Error).message}`);
+      if (Date.now() > deadline)
+        throw new Error(`server at ${url} did not answer PING: ${(err as Error).message}`);
       await sleep(50);
     }
   }

@@ -17,7 +17,11 @@ export function delay(ms: number): Promise<void> {
 }
 
 /** A promise with its resolve/reject exposed, for holding a loader open. */
-export function deferred<T>(): { promise: Promise<T>; resolve(v: T): void; reject(e: unknown): void } {
+export function deferred<T>(): {
+  promise: Promise<T>;
+  resolve(v: T): void;
+  reject(e: unknown): void;
+} {
   let resolve!: (v: T) => void;
   let reject!: (e: unknown) => void;
   const promise = new Promise<T>((res, rej) => {

@@ -1,0 +1,143 @@
+/**
+ * Benchmarks, each measured side by side in one run so the figure that
+ * matters is a ratio, not an absolute number on a noisy shared machine:
+ *
+ * 1. warm `Table.get()` (L1 hit) ops/s against a raw lru-cache `get` on the
+ *    same keys and values;
+ * 2. HTTP L1-hit req/s through the service's route against a bare fastify
+ *    route returning the same body, both driven by autocannon.
+ *
+ *   npm run bench -- [--seconds 3] [--connections 50] [--valkey redis://…]
+ *
+ * Prints figures; nothing here asserts a timing.
+ */
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import Fastify from 'fastify';
+import { LRUCache } from 'lru-cache';
+import { pino } from 'pino';
+import { table } from '../drills/lib/report.js';
+import { buildServer } from '../src/http/server.js';
+import { createStore } from '../src/store/store.js';
+
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '3' },
+    connections: { type: 'string', default: '50' },
+    valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
+  },
+});
+const seconds = Number(args.seconds);
+const KEYS = 1_000;
+const value = (i: number) => ({
+  id: String(i),
+  name: `product ${i}`,
+  price_cents: 1000 + i,
+  tags: ['a', 'b'],
+});
+
+/** Runs `op` in batches for `ms` milliseconds; returns operations per second. */
+async function opsPerSecond(
+  ms: number,
+  op: (i: number) => unknown | Promise<unknown>,
+  isAsync: boolean,
+): Promise<number> {
+  let n = 0;
+  const end = performance.now() + ms;
+  const started = performance.now();
+  while (performance.now() < end) {
+    if (isAsync) for (let i = 0; i < 1_000; i++) await op(n++);
+    else for (let i = 0; i < 1_000; i++) op(n++);
+  }
+  return n / ((performance.now() - started) / 1000);
+}
+
+async function inProcess(): Promise<Array<[string, string]>> {
+  const tableName = `bench-${process.pid}`;
+  const store = await createStore({
+    valkey: args.valkey as string,
+    tables: {
+      [tableName]: {
+        load: (id) => value(Number(id)),
+        l1: { ttlMs: 600_000, maxEntries: KEYS * 2 },
+      },
+    },
+  });
+  const t = store.table(tableName);
+  const ids = Array.from({ length: KEYS }, (_, i) => String(i + 1));
+  for (const id of ids) await t.get(id);
+  const lru = new LRUCache<string, object>({ max: KEYS * 2 });
+  for (const id of ids) lru.set(id, value(Number(id)));
+
+  const ms = seconds * 1000;
+  // Warm-up, then measure alternately so drift on the machine hits both.
+  await opsPerSecond(300, (i) => t.get(ids[i % KEYS] as string), true);
+  await opsPerSecond(300, (i) => lru.get(ids[i % KEYS] as string), false);
+  const raw = await opsPerSecond(ms, (i) => lru.get(ids[i % KEYS] as string), false);
+  const rawAwait = await opsPerSecond(ms, async (i) => lru.get(ids[i % KEYS] as string), true);
+  const warm = await opsPerSecond(ms, (i) => t.get(ids[i % KEYS] as string), true);
+  const stats = t.stats();
+  for (const id of ids) await t.invalidate(id);
+  await store.close();
+  return [
+    ['raw lru-cache get (sync)', `${fmt(raw)} ops/s`],
+    ['raw lru-cache get in an async fn + await', `${fmt(rawAwait)} ops/s`],
+    ['Table.get, warm (L1 hit)', `${fmt(warm)} ops/s`],
+    ['ratio Table.get / raw get', `${(warm / raw).toFixed(3)}`],
+    ['ratio Table.get / awaited raw get', `${(warm / rawAwait).toFixed(3)}`],
+    ['L1 hits during the run (misses)', `${stats.hits} (${stats.misses - KEYS})`],
+  ];
+}
+
+async function http(): Promise<Array<[string, string]>> {
+  const tableName = `bench-http-${process.pid}`;
+  const store = await createStore({
+    valkey: args.valkey as string,
+    tables: { [tableName]: { load: () => value(42), l1: { ttlMs: 600_000 } } },
+  });
+  const app = buildServer({ store, logger: pino({ level: 'silent' }) });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const body = JSON.stringify(value(42));
+  const bare = Fastify({ logger: false });
+  bare.get('/v1/tables/:table/items/:id', (_req, reply) => {
+    reply.type('application/json; charset=utf-8').send(body);
+  });
+  await bare.listen({ host: '127.0.0.1', port: 0 });
+  const path = `/v1/tables/${tableName}/items/42`;
+  const urlOf = (a: { server: { address(): unknown } }) => {
+    const { port } = a.server.address() as { port: number };
+    return `http://127.0.0.1:${port}${path}`;
+  };
+  const cacheUrl = urlOf(app);
+  const bareUrl = urlOf(bare);
+  const warm = await fetch(cacheUrl);
+  if ((await warm.text()) !== body) throw new Error('the cached body differs from the bare body');
+  const run = async (url: string, duration: number) => {
+    const r = await autocannon({ url, connections: Number(args.connections), duration });
+    return { rps: r.requests.average, p99: r.latency.p99, errors: r.errors + r.non2xx };
+  };
+  await run(cacheUrl, 1);
+  await run(bareUrl, 1);
+  const b = await run(bareUrl, seconds);
+  const c = await run(cacheUrl, seconds);
+  await app.close();
+  await bare.close();
+  await store.table(tableName).invalidate('42');
+  await store.close();
+  return [
+    ['bare fastify route, same body', `${fmt(b.rps)} req/s, p99 ${b.p99} ms, errors ${b.errors}`],
+    ['echostore GET (L1 hit)', `${fmt(c.rps)} req/s, p99 ${c.p99} ms, errors ${c.errors}`],
+    ['ratio echostore / bare', `${(c.rps / b.rps).toFixed(3)}`],
+  ];
+}
+
+function fmt(n: number): string {
+  return Math.round(n).toLocaleString('en-US');
+}
+
+const ip = await inProcess();
+process.stdout.write(`in-process, ${KEYS} warm keys, ${seconds} s each\n${table(ip)}\n\n`);
+const h = await http();
+process.stdout.write(
+  `HTTP, autocannon ${args.connections} connections, ${seconds} s each (load generator in the same process)\n${table(h)}\n`,
+);

@@ -1,0 +1,93 @@
+/**
+ * The built-in demo catalog: a `products` table of deterministic rows, so that
+ * `npm start` with no configuration serves something real and product 42 is
+ * the same on every machine.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+
+const CATALOG_SEED = 0x5eed_ec40;
+
+const ADJECTIVES = ['Compact', 'Sturdy', 'Quiet', 'Bright', 'Classic', 'Rapid', 'Smart', 'Handy'];
+/** [noun, category] */
+const KINDS = [
+  ['Kettle', 'kitchen'],
+  ['Blender', 'kitchen'],
+  ['Mug', 'kitchen'],
+  ['Lamp', 'lighting'],
+  ['Backpack', 'outdoor'],
+  ['Tent', 'outdoor'],
+  ['Headphones', 'audio'],
+  ['Speaker', 'audio'],
+  ['Notebook', 'office'],
+  ['Drill', 'tools'],
+  ['Hose', 'garden'],
+] as const;
+const MATERIALS = ['steel', 'bamboo', 'recycled plastic', 'aluminium', 'oak', 'ceramic'];
+
+/**
+ * mulberry32: a small 32-bit seeded PRNG (Tommy Ettinger, public domain).
+ *
+ * @returns a function yielding uniform floats in [0, 1).
+ */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function pick<T>(random: () => number, items: readonly T[]): T {
+  return items[Math.floor(random() * items.length)] as T;
+}
+
+/** One product row; seeded by its id alone, so a row does not depend on `count`. */
+function product(id: number): unknown[] {
+  const random = mulberry32(CATALOG_SEED ^ Math.imul(id, 0x9e3779b1));
+  const [noun, category] = pick(random, KINDS);
+  const name = `${pick(random, ADJECTIVES)} ${noun}`;
+  const priceCents = 199 + Math.floor(random() * 49_800);
+  const stock = Math.floor(random() * 500);
+  const description = `${name} made of ${pick(random, MATERIALS)}, from our ${category} range.`;
+  return [id, `SKU-${String(id).padStart(6, '0')}`, name, category, priceCents, stock, description];
+}
+
+/**
+ * Creates the demo catalog in the SQLite file `file` (and its parent
+ * directory) unless the file already has a `products` table:
+ * `products(id INTEGER PRIMARY KEY, sku, name, category, price_cents, stock, description)`
+ * with ids 1..`count`, every row derived from its id by a fixed-seed PRNG.
+ *
+ * Idempotent, and safe when several processes seed the same file at once: the
+ * check and the inserts run in one `BEGIN IMMEDIATE` transaction.
+ *
+ * @param file - path of the SQLite file, created if missing.
+ * @param count - number of products. Default 10,000.
+ * @throws {Error} when the directory or file cannot be created or written (SqliteError, fs errors).
+ */
+export function ensureDemoCatalog(file: string, count = 10_000): void {
+  mkdirSync(dirname(file), { recursive: true });
+  const db = new Database(file);
+  try {
+    const hasProducts = db.prepare(
+      "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'products'",
+    );
+    const seed = db.transaction(() => {
+      if (hasProducts.get() !== undefined) return;
+      db.exec(
+        'CREATE TABLE products (id INTEGER PRIMARY KEY, sku TEXT, name TEXT, category TEXT, ' +
+          'price_cents INTEGER, stock INTEGER, description TEXT)',
+      );
+      const insert = db.prepare('INSERT INTO products VALUES (?, ?, ?, ?, ?, ?, ?)');
+      for (let id = 1; id <= count; id++) insert.run(product(id));
+    });
+    seed.immediate();
+  } finally {
+    db.close();
+  }
+}

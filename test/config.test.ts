@@ -1,0 +1,270 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/load.js';
+import { EchoStoreError } from '../src/errors.js';
+
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'echostore-config-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Writes `text` to `<dir>/<name>` and returns its path. */
+function write(name: string, text: string): string {
+  const file = join(dir, name);
+  writeFileSync(file, text);
+  return file;
+}
+
+/** What `loadConfig` threw. */
+function failure(fn: () => unknown): EchoStoreError {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(EchoStoreError);
+    return err as EchoStoreError;
+  }
+  throw new Error('expected loadConfig to fail');
+}
+
+const HTTP_SOURCE = '{ kind: http, url: "http://127.0.0.1:9000/p/{id}" }';
+
+describe('loadConfig without a file', () => {
+  it('serves the built-in demo table with every default', () => {
+    const config = loadConfig({ argv: [], env: {}, cwd: dir });
+    expect(config).toEqual({
+      origin: 'built-in demo',
+      valkey: { url: 'redis://127.0.0.1:6379', commandTimeoutMs: 1000, connectTimeoutMs: 2000 },
+      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576 },
+      log: { level: 'info' },
+      tables: {
+        products: {
+          source: {
+            kind: 'sqlite',
+            file: join(dir, 'data', 'demo.sqlite'),
+            query:
+              'SELECT id, sku, name, category, price_cents, stock, description FROM products WHERE id = ?',
+            seed: 'demo',
+          },
+          idPattern: '^[1-9][0-9]{0,9}$',
+        },
+      },
+    });
+  });
+
+  it('keeps the demo catalog in ECHOSTORE_DATA_DIR', () => {
+    const config = loadConfig({ argv: [], env: { ECHOSTORE_DATA_DIR: 'state' }, cwd: dir });
+    const source = config.tables.products?.source;
+    expect(source?.kind === 'sqlite' && source.file).toBe(join(dir, 'state', 'demo.sqlite'));
+  });
+});
+
+describe('loadConfig with a file', () => {
+  it('reads a YAML file named by --config and fills in the defaults', () => {
+    const file = write(
+      'service.yaml',
+      `# comment\nhttp:\n  port: 9090\ntables:\n  products:\n    source: ${HTTP_SOURCE}\n    ttlMs: 60000\n    l1: { maxEntries: 100 }\n`,
+    );
+    const config = loadConfig({ argv: ['--config', file], env: {} });
+    expect(config.origin).toBe(file);
+    expect(config.http).toEqual({ host: '127.0.0.1', port: 9090, bodyLimitBytes: 1_048_576 });
+    expect(config.valkey.url).toBe('redis://127.0.0.1:6379');
+    expect(config.tables).toEqual({
+      products: {
+        source: { kind: 'http', url: 'http://127.0.0.1:9000/p/{id}' },
+        ttlMs: 60_000,
+        l1: { maxEntries: 100 },
+      },
+    });
+  });
+
+  it('reads a JSON file named by --config=', () => {
+    const file = write(
+      'service.json',
+      JSON.stringify({
+        valkey: { url: 'rediss://cache.internal:6380', commandTimeoutMs: 250 },
+        log: { level: 'debug' },
+        tables: { users: { source: { kind: 'http', url: 'https://api/u/{id}', timeoutMs: 500 } } },
+      }),
+    );
+    const config = loadConfig({ argv: [`--config=${file}`], env: {} });
+    expect(config.valkey).toEqual({
+      url: 'rediss://cache.internal:6380',
+      commandTimeoutMs: 250,
+      connectTimeoutMs: 2000,
+    });
+    expect(config.log.level).toBe('debug');
+    expect(config.tables.users?.source).toEqual({
+      kind: 'http',
+      url: 'https://api/u/{id}',
+      timeoutMs: 500,
+    });
+  });
+
+  it('reads the file named by ECHOSTORE_CONFIG, relative to cwd', () => {
+    write('env.yml', `tables:\n  a: { source: ${HTTP_SOURCE} }\n`);
+    const config = loadConfig({ argv: [], env: { ECHOSTORE_CONFIG: 'env.yml' }, cwd: dir });
+    expect(config.origin).toBe(join(dir, 'env.yml'));
+    expect(Object.keys(config.tables)).toEqual(['a']);
+  });
+
+  it('prefers --config over ECHOSTORE_CONFIG', () => {
+    const chosen = write('chosen.yaml', `tables:\n  chosen: { source: ${HTTP_SOURCE} }\n`);
+    const config = loadConfig({
+      argv: ['--config', chosen],
+      env: { ECHOSTORE_CONFIG: join(dir, 'does-not-exist.yaml') },
+    });
+    expect(Object.keys(config.tables)).toEqual(['chosen']);
+  });
+
+  it('resolves a relative sqlite file against the config file directory', () => {
+    const file = write(
+      'sqlite.yaml',
+      'tables:\n  t:\n    source: { kind: sqlite, file: db/items.sqlite, query: "SELECT * FROM t WHERE id = ?" }\n',
+    );
+    const source = loadConfig({ argv: ['--config', file], env: {}, cwd: '/' }).tables.t?.source;
+    expect(source?.kind === 'sqlite' && source.file).toBe(join(dir, 'db', 'items.sqlite'));
+  });
+
+  it('accepts the example configuration shipped in config/', () => {
+    const config = loadConfig({ argv: ['--config', 'config/example.yaml'], env: {} });
+    expect(Object.keys(config.tables)).toEqual(['products', 'users']);
+    expect(config.tables.products?.source.kind).toBe('sqlite');
+    expect(config.tables.users?.source.kind).toBe('http');
+    expect(config.origin).toBe(resolve('config/example.yaml'));
+  });
+});
+
+describe('loadConfig environment overrides', () => {
+  it('applies VALKEY_URL, HOST, PORT and LOG_LEVEL over the file', () => {
+    const file = write(
+      'overridden.yaml',
+      `valkey: { url: "redis://file:1" }\nhttp: { host: file, port: 1 }\nlog: { level: warn }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`,
+    );
+    const config = loadConfig({
+      argv: ['--config', file],
+      env: { VALKEY_URL: 'redis://env:6379/2', HOST: '0.0.0.0', PORT: '0', LOG_LEVEL: 'trace' },
+    });
+    expect(config.valkey.url).toBe('redis://env:6379/2');
+    expect(config.http).toEqual({ host: '0.0.0.0', port: 0, bodyLimitBytes: 1_048_576 });
+    expect(config.log.level).toBe('trace');
+  });
+
+  it('applies overrides to the built-in demo too, ignoring empty variables', () => {
+    const config = loadConfig({ argv: [], env: { PORT: '3000', HOST: '' }, cwd: dir });
+    expect(config.http.port).toBe(3000);
+    expect(config.http.host).toBe('127.0.0.1');
+  });
+
+  it.each([
+    ['PORT', 'abc'],
+    ['PORT', '65536'],
+    ['PORT', '-1'],
+    ['VALKEY_URL', 'http://127.0.0.1:6379'],
+    ['LOG_LEVEL', 'loud'],
+  ])('rejects %s=%s as ECC_BAD_CONFIG naming the variable', (name, value) => {
+    const err = failure(() => loadConfig({ argv: [], env: { [name]: value }, cwd: dir }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(name);
+  });
+});
+
+describe('loadConfig rejects an invalid file', () => {
+  const table = (extra = '') => `tables:\n  products:\n    source: ${HTTP_SOURCE}\n${extra}`;
+  const cases: Array<[string, string, string]> = [
+    ['a non-integer ttlMs', table('    ttlMs: 1.5\n'), 'tables.products.ttlMs'],
+    ['a port above 65535', `http: { port: 70000 }\n${table()}`, 'http.port'],
+    ['zero tables', 'tables: {}\n', 'tables'],
+    ['no tables field', 'http: { port: 8081 }\n', 'tables'],
+    [
+      'an invalid table name',
+      `tables:\n  Bad.Name: { source: ${HTTP_SOURCE} }\n`,
+      'tables.Bad.Name',
+    ],
+    ['an unknown top-level field', `cache: {}\n${table()}`, 'cache'],
+    ['an unknown policy field', table('    ttl: 1000\n'), 'tables.products.ttl'],
+    ['a table without source', 'tables:\n  products: { ttlMs: 1000 }\n', 'tables.products.source'],
+    [
+      'an unknown source kind',
+      'tables:\n  products: { source: { kind: ftp, url: "ftp://x/{id}" } }\n',
+      'tables.products.source.kind',
+    ],
+    [
+      'an sqlite source without query',
+      'tables:\n  products: { source: { kind: sqlite, file: x.sqlite } }\n',
+      'tables.products.source.query',
+    ],
+    [
+      'an http url without {id}',
+      'tables:\n  products: { source: { kind: http, url: "http://127.0.0.1/p" } }\n',
+      'tables.products.source.url',
+    ],
+    [
+      'a field of the other source kind',
+      'tables:\n  products: { source: { kind: http, url: "http://h/{id}", query: "SELECT 1" } }\n',
+      'tables.products.source.query',
+    ],
+    ['leaseMs not above loadTimeoutMs', table('    leaseMs: 4000\n'), 'tables.products.leaseMs'],
+    [
+      'an idPattern that does not compile',
+      table('    idPattern: "([a-z"\n'),
+      'tables.products.idPattern',
+    ],
+    [
+      'an L1 bound below its minimum',
+      table('    l1: { maxEntries: 0 }\n'),
+      'tables.products.l1.maxEntries',
+    ],
+    [
+      'a non-redis valkey url',
+      `valkey: { url: "http://127.0.0.1:6379" }\n${table()}`,
+      'valkey.url',
+    ],
+    ['an unknown log level', `log: { level: loud }\n${table()}`, 'log.level'],
+    [
+      'a negative bodyLimitBytes',
+      `http: { bodyLimitBytes: -1 }\n${table()}`,
+      'http.bodyLimitBytes',
+    ],
+    ['a list at the top level', '- tables\n', '(root)'],
+  ];
+
+  it.each(cases)('rejects %s, naming the file and the field', (name, text, field) => {
+    const file = write(`${name.replaceAll(/\W/g, '-')}.yaml`, text);
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(file);
+    expect(err.message).toContain(`${field}:`);
+  });
+
+  it('rejects a YAML syntax error, naming the line', () => {
+    const file = write('broken.yaml', 'tables:\n  products:\n    source: { kind: http\n');
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toMatch(
+      new RegExp(`^${file.replaceAll(/[.*+?^${}()|[\]\\]/g, '\\$&')}:[34]:`),
+    );
+  });
+
+  it('rejects a JSON syntax error, naming the line', () => {
+    const file = write('broken.json', '{\n  "tables": {\n    "p": 1,\n  }\n}\n');
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}:4:`);
+  });
+
+  it('rejects a file that cannot be read', () => {
+    const file = join(dir, 'absent.yaml');
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(file);
+  });
+
+  it('rejects --config without a path', () => {
+    const err = failure(() => loadConfig({ argv: ['--config'], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain('--config');
+  });
+});

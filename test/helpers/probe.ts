@@ -1,0 +1,52 @@
+/**
+ * Test-side probes: open a store that closes itself after the test, capture a
+ * rejection, read a metric, and talk to Valkey on a separate connection.
+ */
+import { Redis } from 'ioredis';
+import { onTestFinished } from 'vitest';
+import {
+  createStore,
+  type EchoStoreError,
+  type Store,
+  type StoreOptions,
+} from '../../src/index.js';
+import { valkeyUrl } from './store.js';
+
+/** Creates a store on the shared test server (unless `options.valkey` says otherwise), closed when the test ends. */
+export async function openStore(
+  tables: StoreOptions['tables'],
+  options: Partial<StoreOptions> = {},
+): Promise<Store> {
+  const store = await createStore({ valkey: valkeyUrl(), ...options, tables });
+  onTestFinished(() => store.close(100));
+  return store;
+}
+
+/** A plain ioredis client on the shared test server, for looking at keys behind the store's back. */
+export function rawValkey(url = valkeyUrl()): Redis {
+  return new Redis(url, { maxRetriesPerRequest: 0 });
+}
+
+/**
+ * Resolves with the error `promise` rejects with.
+ *
+ * @throws when `promise` resolves instead.
+ */
+export async function errorOf(promise: Promise<unknown>): Promise<EchoStoreError> {
+  try {
+    await promise;
+  } catch (err) {
+    return err as EchoStoreError;
+  }
+  throw new Error('expected a rejection, got a value');
+}
+
+/** The value of a store metric for one table (0 when it has no sample for that table). */
+export async function metricValue(store: Store, name: string, table: string): Promise<number> {
+  const metric = store.registry.getSingleMetric(name);
+  if (metric === undefined) throw new Error(`no metric named ${name}`);
+  const { values } = await metric.get();
+  return values
+    .filter((v) => v.labels.table === table)
+    .reduce((sum, v) => sum + Number(v.value), 0);
+}

@@ -1,0 +1,290 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EchoStoreError } from '../src/errors.js';
+import {
+  buildSource,
+  ensureDemoCatalog,
+  httpSource,
+  SourceError,
+  sqliteSource,
+} from '../src/sources/index.js';
+
+const ctx = () => ({ signal: new AbortController().signal });
+
+/** Runs `fn` and returns what it threw (sync throw or rejection). */
+async function caught(fn: () => unknown): Promise<unknown> {
+  try {
+    await fn();
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected a failure');
+}
+
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'echostore-sources-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** A fresh SQLite file with an `items` table: ('a', 'first', 1, JSON doc), ('b', 'second', 2, not JSON). */
+function fixtureDb(): string {
+  const file = join(dir, `${randomUUID()}.sqlite`);
+  const db = new Database(file);
+  db.exec(`CREATE TABLE items (id TEXT PRIMARY KEY, label TEXT, n INTEGER, doc TEXT);
+    INSERT INTO items VALUES ('a', 'first', 1, '{"ok":true}'), ('b', 'second', 2, 'not json');`);
+  db.close();
+  return file;
+}
+
+describe('sqlite source', () => {
+  it('returns the first row as a plain object', async () => {
+    const file = fixtureDb();
+    const source = sqliteSource({ file, query: 'SELECT id, label, n FROM items WHERE id = ?' });
+    expect(await source.load('a', ctx())).toEqual({ id: 'a', label: 'first', n: 1 });
+    source.close();
+  });
+
+  it('returns undefined for a missing id', async () => {
+    const file = fixtureDb();
+    const source = sqliteSource({ file, query: 'SELECT * FROM items WHERE id = ?' });
+    expect(await source.load('zzz', ctx())).toBeUndefined();
+    source.close();
+  });
+
+  it.each(['@id', ':id', '$id'])('binds the id to the named parameter %s', async (param) => {
+    const file = fixtureDb();
+    const source = sqliteSource({ file, query: `SELECT label FROM items WHERE id = ${param}` });
+    expect(await source.load('b', ctx())).toEqual({ label: 'second' });
+    source.close();
+  });
+
+  it('throws the SQLite error when the query fails at load time', async () => {
+    const file = fixtureDb();
+    const source = sqliteSource({ file, query: 'SELECT json(doc) AS doc FROM items WHERE id = ?' });
+    expect(await source.load('a', ctx())).toEqual({ doc: '{"ok":true}' });
+    const err = await caught(() => source.load('b', ctx()));
+    expect((err as { code?: string }).code).toBe('SQLITE_ERROR');
+    source.close();
+  });
+
+  it('opens the file read-only', async () => {
+    const file = fixtureDb();
+    const source = sqliteSource({
+      file,
+      query: "UPDATE items SET label = 'x' WHERE id = ? RETURNING *",
+    });
+    const err = await caught(() => source.load('a', ctx()));
+    expect((err as { code?: string }).code).toBe('SQLITE_READONLY');
+    source.close();
+  });
+
+  it('does not query once the signal is aborted', async () => {
+    const file = fixtureDb();
+    const source = sqliteSource({ file, query: 'SELECT * FROM items WHERE id = ?' });
+    const controller = new AbortController();
+    controller.abort(new Error('gone'));
+    const err = await caught(() => source.load('a', { signal: controller.signal }));
+    expect((err as Error).message).toBe('gone');
+    source.close();
+  });
+
+  it.each([
+    ['no parameter', 'SELECT * FROM items'],
+    ['two positional parameters', 'SELECT * FROM items WHERE id = ? OR label = ?'],
+    ['a named parameter other than id', 'SELECT * FROM items WHERE id = @key'],
+    ['id and another named parameter', 'SELECT * FROM items WHERE id = @id OR label = @label'],
+    ['a numbered parameter', 'SELECT * FROM items WHERE id = ?2'],
+    ['a syntax error', 'SELEC * FROM items WHERE id = ?'],
+    ['a statement that returns no rows', 'DELETE FROM items WHERE id = ?'],
+    ['an unknown table', 'SELECT * FROM nope WHERE id = ?'],
+  ])('rejects a query with %s as ECC_BAD_CONFIG naming source.query', async (_, query) => {
+    const file = fixtureDb();
+    const err = await caught(() => sqliteSource({ file, query }));
+    expect(err).toBeInstanceOf(EchoStoreError);
+    expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+    expect((err as Error).message).toContain('source.query');
+  });
+
+  it('rejects a file that does not exist as ECC_BAD_CONFIG naming source.file', async () => {
+    const err = await caught(() =>
+      sqliteSource({ file: join(dir, 'absent.sqlite'), query: 'SELECT 1 WHERE ? = 1' }),
+    );
+    expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+    expect((err as Error).message).toContain('source.file');
+  });
+
+  it('names the configuration path it is given', async () => {
+    const err = await caught(() =>
+      buildSource({ kind: 'sqlite', file: fixtureDb(), query: 'SELECT 1' }, 'tables.items.source'),
+    );
+    expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+    expect((err as Error).message).toContain('tables.items.source.query');
+  });
+});
+
+describe('demo catalog', () => {
+  const query = 'SELECT * FROM products WHERE id = ?';
+  const product42 = {
+    id: 42,
+    sku: 'SKU-000042',
+    name: 'Compact Mug',
+    category: 'kitchen',
+    price_cents: 11113,
+    stock: 461,
+    description: 'Compact Mug made of steel, from our kitchen range.',
+  };
+
+  function count(file: string): number {
+    const db = new Database(file, { readonly: true });
+    const { n } = db.prepare('SELECT count(*) AS n FROM products').get() as { n: number };
+    db.close();
+    return n;
+  }
+
+  it('creates 10,000 products, the same on every machine', async () => {
+    const file = join(dir, 'demo', 'nested', 'catalog.sqlite');
+    const source = sqliteSource({ file, query, seed: 'demo' });
+    expect(await source.load('42', ctx())).toEqual(product42);
+    expect(await source.load('10000', ctx())).toMatchObject({ id: 10000, sku: 'SKU-010000' });
+    expect(await source.load('10001', ctx())).toBeUndefined();
+    source.close();
+    expect(count(file)).toBe(10_000);
+  });
+
+  it('gives a product the same row whatever the catalog size', async () => {
+    const small = join(dir, 'demo-small.sqlite');
+    ensureDemoCatalog(small, 50);
+    expect(count(small)).toBe(50);
+    const source = sqliteSource({ file: small, query });
+    expect(await source.load('42', ctx())).toEqual(product42);
+    source.close();
+  });
+
+  it('leaves an existing catalog alone on a second call', async () => {
+    const file = join(dir, 'demo-twice.sqlite');
+    ensureDemoCatalog(file, 100);
+    const db = new Database(file);
+    db.prepare("UPDATE products SET name = 'edited' WHERE id = 1").run();
+    db.close();
+    ensureDemoCatalog(file, 100);
+    ensureDemoCatalog(file);
+    expect(count(file)).toBe(100);
+    const source = sqliteSource({ file, query: 'SELECT name FROM products WHERE id = ?' });
+    expect(await source.load('1', ctx())).toEqual({ name: 'edited' });
+    source.close();
+  });
+});
+
+describe('http source', () => {
+  let server: Server;
+  let base: string;
+  const seen: IncomingMessage[] = [];
+
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      seen.push(req);
+      const id = req.url?.split('/').at(-1) ?? '';
+      const json = (status: number, body: unknown) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(body));
+      };
+      if (id === 'missing') return json(404, { error: 'no such item' });
+      if (id === 'broken') return json(500, { error: 'boom' });
+      if (id === 'html') {
+        res.writeHead(200, { 'content-type': 'text/html' });
+        return res.end('<html>not json</html>');
+      }
+      if (id === 'slow') return; // never answers; the client must give up
+      if (id === 'null') return json(200, null);
+      json(200, { id: decodeURIComponent(id), path: req.url });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  it('returns the parsed JSON body of a 200', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    expect(await source.load('42', ctx())).toEqual({ id: '42', path: '/items/42' });
+    expect(await source.load('null', ctx())).toBeNull();
+  });
+
+  it('returns undefined for a 404', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    expect(await source.load('missing', ctx())).toBeUndefined();
+  });
+
+  it('throws a SourceError with the status for a 500', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    const err = await caught(() => source.load('broken', ctx()));
+    expect(err).toBeInstanceOf(SourceError);
+    expect((err as SourceError).status).toBe(500);
+  });
+
+  it('throws when a 200 body is not JSON', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    const err = await caught(() => source.load('html', ctx()));
+    expect(err).toBeInstanceOf(SourceError);
+    expect((err as SourceError).cause).toBeInstanceOf(SyntaxError);
+  });
+
+  it('gives up on a slow origin after timeoutMs', async () => {
+    const source = httpSource({ url: `${base}/items/{id}`, timeoutMs: 200 });
+    const started = performance.now();
+    const err = await caught(() => source.load('slow', ctx()));
+    const elapsedMs = performance.now() - started;
+    expect(err).toBeInstanceOf(SourceError);
+    expect((err as SourceError).status).toBeUndefined();
+    expect(elapsedMs).toBeGreaterThanOrEqual(150);
+    expect(elapsedMs).toBeLessThan(2_000);
+  });
+
+  it('stops when the flight signal aborts', async () => {
+    const source = httpSource({ url: `${base}/items/{id}`, timeoutMs: 10_000 });
+    const controller = new AbortController();
+    const reason = new Error('flight cancelled');
+    setTimeout(() => controller.abort(reason), 100);
+    const started = performance.now();
+    const err = await caught(() => source.load('slow', { signal: controller.signal }));
+    expect(err).toBe(reason);
+    expect(performance.now() - started).toBeLessThan(2_000);
+  });
+
+  it('URL-encodes the id', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    expect(await source.load('a/b c', ctx())).toEqual({ id: 'a/b c', path: '/items/a%2Fb%20c' });
+  });
+
+  it('sends the configured headers', async () => {
+    const source = httpSource({ url: `${base}/items/{id}`, headers: { 'x-api-key': 'k1' } });
+    seen.length = 0;
+    await source.load('7', ctx());
+    expect(seen[0]?.headers['x-api-key']).toBe('k1');
+    expect(seen[0]?.headers.accept).toBe('application/json');
+  });
+
+  it.each([
+    ['a URL without {id}', 'http://127.0.0.1/items'],
+    ['a non-http URL', 'ftp://127.0.0.1/items/{id}'],
+    ['a malformed URL', 'http://[/{id}'],
+  ])('rejects %s as ECC_BAD_CONFIG naming source.url', async (_, url) => {
+    const err = await caught(() => httpSource({ url }));
+    expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+    expect((err as Error).message).toContain('source.url');
+  });
+
+  it('builds an http source from its configuration', async () => {
+    const source = buildSource({ kind: 'http', url: `${base}/items/{id}` });
+    expect(await source.load('9', ctx())).toEqual({ id: '9', path: '/items/9' });
+  });
+});
