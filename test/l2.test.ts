@@ -1,0 +1,205 @@
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createStore, leaseKey, valueKey } from '../src/index.js';
+import { metricValue, openStore, rawValkey } from './helpers/probe.js';
+import { uniqueTable, valkeyUrl } from './helpers/store.js';
+
+describe('L2', () => {
+  let raw: Redis;
+  beforeAll(() => {
+    raw = rawValkey();
+  });
+  afterAll(() => raw.quit());
+
+  it('a rebuilt store answers from L2 without calling its loader', async () => {
+    const table = uniqueTable('l2-rebuild');
+    const first = await createStore({
+      valkey: valkeyUrl(),
+      tables: { [table]: { load: (id) => ({ id, from: 'source' }) } },
+    });
+    const loaded = await first.table(table).get('p1');
+    expect(loaded.source).toBe('source');
+    await first.close();
+
+    let loads = 0;
+    const second = await openStore({
+      [table]: {
+        load: () => {
+          loads++;
+          throw new Error('the source must not be read');
+        },
+      },
+    });
+    const t = second.table(table);
+    const r = await t.get('p1');
+    expect(r).toMatchObject({ found: true, source: 'l2', value: { id: 'p1', from: 'source' } });
+    expect(r.version).toBe(loaded.version);
+    expect(loads).toBe(0);
+    expect(t.stats().l2_hits).toBe(1);
+  });
+
+  it('the hard TTL (PTTL) is ttlMs + staleMs, jittered by up to (1 + jitter)', async () => {
+    const table = uniqueTable('l2-pttl');
+    const ttlMs = 10_000;
+    const staleMs = 5_000;
+    const jitter = 0.2;
+    const store = await openStore({
+      [table]: { ttlMs, staleMs, jitter, load: (id) => ({ id }) },
+    });
+    const t = store.table(table);
+    const pttls: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      const id = `id-${i}`;
+      await t.get(id);
+      pttls.push(await raw.pttl(valueKey(table, id)));
+    }
+    const hardMs = ttlMs + staleMs;
+    for (const pttl of pttls) {
+      expect(pttl).toBeGreaterThanOrEqual(hardMs - 1_000);
+      expect(pttl).toBeLessThanOrEqual(hardMs * (1 + jitter));
+    }
+    // Jitter spreads expiries: 20 uniform draws over 3,000 ms do not all land within 100 ms.
+    expect(Math.max(...pttls) - Math.min(...pttls)).toBeGreaterThan(100);
+  });
+
+  it('without jitter the hard TTL is ttlMs + staleMs', async () => {
+    const table = uniqueTable('l2-pttl0');
+    const store = await openStore({
+      [table]: { ttlMs: 10_000, staleMs: 5_000, jitter: 0, load: (id) => ({ id }) },
+    });
+    await store.table(table).get('a');
+    const pttl = await raw.pttl(valueKey(table, 'a'));
+    expect(pttl).toBeLessThanOrEqual(15_000);
+    expect(pttl).toBeGreaterThanOrEqual(15_000 - 250);
+  });
+
+  it('the stored envelope is { v: 1, value, version, softExpiresAt, deltaMs }', async () => {
+    const table = uniqueTable('l2-envelope');
+    const store = await openStore({
+      [table]: { ttlMs: 60_000, load: (id) => ({ id, tags: ['a', 'b'] }) },
+    });
+    const before = Date.now();
+    const r = await store.table(table).get('e1');
+    const text = await raw.get(valueKey(table, 'e1'));
+    expect(text).not.toBeNull();
+    const envelope = JSON.parse(text as string);
+    expect(envelope).toEqual({
+      v: 1,
+      value: { id: 'e1', tags: ['a', 'b'] },
+      version: r.version,
+      softExpiresAt: expect.any(Number),
+      deltaMs: expect.any(Number),
+    });
+    expect(envelope.softExpiresAt).toBeGreaterThan(before + 50_000);
+    expect(envelope.deltaMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it('an undecodable envelope is a miss: the loader runs, the key is overwritten, and it is counted', async () => {
+    const table = uniqueTable('l2-garbage');
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        load: (id) => {
+          loads++;
+          return { id, fresh: true };
+        },
+      },
+    });
+    const t = store.table(table);
+    await raw.set(valueKey(table, 'garbage'), 'not json {', 'PX', 60_000);
+    await raw.set(
+      valueKey(table, 'future'),
+      JSON.stringify({
+        v: 99,
+        value: { id: 'future' },
+        version: 1,
+        softExpiresAt: Date.now() + 60_000,
+        deltaMs: 1,
+      }),
+      'PX',
+      60_000,
+    );
+
+    for (const id of ['garbage', 'future']) {
+      const r = await t.get(id);
+      expect(r).toMatchObject({ found: true, source: 'source', value: { id, fresh: true } });
+      const stored = JSON.parse((await raw.get(valueKey(table, id))) as string);
+      expect(stored).toMatchObject({ v: 1, value: { id, fresh: true }, version: r.version });
+    }
+    expect(loads).toBe(2);
+    expect(await metricValue(store, 'echostore_bad_envelopes_total', table)).toBe(2);
+  });
+
+  it('negative caching: undefined from the loader is "not found", answered from L1 next time', async () => {
+    const table = uniqueTable('l2-negative');
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        load: () => {
+          loads++;
+          return undefined;
+        },
+      },
+    });
+    const t = store.table(table);
+    expect(await t.get('ghost')).toMatchObject({ found: false, source: 'source' });
+    expect(await t.get('ghost')).toMatchObject({ found: false, source: 'l1' });
+    expect(loads).toBe(1);
+    const stored = JSON.parse((await raw.get(valueKey(table, 'ghost'))) as string);
+    expect(stored).toMatchObject({ v: 1, value: null, negative: true });
+  });
+
+  it('put writes the envelope to L2 with the returned version, and to L1', async () => {
+    const table = uniqueTable('l2-put');
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        load: () => {
+          loads++;
+          return { from: 'source' };
+        },
+      },
+    });
+    const t = store.table(table);
+    const { version } = await t.put('p', { from: 'put' });
+    const stored = JSON.parse((await raw.get(valueKey(table, 'p'))) as string);
+    expect(stored).toMatchObject({ v: 1, value: { from: 'put' }, version });
+    expect(await t.get('p')).toMatchObject({
+      found: true,
+      source: 'l1',
+      value: { from: 'put' },
+      version,
+    });
+    expect(loads).toBe(0);
+  });
+
+  it('invalidate deletes the value key, the lease key and the L1 row', async () => {
+    const table = uniqueTable('l2-invalidate');
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        load: (id) => {
+          loads++;
+          return { id, n: loads };
+        },
+      },
+    });
+    const t = store.table(table);
+    await t.get('i');
+    await raw.set(leaseKey(table, 'i'), 'someone-elses-token', 'PX', 60_000);
+    expect(await raw.exists(valueKey(table, 'i'), leaseKey(table, 'i'))).toBe(2);
+    expect((await t.get('i')).source).toBe('l1');
+
+    await t.invalidate('i');
+    expect(await raw.exists(valueKey(table, 'i'))).toBe(0);
+    expect(await raw.exists(leaseKey(table, 'i'))).toBe(0);
+    expect(t.stats().l1_entries).toBe(0);
+
+    expect(await t.get('i')).toMatchObject({
+      found: true,
+      source: 'source',
+      value: { id: 'i', n: 2 },
+    });
+    expect(loads).toBe(2);
+  });
+});
