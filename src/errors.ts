@@ -72,6 +72,12 @@ export class LoadTimeoutError extends EchoStoreError {
   static override readonly statusCode = 504;
 }
 
+/** Another instance holds the lease and did not fill within `waitTimeoutMs`. */
+export class WaitTimeoutError extends EchoStoreError {
+  static override readonly code = 'ECC_WAIT_TIMEOUT';
+  static override readonly statusCode = 504;
+}
+
 /** The table already runs `maxConcurrentLoads` loads; retry after `retryAfterMs`. */
 export class ShedError extends EchoStoreError {
   static override readonly code = 'ECC_SHED';

@@ -20,7 +20,12 @@ export interface TableMetrics {
   lateLoads: { inc(n?: number): void };
   valkeyErrors(op: string): { inc(n?: number): void };
   badEnvelopes: { inc(n?: number): void };
+  lease(outcome: LeaseOutcome): { inc(n?: number): void };
+  waitSeconds: { observe(seconds: number): void };
 }
+
+/** Lease outcomes counted by `echostore_lease_total{outcome}`. */
+export type LeaseOutcome = 'acquired' | 'contended' | 'lost' | 'takeover';
 
 /**
  * The store's Prometheus metrics, registered on a registry the caller passes
@@ -36,6 +41,8 @@ export class StoreMetrics {
   readonly #lateLoads: Counter<'table'>;
   readonly #valkeyErrors: Counter<'table' | 'op'>;
   readonly #badEnvelopes: Counter<'table'>;
+  readonly #lease: Counter<'table' | 'outcome'>;
+  readonly #waitSeconds: Histogram<'table'>;
   readonly #stats = new Map<string, () => TableStats>();
   readonly #readCounts = new Map<string, ReadCounts>();
 
@@ -104,6 +111,19 @@ export class StoreMetrics {
       labelNames: ['table'],
       registers,
     });
+    this.#lease = new Counter({
+      name: 'echostore_lease_total',
+      help: 'Fleet lease outcomes: acquired (this flight loads), contended (another instance loads), lost (the fill was refused: lease expired or invalidated), takeover (acquired after waiting on a holder that did not fill).',
+      labelNames: ['table', 'outcome'],
+      registers,
+    });
+    this.#waitSeconds = new Histogram({
+      name: 'echostore_lease_wait_seconds',
+      help: "Time a contended flight waited for another instance's fill (or a takeover), in seconds.",
+      labelNames: ['table'],
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    });
     const stats = this.#stats;
     const gauge = (name: string, help: string, pick: (s: TableStats) => number) =>
       new Gauge({
@@ -143,6 +163,8 @@ export class StoreMetrics {
       lateLoads: this.#lateLoads.labels(table),
       valkeyErrors: (op) => this.#valkeyErrors.labels(table, op),
       badEnvelopes: this.#badEnvelopes.labels(table),
+      lease: (outcome) => this.#lease.labels(table, outcome),
+      waitSeconds: this.#waitSeconds.labels(table),
     };
   }
 }

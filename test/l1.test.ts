@@ -93,7 +93,9 @@ describe('L1', () => {
       await t.get(id);
       const l1TtlMs = t.l1TtlMs(id);
       expect(l1TtlMs).toBeGreaterThan(0);
-      expect(l1TtlMs).toBeLessThanOrEqual(1_200);
+      // lru-cache reads a cached clock (ttlResolution), so on a busy machine the
+      // remaining TTL can read a few ms high; 25 ms is far below the 200 ms of jitter tested.
+      expect(l1TtlMs).toBeLessThanOrEqual(1_200 + 25);
     }
   });
 

@@ -2,17 +2,10 @@ import { ClosedError, ValkeyUnavailableError } from '../errors.js';
 import type { ReadCounts } from '../metrics.js';
 import type { Envelope } from './envelope.js';
 import { encodeEnvelope } from './envelope.js';
-import {
-  Flight,
-  type FlightContext,
-  fly,
-  hardTtlMs,
-  jitterFactor,
-  type Outcome,
-  type Waiter,
-} from './flight.js';
+import { Flight, type FlightContext, fly, type Outcome, type Waiter } from './flight.js';
 import { leaseKey, valueKey } from './keys.js';
 import type { L1 } from './l1.js';
+import { hardTtlMs, jitterFactor } from './loader.js';
 import { resultOf } from './result.js';
 import type { WriteResult } from './types.js';
 
@@ -146,7 +139,8 @@ export class TableOwner {
       return;
     }
     const running = this.#flights.get(id);
-    if (running !== undefined) {
+    // coalescing 'none' is the drills' baseline: every miss gets its own flight.
+    if (running !== undefined && this.#ctx.policy.coalescing !== 'none') {
       running.waiters.push(waiter);
       this.#counters.coalesced++;
       this.#ctx.metrics.coalesced.inc();
@@ -169,7 +163,7 @@ export class TableOwner {
     const { envelope, source } = outcome;
     if (source === 'l2') this.#counters.l2_hits++;
     const now = Date.now();
-    if (!flight.superseded) this.#l1.set(flight.id, envelope, now);
+    if (!flight.superseded && !outcome.refused) this.#l1.set(flight.id, envelope, now);
     this.#counters.reads[envelope.negative ? 'negative' : source] += flight.waiters.length;
     flight.waiters.forEach((w, i) => {
       w.resolve(resultOf(envelope, source, i > 0, now));

@@ -33,6 +33,13 @@ export interface TablePolicyInput {
   waitTimeoutMs?: number;
   /** Loader calls at once for this table, per process; more are shed with `ECC_SHED`. Default 16. */
   maxConcurrentLoads?: number;
+  /**
+   * How far misses are coalesced: `fleet` (in-process single-flight plus the
+   * Valkey lease: one source read per burst across every instance), `process`
+   * (single-flight in this process only), or `none` (every miss loads: a
+   * baseline for drills, never for production). Default `fleet`.
+   */
+  coalescing?: 'fleet' | 'process' | 'none';
   /** A stricter id rule than the default (a JavaScript regular expression source, anchored by you). */
   idPattern?: string;
   /** L1 bounds. */
@@ -56,6 +63,7 @@ export const DEFAULT_POLICY: Omit<TablePolicy, 'idPattern'> = Object.freeze({
   loadTimeoutMs: 4_000,
   waitTimeoutMs: 5_000,
   maxConcurrentLoads: 16,
+  coalescing: 'fleet',
   l1: Object.freeze({ maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 }),
 });
 
@@ -72,6 +80,7 @@ export const policySchemaProperties = {
   loadTimeoutMs: ms,
   waitTimeoutMs: ms,
   maxConcurrentLoads: { type: 'integer', minimum: 1, maximum: 100_000 },
+  coalescing: { enum: ['fleet', 'process', 'none'] },
   idPattern: { type: 'string', minLength: 1, maxLength: 1024 },
   l1: {
     type: 'object',

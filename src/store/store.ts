@@ -6,10 +6,17 @@ import { ConfigError, UnknownTableError } from '../errors.js';
 import { StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
 import { createVersionClock } from './envelope.js';
+import { TableEvents } from './events.js';
 import { TABLE_NAME } from './keys.js';
 import { L1 } from './l1.js';
+import { LeaseScripts } from './lease.js';
 import { TableOwner } from './owner.js';
-import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
+import {
+  DEFAULT_POLICY,
+  policySchemaProperties,
+  resolvePolicy,
+  type TablePolicyInput,
+} from './policy.js';
 import { Table, type TableCounters } from './table.js';
 import type { LoadFn } from './types.js';
 
@@ -91,12 +98,19 @@ export async function createStore(options: StoreOptions): Promise<Store> {
         : createValkeyClient(options.valkey);
   const mintVersion = createVersionClock();
 
+  const lease = new LeaseScripts(valkey);
+  let events: TableEvents | undefined;
   const tables = new Map<string, Table>();
   try {
     for (const [name, input] of Object.entries(options.tables)) {
-      tables.set(name, buildTable(name, input, { valkey, metrics, mintVersion, log }));
+      const fleet = (input?.coalescing ?? DEFAULT_POLICY.coalescing) === 'fleet';
+      if (fleet && events === undefined) events = new TableEvents(valkey, log);
+      const deps = { valkey, lease, events: fleet ? events : undefined, metrics, mintVersion, log };
+      tables.set(name, buildTable(name, input, deps));
+      if (fleet) events?.subscribe(name);
     }
   } catch (err) {
+    await events?.close();
     if (ownsClient) valkey.disconnect();
     throw err;
   }
@@ -118,6 +132,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
     valkeyReady: () => valkey.status === 'ready',
     async close(graceMs = 5_000) {
       await Promise.all([...tables.values()].map((t) => t.close(graceMs)));
+      await events?.close();
       if (ownsClient) await valkey.quit().catch(() => valkey.disconnect());
     },
   };
@@ -126,7 +141,14 @@ export async function createStore(options: StoreOptions): Promise<Store> {
 function buildTable(
   name: string,
   input: TableOptions,
-  deps: { valkey: Redis; metrics: StoreMetrics; mintVersion: () => number; log: Logger },
+  deps: {
+    valkey: Redis;
+    lease: LeaseScripts;
+    events: TableEvents | undefined;
+    metrics: StoreMetrics;
+    mintVersion: () => number;
+    log: Logger;
+  },
 ): Table {
   if (!TABLE_NAME.test(name)) {
     throw new ConfigError(`tables.${name}: table names must match ${TABLE_NAME.source}`);
@@ -165,6 +187,8 @@ function buildTable(
       policy,
       load,
       valkey: deps.valkey,
+      lease: deps.lease,
+      events: deps.events,
       metrics: tableMetrics,
       mintVersion: deps.mintVersion,
       gate: { active: 0 },

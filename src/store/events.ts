@@ -1,0 +1,140 @@
+/**
+ * The table event channels (`ecc:events:<table>`) as seen by one store: a
+ * dedicated subscriber connection, and watches that wake a flight waiting for
+ * another instance's fill of one id.
+ */
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { eventsChannel } from './keys.js';
+
+/** A message on a table's channel. `k` is the kind: `fill` (a value was written) or `release` (a load failed). */
+export interface TableEvent {
+  k: 'fill' | 'release';
+  id: string;
+  /** The version written, for `fill`. */
+  v?: number;
+}
+
+/** Encodes an event for PUBLISH. */
+export function encodeEvent(event: TableEvent): string {
+  return JSON.stringify(event);
+}
+
+/** A watch on one id: `wait` resolves early when an event for the id arrives. */
+export interface Watch {
+  /** Resolves `true` when woken by an event (or one arrived since the last wait), `false` after `ms`. */
+  wait(ms: number): Promise<boolean>;
+  close(): void;
+}
+
+/**
+ * One subscriber connection for all of a store's tables.
+ *
+ * Waking is an optimisation: a watcher that misses an event (the subscriber
+ * was reconnecting) still re-checks after its bounded poll interval.
+ */
+export class TableEvents {
+  readonly #sub: Redis;
+  readonly #log: Logger;
+  readonly #watches = new Map<string, Set<WatchImpl>>();
+
+  /** Opens a subscriber connection duplicated from `client`. */
+  constructor(client: Redis, log: Logger) {
+    this.#log = log;
+    // Subscriptions are queued until connected and re-issued after a reconnect.
+    this.#sub = client.duplicate({
+      enableOfflineQueue: true,
+      autoResubscribe: true,
+      commandTimeout: undefined,
+    });
+    this.#sub.on('error', (err) => log.debug({ err }, 'valkey subscriber error'));
+    this.#sub.on('message', (channel: string, message: string) => this.#deliver(channel, message));
+  }
+
+  /** Subscribes to `table`'s channel. */
+  subscribe(table: string): void {
+    this.#sub.subscribe(eventsChannel(table)).catch((err: unknown) => {
+      this.#log.warn({ err, table }, 'could not subscribe to the table channel; waiters will poll');
+    });
+  }
+
+  /** Starts watching `table`/`id`; call before asking Valkey, so no event can slip between. */
+  watch(table: string, id: string): Watch {
+    const key = `${table}\u0000${id}`;
+    let set = this.#watches.get(key);
+    if (set === undefined) {
+      set = new Set();
+      this.#watches.set(key, set);
+    }
+    const watch = new WatchImpl(() => {
+      set.delete(watch);
+      if (set.size === 0 && this.#watches.get(key) === set) this.#watches.delete(key);
+    });
+    set.add(watch);
+    return watch;
+  }
+
+  #deliver(channel: string, message: string): void {
+    const table = channel.slice('ecc:events:'.length);
+    let event: TableEvent;
+    try {
+      event = JSON.parse(message) as TableEvent;
+    } catch {
+      return;
+    }
+    if (typeof event?.id !== 'string') return;
+    const set = this.#watches.get(`${table}\u0000${event.id}`);
+    if (set !== undefined) for (const w of set) w.wake();
+  }
+
+  /** Closes the subscriber connection (at once: there is nothing to flush, and QUIT could wait on a paused server). */
+  async close(): Promise<void> {
+    this.#sub.disconnect();
+  }
+}
+
+class WatchImpl implements Watch {
+  #woken = false;
+  #resolve: ((woken: boolean) => void) | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  readonly #onClose: () => void;
+
+  constructor(onClose: () => void) {
+    this.#onClose = onClose;
+  }
+
+  wake(): void {
+    if (this.#resolve === undefined) {
+      this.#woken = true;
+      return;
+    }
+    clearTimeout(this.#timer);
+    const resolve = this.#resolve;
+    this.#resolve = undefined;
+    resolve(true);
+  }
+
+  wait(ms: number): Promise<boolean> {
+    if (this.#woken) {
+      this.#woken = false;
+      return Promise.resolve(true);
+    }
+    return new Promise((resolve) => {
+      this.#resolve = resolve;
+      this.#timer = setTimeout(
+        () => {
+          this.#resolve = undefined;
+          resolve(false);
+        },
+        Math.max(0, ms),
+      );
+    });
+  }
+
+  close(): void {
+    clearTimeout(this.#timer);
+    this.#resolve?.(false);
+    this.#resolve = undefined;
+    this.#onClose();
+  }
+}
