@@ -1,0 +1,194 @@
+import { fork } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import type { LoadFn } from '../src/index.js';
+import { errorOf, metricValue, openStore, rawValkey } from './helpers/probe.js';
+import { spawnServer } from './helpers/server.js';
+import { deferred, uniqueTable } from './helpers/store.js';
+
+/** A loader that counts its calls and answers `{ id, n }` after `ms`. */
+function countingLoader(ms = 30): { load: LoadFn; calls: () => number } {
+  let n = 0;
+  return {
+    load: async (id) => {
+      const mine = ++n;
+      await new Promise((r) => setTimeout(r, ms));
+      return { id, n: mine };
+    },
+    calls: () => n,
+  };
+}
+
+describe('fleet lease', () => {
+  it('two stores with separate connections reading one cold key cause one load', async () => {
+    const table = uniqueTable('fleet');
+    const source = countingLoader(50);
+    const a = await openStore({ [table]: { load: source.load } });
+    const b = await openStore({ [table]: { load: source.load } });
+    expect(a.valkey).not.toBe(b.valkey);
+    const reads = [a, b].flatMap((s) => Array.from({ length: 100 }, () => s.table(table).get('cold')));
+    const results = await Promise.all(reads);
+    expect(source.calls()).toBe(1);
+    expect(new Set(results.map((r) => (r.found ? r.json : '-'))).size).toBe(1);
+    const acquired =
+      (await metricValue(a, 'echostore_lease_total', table)) + (await metricValue(b, 'echostore_lease_total', table));
+    // one "acquired" and one "contended" across the two stores
+    expect(acquired).toBe(2);
+    const sources = new Set(results.map((r) => r.source));
+    expect(sources).toEqual(new Set(['source', 'l2']));
+  });
+
+  it('a failed load releases the lease so the other instance loads at once, not after leaseMs', async () => {
+    const table = uniqueTable('fleet-err');
+    const gate = deferred<void>();
+    const a = await openStore({
+      [table]: {
+        leaseMs: 30_000,
+        loadTimeoutMs: 20_000,
+        load: async () => {
+          await gate.promise;
+          throw new Error('source down');
+        },
+      },
+    });
+    const source = countingLoader(10);
+    const b = await openStore({ [table]: { leaseMs: 30_000, loadTimeoutMs: 20_000, load: source.load } });
+    const failing = errorOf(a.table(table).get('x'));
+    await new Promise((r) => setTimeout(r, 50));
+    const waiting = b.table(table).get('x');
+    await new Promise((r) => setTimeout(r, 50));
+    gate.resolve();
+    expect((await failing).code).toBe('ECC_LOAD_FAILED');
+    const r = await waiting;
+    expect(r.found && r.value).toEqual({ id: 'x', n: 1 });
+    expect(source.calls()).toBe(1);
+  });
+
+  it('a holder SIGKILLed while holding the lease costs exactly one takeover load, and every waiter is answered', async () => {
+    const holder = fileURLToPath(new URL('./fixtures/lease-holder.mjs', import.meta.url));
+    const built = fileURLToPath(new URL('../dist/src/index.js', import.meta.url));
+    expect(existsSync(built), 'run `npm run build` before the tests').toBe(true);
+    const table = uniqueTable('takeover');
+    const url = (await import('./helpers/store.js')).valkeyUrl();
+    const child = fork(holder, [url, table, 'hot'], { stdio: 'ignore' });
+    onTestFinished(() => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
+    await new Promise<void>((resolve, reject) => {
+      child.once('message', () => resolve());
+      child.once('exit', (code) => reject(new Error(`lease holder exited early (${code})`)));
+    });
+    const source = countingLoader(20);
+    const policy = { leaseMs: 1_500, loadTimeoutMs: 1_000, waitTimeoutMs: 8_000, load: source.load };
+    const a = await openStore({ [table]: policy });
+    const b = await openStore({ [table]: policy });
+    const c = await openStore({ [table]: policy });
+    const reads = [a, b, c].flatMap((s) => Array.from({ length: 50 }, () => s.table(table).get('hot')));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(source.calls()).toBe(0);
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+    const results = await Promise.all(reads);
+    expect(source.calls()).toBe(1);
+    expect(results).toHaveLength(150);
+    expect(new Set(results.map((r) => (r.found ? r.json : '-'))).size).toBe(1);
+    let takeovers = 0;
+    for (const s of [a, b, c]) {
+      const { values } = await s.registry.getSingleMetric('echostore_lease_total')!.get();
+      takeovers += values
+        .filter((v) => v.labels.table === table && v.labels.outcome === 'takeover')
+        .reduce((n, v) => n + v.value, 0);
+    }
+    expect(takeovers).toBe(1);
+  });
+
+  it('a fill whose lease expired is refused and does not overwrite the newer value', async () => {
+    const table = uniqueTable('lost');
+    const raw = rawValkey();
+    onTestFinished(async () => {
+      await raw.quit();
+    });
+    const slowGate = deferred<void>();
+    const slow = await openStore({
+      [table]: {
+        load: async () => {
+          await slowGate.promise;
+          return { from: 'slow' };
+        },
+      },
+    });
+    const fast = await openStore({ [table]: { load: () => ({ from: 'fast' }) } });
+    const slowRead = slow.table(table).get('k');
+    await new Promise((r) => setTimeout(r, 50));
+    // The slow loader outlives its lease: make the lease expire now.
+    expect(await raw.pexpire(`ecc:${table}:{k}:lease`, 1)).toBe(1);
+    await new Promise((r) => setTimeout(r, 20));
+    const fastRead = await fast.table(table).get('k');
+    expect(fastRead.found && fastRead.value).toEqual({ from: 'fast' });
+    slowGate.resolve();
+    const slowAnswer = await slowRead;
+    expect(slowAnswer.found && slowAnswer.value).toEqual({ from: 'slow' });
+    const stored = JSON.parse((await raw.get(`ecc:${table}:{k}`)) as string);
+    expect(stored.value).toEqual({ from: 'fast' });
+    expect(
+      (await slow.registry.getSingleMetric('echostore_lease_total')!.get()).values.find(
+        (v) => v.labels.table === table && v.labels.outcome === 'lost',
+      )?.value,
+    ).toBe(1);
+    // The refused value was not kept in L1 either: the next read is the newer value.
+    const again = await slow.table(table).get('k');
+    expect(again.found && again.value).toEqual({ from: 'fast' });
+  });
+
+  it('no waiter waits past waitTimeoutMs for a holder that never fills', async () => {
+    const table = uniqueTable('wait');
+    const raw = rawValkey();
+    onTestFinished(async () => {
+      await raw.quit();
+    });
+    await raw.set(`ecc:${table}:{w}:lease`, 'someone-else', 'PX', 20_000);
+    const source = countingLoader();
+    const s = await openStore({ [table]: { waitTimeoutMs: 300, load: source.load } });
+    const started = performance.now();
+    const errors = await Promise.all(Array.from({ length: 20 }, () => errorOf(s.table(table).get('w'))));
+    const elapsedMs = performance.now() - started;
+    expect(errors.every((e) => e.code === 'ECC_WAIT_TIMEOUT')).toBe(true);
+    expect(new Set(errors).size).toBe(1);
+    expect(elapsedMs).toBeGreaterThanOrEqual(290);
+    expect(elapsedMs).toBeLessThan(5_000);
+    expect(source.calls()).toBe(0);
+  });
+
+  it('a lease command that times out on a paused server neither blocks the key past leaseMs nor causes a second load', async () => {
+    const server = await spawnServer();
+    onTestFinished(() => server.stop());
+    const table = uniqueTable('paused');
+    const source = countingLoader(5);
+    const policy = { leaseMs: 1_000, loadTimeoutMs: 500, load: source.load };
+    const a = await openStore({ [table]: policy }, { valkey: { url: server.url, commandTimeoutMs: 200 } });
+    const pid = server.process?.pid as number;
+    process.kill(pid, 'SIGSTOP');
+    let resumed = false;
+    onTestFinished(() => {
+      if (!resumed) process.kill(pid, 'SIGCONT');
+    });
+    const r = await a.table(table).get('p');
+    expect(r.found && r.source).toBe('source');
+    expect(source.calls()).toBe(1);
+    process.kill(pid, 'SIGCONT');
+    resumed = true;
+    const raw = rawValkey(server.url);
+    onTestFinished(async () => {
+      await raw.quit();
+    });
+    await raw.ping();
+    const b = await openStore({ [table]: policy }, { valkey: { url: server.url, commandTimeoutMs: 1_000 } });
+    const fromB = await b.table(table).get('p');
+    expect(fromB.found && fromB.value).toEqual(r.found && r.value);
+    expect(source.calls()).toBe(1);
+    const leftMs = await raw.pttl(`ecc:${table}:{p}:lease`);
+    expect(leftMs).toBeLessThanOrEqual(1_000);
+  });
+});
