@@ -131,12 +131,68 @@ async function http(): Promise<Array<[string, string]>> {
   ];
 }
 
+/**
+ * Fleet herd: S stores (separate Valkey connections, as separate instances
+ * would have) each with R concurrent cold readers of one id. One store holds
+ * the lease and loads; the others are contended and must be woken by the
+ * fill's PUBLISH. The overhead a reader pays beyond the loader's own time is
+ * p99 − loader time, measured in the same run; polling alone would cost up to
+ * the 250 ms poll interval.
+ */
+async function fleetHerd(): Promise<Array<[string, string]>> {
+  const stores = 4;
+  const readers = 50;
+  const loadMs = 50;
+  const rounds = 5;
+  const tableName = `bench-fleet-${process.pid}`;
+  let loaderMs = 0;
+  let loads = 0;
+  const load = async (id: string) => {
+    const started = performance.now();
+    await new Promise((r) => setTimeout(r, loadMs));
+    loaderMs = performance.now() - started;
+    loads++;
+    return { id };
+  };
+  const all = await Promise.all(
+    Array.from({ length: stores }, () => createStore({ valkey: args.valkey as string, tables: { [tableName]: { load } } })),
+  );
+  const overheads: number[] = [];
+  const p99s: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const id = `fleet-${Date.now()}-${round}`;
+    const started = performance.now();
+    const latencies = await Promise.all(
+      all.flatMap((s) =>
+        Array.from({ length: readers }, () => s.table(tableName).get(id).then(() => performance.now() - started)),
+      ),
+    );
+    latencies.sort((a, b) => a - b);
+    const p99 = latencies[Math.ceil(latencies.length * 0.99) - 1] as number;
+    p99s.push(p99);
+    overheads.push(p99 - loaderMs);
+    await all[0]?.table(tableName).invalidate(id);
+  }
+  await Promise.all(all.map((s) => s.close()));
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+  return [
+    ['instances × readers, rounds', `${stores} × ${readers}, ${rounds}`],
+    ['source reads per round (law: 1)', `${(loads / rounds).toFixed(2)}`],
+    ['loader time (measured)', `${loaderMs.toFixed(1)} ms`],
+    ['herd p99, median of rounds', `${median(p99s).toFixed(1)} ms`],
+    ['p99 − loader time, median (worst)', `${median(overheads).toFixed(1)} ms (${Math.max(...overheads).toFixed(1)} ms)`],
+    ['poll interval, for comparison', '250 ms'],
+  ];
+}
+
 function fmt(n: number): string {
   return Math.round(n).toLocaleString('en-US');
 }
 
 const ip = await inProcess();
 process.stdout.write(`in-process, ${KEYS} warm keys, ${seconds} s each\n${table(ip)}\n\n`);
+const f = await fleetHerd();
+process.stdout.write(`fleet herd (lease; losers woken by the fill's PUBLISH)\n${table(f)}\n\n`);
 const h = await http();
 process.stdout.write(
   `HTTP, autocannon ${args.connections} connections, ${seconds} s each (load generator in the same process)\n${table(h)}\n`,
