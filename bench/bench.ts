@@ -155,7 +155,9 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
     return { id };
   };
   const all = await Promise.all(
-    Array.from({ length: stores }, () => createStore({ valkey: args.valkey as string, tables: { [tableName]: { load } } })),
+    Array.from({ length: stores }, () =>
+      createStore({ valkey: args.valkey as string, tables: { [tableName]: { load } } }),
+    ),
   );
   const overheads: number[] = [];
   const p99s: number[] = [];
@@ -164,7 +166,12 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
     const started = performance.now();
     const latencies = await Promise.all(
       all.flatMap((s) =>
-        Array.from({ length: readers }, () => s.table(tableName).get(id).then(() => performance.now() - started)),
+        Array.from({ length: readers }, () =>
+          s
+            .table(tableName)
+            .get(id)
+            .then(() => performance.now() - started),
+        ),
       ),
     );
     latencies.sort((a, b) => a - b);
@@ -174,13 +181,17 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
     await all[0]?.table(tableName).invalidate(id);
   }
   await Promise.all(all.map((s) => s.close()));
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+  const median = (xs: number[]) =>
+    [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
   return [
     ['instances × readers, rounds', `${stores} × ${readers}, ${rounds}`],
     ['source reads per round (law: 1)', `${(loads / rounds).toFixed(2)}`],
     ['loader time (measured)', `${loaderMs.toFixed(1)} ms`],
     ['herd p99, median of rounds', `${median(p99s).toFixed(1)} ms`],
-    ['p99 − loader time, median (worst)', `${median(overheads).toFixed(1)} ms (${Math.max(...overheads).toFixed(1)} ms)`],
+    [
+      'p99 − loader time, median (worst)',
+      `${median(overheads).toFixed(1)} ms (${Math.max(...overheads).toFixed(1)} ms)`,
+    ],
     ['poll interval, for comparison', '250 ms'],
   ];
 }

@@ -9,7 +9,8 @@
  * law is judged by that count. Exits 1 when the law does not hold.
  */
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { httpSource } from '../src/sources/http.js';

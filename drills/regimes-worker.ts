@@ -1,8 +1,8 @@
 /**
  * One instance of the regimes drill, run by `drills/regimes.ts` with
  * `child_process.fork`. Over IPC it receives a {@link Setup}, gets ready
- * (`inproc`: creates a store on the origin; `http`: opens `readers` keep-alive
- * connections to its service), answers `ready`, waits for `go`, fires
+ * (`inproc`: creates a store on the origin and loads `fetch`; `http`: opens
+ * `readers` keep-alive connections to its service), answers `ready`, waits for `go`, fires
  * `readers` concurrent cold reads of one id at the appointed moment, reports
  * a {@link BurstResult}, closes what it opened and exits.
  */
@@ -77,6 +77,8 @@ async function prepare(setup: Setup): Promise<{ read: Read; close: () => Promise
       },
     });
     const t = store.table(setup.table);
+    // Node loads fetch (undici) on first use: do it now, with a GET the origin answers 404 and does not count.
+    await (await fetch(new URL('/warm-up', setup.template).href)).text();
     return {
       read: async () => {
         const r = await t.get(setup.id);

@@ -8,7 +8,7 @@ import closeWithGrace from 'close-with-grace';
 import { pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { loadConfig } from './config/load.js';
-import { EchoStoreError } from './errors.js';
+import { ConfigError, EchoStoreError } from './errors.js';
 import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
 import { createStore, type TableOptions } from './store/store.js';
@@ -26,7 +26,15 @@ async function main(): Promise<void> {
   const sources: Source[] = [];
   const tables: Record<string, TableOptions> = {};
   for (const [name, { source, ...policy }] of Object.entries(config.tables)) {
-    const built = buildSource(source, `tables.${name}.source`);
+    let built: Source;
+    try {
+      built = buildSource(source, `tables.${name}.source`);
+    } catch (err) {
+      for (const s of sources) s.close();
+      if (err instanceof ConfigError)
+        throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err });
+      throw err;
+    }
     sources.push(built);
     tables[name] = { ...policy, load: built.load };
   }
@@ -47,7 +55,19 @@ async function main(): Promise<void> {
     for (const s of sources) s.close();
   });
 
-  await app.listen({ host: config.http.host, port: config.http.port });
+  try {
+    await app.listen({ host: config.http.host, port: config.http.port });
+  } catch (err) {
+    await store.close(0);
+    for (const s of sources) s.close();
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
+      throw new ListenError(
+        `cannot listen on ${config.http.host}:${config.http.port} (${code}); set PORT or HOST, or http.port in the config`,
+      );
+    }
+    throw err;
+  }
   log.info(
     {
       config: config.origin,
@@ -59,7 +79,14 @@ async function main(): Promise<void> {
   );
 }
 
+/** The listen address is taken or not allowed: a clear message, no stack trace. */
+class ListenError extends Error {}
+
 main().catch((err: unknown) => {
+  if (err instanceof ListenError) {
+    process.stderr.write(`echostore: ${err.message}\n`);
+    process.exit(1);
+  }
   if (err instanceof EchoStoreError && err.code === 'ECC_BAD_CONFIG') {
     process.stderr.write(`echostore: invalid configuration: ${err.message}\n`);
     process.exit(2);

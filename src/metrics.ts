@@ -154,6 +154,11 @@ export class StoreMetrics {
   forTable(table: string, stats: () => TableStats, reads: ReadCounts): TableMetrics {
     this.#stats.set(table, stats);
     this.#readCounts.set(table, reads);
+    // Start every per-table counter at 0, so a series exists from the first scrape.
+    for (const c of [this.#fills, this.#coalesced, this.#shed, this.#lateLoads, this.#badEnvelopes])
+      c.labels(table).inc(0);
+    for (const outcome of ['acquired', 'contended', 'lost', 'takeover'] as const)
+      this.#lease.labels(table, outcome).inc(0);
     return {
       fills: this.#fills.labels(table),
       coalesced: this.#coalesced.labels(table),

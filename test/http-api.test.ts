@@ -67,6 +67,15 @@ describe('HTTP API', () => {
     expect(second.body).toBe(first.body);
     expect(second.headers['cache-status']).toMatch(/^echostore; hit; ttl=\d+; detail=l1$/);
     expect(second.headers.etag).toBe(first.headers.etag);
+    const conditional = await app.inject({
+      url: item(products, 'a1'),
+      headers: { 'if-none-match': String(first.headers.etag) },
+    });
+    expect(conditional.statusCode).toBe(304);
+    expect(conditional.body).toBe('');
+    const head = await app.inject({ method: 'HEAD', url: item(products, 'a1') });
+    expect(head.statusCode).toBe(200);
+    expect(head.body).toBe('');
   });
 
   it('marks coalesced requests as collapsed', async () => {

@@ -27,12 +27,15 @@ describe('fleet lease', () => {
     const a = await openStore({ [table]: { load: source.load } });
     const b = await openStore({ [table]: { load: source.load } });
     expect(a.valkey).not.toBe(b.valkey);
-    const reads = [a, b].flatMap((s) => Array.from({ length: 100 }, () => s.table(table).get('cold')));
+    const reads = [a, b].flatMap((s) =>
+      Array.from({ length: 100 }, () => s.table(table).get('cold')),
+    );
     const results = await Promise.all(reads);
     expect(source.calls()).toBe(1);
     expect(new Set(results.map((r) => (r.found ? r.json : '-'))).size).toBe(1);
     const acquired =
-      (await metricValue(a, 'echostore_lease_total', table)) + (await metricValue(b, 'echostore_lease_total', table));
+      (await metricValue(a, 'echostore_lease_total', table)) +
+      (await metricValue(b, 'echostore_lease_total', table));
     // one "acquired" and one "contended" across the two stores
     expect(acquired).toBe(2);
     const sources = new Set(results.map((r) => r.source));
@@ -53,7 +56,9 @@ describe('fleet lease', () => {
       },
     });
     const source = countingLoader(10);
-    const b = await openStore({ [table]: { leaseMs: 30_000, loadTimeoutMs: 20_000, load: source.load } });
+    const b = await openStore({
+      [table]: { leaseMs: 30_000, loadTimeoutMs: 20_000, load: source.load },
+    });
     const failing = errorOf(a.table(table).get('x'));
     await new Promise((r) => setTimeout(r, 50));
     const waiting = b.table(table).get('x');
@@ -80,11 +85,18 @@ describe('fleet lease', () => {
       child.once('exit', (code) => reject(new Error(`lease holder exited early (${code})`)));
     });
     const source = countingLoader(20);
-    const policy = { leaseMs: 1_500, loadTimeoutMs: 1_000, waitTimeoutMs: 8_000, load: source.load };
+    const policy = {
+      leaseMs: 1_500,
+      loadTimeoutMs: 1_000,
+      waitTimeoutMs: 8_000,
+      load: source.load,
+    };
     const a = await openStore({ [table]: policy });
     const b = await openStore({ [table]: policy });
     const c = await openStore({ [table]: policy });
-    const reads = [a, b, c].flatMap((s) => Array.from({ length: 50 }, () => s.table(table).get('hot')));
+    const reads = [a, b, c].flatMap((s) =>
+      Array.from({ length: 50 }, () => s.table(table).get('hot')),
+    );
     await new Promise((r) => setTimeout(r, 100));
     expect(source.calls()).toBe(0);
     const exited = new Promise((r) => child.once('exit', r));
@@ -152,7 +164,9 @@ describe('fleet lease', () => {
     const source = countingLoader();
     const s = await openStore({ [table]: { waitTimeoutMs: 300, load: source.load } });
     const started = performance.now();
-    const errors = await Promise.all(Array.from({ length: 20 }, () => errorOf(s.table(table).get('w'))));
+    const errors = await Promise.all(
+      Array.from({ length: 20 }, () => errorOf(s.table(table).get('w'))),
+    );
     const elapsedMs = performance.now() - started;
     expect(errors.every((e) => e.code === 'ECC_WAIT_TIMEOUT')).toBe(true);
     expect(new Set(errors).size).toBe(1);
@@ -167,7 +181,10 @@ describe('fleet lease', () => {
     const table = uniqueTable('paused');
     const source = countingLoader(5);
     const policy = { leaseMs: 1_000, loadTimeoutMs: 500, load: source.load };
-    const a = await openStore({ [table]: policy }, { valkey: { url: server.url, commandTimeoutMs: 200 } });
+    const a = await openStore(
+      { [table]: policy },
+      { valkey: { url: server.url, commandTimeoutMs: 200 } },
+    );
     const pid = server.process?.pid as number;
     process.kill(pid, 'SIGSTOP');
     let resumed = false;
@@ -184,7 +201,10 @@ describe('fleet lease', () => {
       await raw.quit();
     });
     await raw.ping();
-    const b = await openStore({ [table]: policy }, { valkey: { url: server.url, commandTimeoutMs: 1_000 } });
+    const b = await openStore(
+      { [table]: policy },
+      { valkey: { url: server.url, commandTimeoutMs: 1_000 } },
+    );
     const fromB = await b.table(table).get('p');
     expect(fromB.found && fromB.value).toEqual(r.found && r.value);
     expect(source.calls()).toBe(1);

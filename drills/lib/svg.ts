@@ -26,13 +26,15 @@ export interface BarChartOptions {
   height?: number;
 }
 
+/** The axis floor: 10^-0.5, under the first labelled gridline (1). */
+const FLOOR = 10 ** -0.5;
 const PASS_FILL = '#3a8f5c';
 const FAIL_FILL = '#c0392b';
 
 /**
- * A bar chart with a log-10 y axis from 1 up to the first power of ten at or
- * above every value and expected value (at least 10), with a gridline and a
- * label at each decade (1, 10, 100, …). Each bar carries its value above it
+ * A bar chart with a log-10 y axis up to the first power of ten at or above
+ * every value and expected value (at least 10), with a gridline and a label at
+ * each decade (1, 10, 100, …); bars grow from half a decade below 1. Each bar carries its value above it
  * and its expected value under its label.
  *
  * @returns a standalone SVG document.
@@ -48,7 +50,10 @@ export function barChartSvg(options: BarChartOptions): string {
 
   const highest = Math.max(10, ...bars.flatMap((b) => [b.value, b.expected]));
   const decades = Math.ceil(Math.log10(highest));
-  const y = (v: number) => bottom - (Math.log10(Math.max(1, v)) / decades) * plotH;
+  // Bars grow from half a decade below 1, so a bar of 1 is visible and a bar of 0 is empty.
+  const y = (v: number) =>
+    bottom -
+    ((Math.log10(Math.max(FLOOR, v)) - Math.log10(FLOOR)) / (decades - Math.log10(FLOOR))) * plotH;
 
   const out: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, sans-serif" font-size="12">`,
@@ -63,12 +68,13 @@ export function barChartSvg(options: BarChartOptions): string {
   for (let d = 0; d <= decades; d++) {
     const gy = fmt(y(10 ** d));
     out.push(
-      `<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${gy}" y2="${gy}" stroke="${d === 0 ? '#333' : '#ddd'}"/>`,
+      `<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${gy}" y2="${gy}" stroke="#ddd"/>`,
       `<text x="${margin.left - 8}" y="${gy}" text-anchor="end" dominant-baseline="middle">${(10 ** d).toLocaleString('en-US')}</text>`,
     );
   }
   const yMid = margin.top + plotH / 2;
   out.push(
+    `<line x1="${margin.left}" x2="${margin.left + plotW}" y1="${bottom}" y2="${bottom}" stroke="#333"/>`,
     `<line x1="${margin.left}" x2="${margin.left}" y1="${margin.top}" y2="${bottom}" stroke="#333"/>`,
     `<text x="18" y="${yMid}" text-anchor="middle" transform="rotate(-90 18 ${yMid})">${xml(options.yLabel)} (log scale)</text>`,
   );
@@ -78,7 +84,7 @@ export function barChartSvg(options: BarChartOptions): string {
   bars.forEach((b, i) => {
     const cx = margin.left + slot * (i + 0.5);
     const x = fmt(cx - barW / 2);
-    const top = b.value >= 1 ? y(b.value) : bottom;
+    const top = y(b.value);
     const ey = fmt(y(b.expected));
     out.push(
       `<rect x="${x}" y="${fmt(top)}" width="${fmt(barW)}" height="${fmt(bottom - top)}" fill="${b.pass ? PASS_FILL : FAIL_FILL}"/>`,

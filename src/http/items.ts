@@ -34,10 +34,11 @@ export function itemRoutes(app: FastifyInstance, store: Store): void {
         new NotFoundError(`no item ${id} in ${table}`, { table, id }),
       );
     }
-    return reply
-      .header('etag', `"${result.version}"`)
-      .type('application/json; charset=utf-8')
-      .send(result.json);
+    const etag = `"${result.version}"`;
+    reply.header('etag', etag);
+    // RFC 9110 §13.1.2: a matching If-None-Match on a GET answers 304 without a body.
+    if (request.headers['if-none-match'] === etag) return reply.code(304).send();
+    return reply.type('application/json; charset=utf-8').send(result.json);
   });
 
   app.put<{ Params: ItemParams; Body: unknown }>(
