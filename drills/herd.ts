@@ -156,8 +156,10 @@ async function main(): Promise<number> {
     p99Ms: Number(percentile(run.latenciesMs, 99).toFixed(1)),
     pass,
   };
-  if (args.json !== undefined && args.json !== '-')
+  if (args.json !== undefined && args.json !== '-') {
+    mkdirSync(dirname(args.json), { recursive: true });
     writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
+  }
   if (args.json === '-') {
     process.stdout.write(`${JSON.stringify(report)}\n`);
   } else {
