@@ -328,7 +328,9 @@ async function main(): Promise<number> {
   const origin = await startOrigin(latencyMs);
   const regimes: RegimeReport[] = [];
   try {
-    await admin.connect();
+    await admin.connect().catch((err: unknown) => {
+      throw new Error(`cannot reach Valkey at ${plan.valkey}`, { cause: err });
+    });
     for (const regime of REGIMES) regimes.push(await runRegime(plan, origin, admin, regime));
   } finally {
     await origin.close();
