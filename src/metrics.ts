@@ -144,6 +144,28 @@ export class StoreMetrics {
     );
     gauge('echostore_l1_entries', 'Rows in the in-process L1.', (s) => s.l1_entries);
     gauge('echostore_l1_bytes', 'Bytes held by the in-process L1.', (s) => s.l1_bytes);
+    gauge('echostore_loads_active', 'Loader calls running now.', (s) => s.loads_active);
+    gauge(
+      'echostore_loads_queued',
+      'Loads waiting for a maxConcurrentLoads slot.',
+      (s) => s.loads_queued,
+    );
+    const degraded = this.#degraded;
+    new Gauge({
+      name: 'echostore_valkey_degraded',
+      help: '1 while Valkey is unusable (disconnected, or commands timing out) and the store runs degraded.',
+      registers,
+      collect() {
+        this.set(degraded.check() ? 1 : 0);
+      },
+    });
+  }
+
+  readonly #degraded = { check: (): boolean => false };
+
+  /** Reports `isDegraded()` as `echostore_valkey_degraded`. */
+  watchDegraded(isDegraded: () => boolean): void {
+    this.#degraded.check = isDegraded;
   }
 
   /**

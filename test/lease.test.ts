@@ -172,7 +172,6 @@ describe('fleet lease', () => {
     );
     const elapsedMs = performance.now() - started;
     expect(errors.every((e) => e.code === 'ECC_WAIT_TIMEOUT')).toBe(true);
-    expect(new Set(errors).size).toBe(1);
     expect(elapsedMs).toBeGreaterThanOrEqual(290);
     expect(elapsedMs).toBeLessThan(5_000);
     expect(source.calls()).toBe(0);

@@ -62,15 +62,19 @@ export function decodeEnvelope(text: string): Envelope | undefined {
   const r = raw as Record<string, unknown>;
   if (r.v !== ENVELOPE_VERSION || !('value' in r)) return undefined;
   if (
-    !isFiniteNumber(r.version) ||
-    !isFiniteNumber(r.softExpiresAt) ||
-    !isFiniteNumber(r.deltaMs)
+    !isNonNegativeInteger(r.version) ||
+    !isNonNegativeInteger(r.softExpiresAt) ||
+    !isNonNegativeInteger(r.deltaMs)
   ) {
     return undefined;
   }
+  // Re-serialising can fail on a value nested beyond the stack (a planted or
+  // foreign envelope): that is an undecodable envelope, i.e. a miss.
+  const json = toJson(r.value);
+  if (json === undefined) return undefined;
   return {
     value: r.value,
-    json: JSON.stringify(r.value),
+    json,
     version: r.version,
     softExpiresAt: r.softExpiresAt,
     deltaMs: r.deltaMs,
@@ -78,20 +82,39 @@ export function decodeEnvelope(text: string): Envelope | undefined {
   };
 }
 
-function isFiniteNumber(x: unknown): x is number {
-  return typeof x === 'number' && Number.isFinite(x);
+function isNonNegativeInteger(x: unknown): x is number {
+  return typeof x === 'number' && Number.isSafeInteger(x) && x >= 0;
 }
 
+/** Mints and observes versions; see {@link createVersionClock}. */
+export interface VersionClock {
+  /** A version greater than every version minted or observed so far. */
+  mint(): number;
+  /** Takes note of a version read from L2 (written by another instance). */
+  observe(version: number): void;
+}
+
+/** How far ahead of this machine's clock an observed version may be and still move the clock. */
+const MAX_SKEW_MS = 60_000;
+
 /**
- * Mints versions for one store: epoch milliseconds × 1000 plus a counter, so
- * versions from one process are strictly increasing and versions from
- * different processes order by wall-clock time. Stays below 2^53 until 2255.
+ * A hybrid logical clock (Kulkarni et al., "Logical Physical Clocks", OPODIS
+ * 2014) for envelope versions: epoch milliseconds × 1000, but never below one
+ * more than the greatest version minted or observed. So a write always orders
+ * after every value this instance has seen, even when another instance's clock
+ * runs ahead; observations more than a minute ahead are ignored, so a planted
+ * version cannot push the clock toward 2^53. Stays below 2^53 until 2255.
  */
-export function createVersionClock(now: () => number = Date.now): () => number {
+export function createVersionClock(now: () => number = Date.now): VersionClock {
   let last = 0;
-  return () => {
-    const v = Math.max(now() * 1000, last + 1);
-    last = v;
-    return v;
+  return {
+    mint() {
+      const v = Math.max(now() * 1000, last + 1);
+      last = v;
+      return v;
+    },
+    observe(version) {
+      if (version > last && version <= (now() + MAX_SKEW_MS) * 1000) last = version;
+    },
   };
 }

@@ -7,11 +7,14 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { eventsChannel } from './keys.js';
 
-/** A message on a table's channel. `k` is the kind: `fill` (a value was written) or `release` (a load failed). */
+/**
+ * A message on a table's channel. `k` is the kind: `fill` (a load's value was
+ * written), `release` (a load failed), `put` (a write), `del` (an invalidation).
+ */
 export interface TableEvent {
-  k: 'fill' | 'release';
+  k: 'fill' | 'release' | 'put' | 'del';
   id: string;
-  /** The version written, for `fill`. */
+  /** The version written, for `fill` and `put`. */
   v?: number;
 }
 

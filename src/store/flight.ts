@@ -6,10 +6,12 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { type EchoStoreError, WaitTimeoutError } from '../errors.js';
 import type { TableMetrics } from '../metrics.js';
-import { decodeEnvelope, type Envelope, encodeEnvelope } from './envelope.js';
+import { decodeEnvelope, type Envelope, encodeEnvelope, type VersionClock } from './envelope.js';
 import { encodeEvent, type TableEvents } from './events.js';
+import type { LoadGate } from './gate.js';
+import type { ValkeyHealth } from './health.js';
 import { eventsChannel, leaseKey, valueKey } from './keys.js';
-import type { LeaseAnswer, LeaseScripts } from './lease.js';
+import { type LeaseAnswer, type LeaseScripts, readMark } from './lease.js';
 import { asStoreError, hardTtlMs, loadEnvelope } from './loader.js';
 import type { TablePolicy } from './policy.js';
 import type { LoadFn, ReadResult } from './types.js';
@@ -22,8 +24,8 @@ export interface Waiter {
 
 /**
  * What a flight reports to its owner in its `landed` message. `refused` means
- * the fill lost its lease (expired or invalidated): the value answers this
- * flight's waiters but is not kept in L1.
+ * the fill lost its lease (expired, or cancelled by a write or delete): the
+ * value answers this flight's waiters but is not kept in L1.
  */
 export type Outcome =
   | {
@@ -35,11 +37,6 @@ export type Outcome =
     }
   | { kind: 'error'; error: EchoStoreError; loaded: boolean };
 
-/** Counts loader calls running now for one table, against `maxConcurrentLoads`. */
-export interface LoadGate {
-  active: number;
-}
-
 /** Everything a flight needs; built once per table. */
 export interface FlightContext {
   table: string;
@@ -47,10 +44,11 @@ export interface FlightContext {
   load: LoadFn;
   valkey: Redis;
   lease: LeaseScripts;
+  health: ValkeyHealth;
   /** Wakes waiters on another instance's fill; undefined when the table does not use the lease. */
   events: TableEvents | undefined;
   metrics: TableMetrics;
-  mintVersion: () => number;
+  clock: VersionClock;
   gate: LoadGate;
   log: Logger;
 }
@@ -83,12 +81,14 @@ export class Flight {
 }
 
 /**
- * Runs a flight: with the fleet lease (`coalescing: 'fleet'`) or plain
- * cache-aside (GET, load on a miss, `SET … PX`). Never rejects: every failure
- * becomes an error outcome, so every waiter is settled.
+ * Runs a flight: with the fleet lease (`coalescing: 'fleet'`), plain
+ * cache-aside (GET, load on a miss, compare-and-set fill), or — while Valkey is
+ * unusable — straight from the source. Never rejects: every failure becomes an
+ * error outcome, so every waiter is settled.
  */
 export async function fly(ctx: FlightContext, flight: Flight): Promise<Outcome> {
   try {
+    if (!ctx.health.usable()) return await loadDegraded(ctx, flight, undefined);
     return ctx.policy.coalescing === 'fleet'
       ? await flyLeased(ctx, flight)
       : await flyPlain(ctx, flight);
@@ -98,16 +98,62 @@ export async function fly(ctx: FlightContext, flight: Flight): Promise<Outcome> 
 }
 
 async function flyPlain(ctx: FlightContext, flight: Flight): Promise<Outcome> {
-  const cached = await readL2(ctx, flight.id);
-  if (cached !== undefined) return valueOutcome(flight, cached, 'l2');
-  return loadWithoutLease(ctx, flight);
+  let text: string | null;
+  try {
+    text = await ctx.valkey.get(valueKey(ctx.table, flight.id));
+    ctx.health.succeeded();
+  } catch (err) {
+    return loadDegraded(ctx, flight, err);
+  }
+  const cached = text === null ? undefined : decode(ctx, text);
+  if (cached !== undefined && cached.softExpiresAt > Date.now())
+    return valueOutcome(flight, cached, 'l2');
+  const envelope = await loadEnvelope(ctx, flight);
+  const filled = await fillWithoutLease(ctx, flight, envelope, readMark(text));
+  return { kind: 'value', envelope, source: 'source', loaded: flight.loaded, refused: !filled };
 }
 
-/** Loads and writes L2 with a plain SET: no lease (plain regimes, or Valkey unreachable). */
-async function loadWithoutLease(ctx: FlightContext, flight: Flight): Promise<Outcome> {
+/**
+ * Valkey failed (`err`) or the circuit is open (`err` undefined): load from the
+ * source without the lease. The fill is sent without waiting for it, and only
+ * as "set if absent", so it can never overwrite a write that Valkey holds but
+ * this instance could not see; a lease a late script may still take expires
+ * after `leaseMs`.
+ */
+async function loadDegraded(ctx: FlightContext, flight: Flight, err: unknown): Promise<Outcome> {
+  if (err !== undefined) {
+    ctx.health.failed();
+    ctx.metrics.valkeyErrors(ctx.policy.coalescing === 'fleet' ? 'lease' : 'get').inc();
+    ctx.log.debug({ err, table: ctx.table }, 'valkey read failed; loading from the source');
+  }
   const envelope = await loadEnvelope(ctx, flight);
-  await writeL2(ctx, flight, envelope);
+  if (ctx.health.usable()) void fillWithoutLease(ctx, flight, envelope, '');
   return valueOutcome(flight, envelope, 'source');
+}
+
+/** Writes a fill with `fillIfUnchanged`; true when written. Failures are counted, never thrown. */
+async function fillWithoutLease(
+  ctx: FlightContext,
+  flight: Flight,
+  envelope: Envelope,
+  expected: string,
+): Promise<boolean> {
+  if (flight.superseded) return false;
+  try {
+    const written = await ctx.lease.fillIfUnchanged(
+      valueKey(ctx.table, flight.id),
+      expected,
+      encodeEnvelope(envelope),
+      hardTtlMs(ctx.policy, envelope, Date.now()),
+    );
+    ctx.health.succeeded();
+    return written;
+  } catch (err) {
+    ctx.health.failed();
+    ctx.metrics.valkeyErrors('set').inc();
+    ctx.log.debug({ err, table: ctx.table }, 'valkey fill failed; answering without L2');
+    return false;
+  }
 }
 
 /**
@@ -124,6 +170,7 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
   const watch = ctx.events?.watch(table, flight.id);
   const deadline = Date.now() + policy.waitTimeoutMs;
   let waitStarted: number | undefined;
+  let force = false;
   const waited = () => {
     if (waitStarted !== undefined)
       metrics.waitSeconds.observe((performance.now() - waitStarted) / 1000);
@@ -132,28 +179,23 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
     for (;;) {
       let answer: LeaseAnswer;
       try {
-        answer = await ctx.lease.readOrLease(vKey, lKey, policy.leaseMs, Date.now());
+        answer = await ctx.lease.readOrLease(vKey, lKey, policy.leaseMs, Date.now(), force);
+        ctx.health.succeeded();
       } catch (err) {
-        // Valkey down or too slow: degraded, the loader runs without the lease.
-        // A lease the late script may still take expires after leaseMs.
-        metrics.valkeyErrors('lease').inc();
-        ctx.log.warn(
-          { err, table },
-          'valkey lease failed; loading from the source without the lease',
-        );
-        return await loadWithoutLease(ctx, flight);
+        return await loadDegraded(ctx, flight, err);
       }
       if (answer.kind === 'value') {
-        const envelope = decodeEnvelope(answer.text);
-        waited();
-        if (envelope !== undefined) return valueOutcome(flight, envelope, 'l2');
-        metrics.badEnvelopes.inc();
-        return await loadWithoutLease(ctx, flight);
+        const envelope = decode(ctx, answer.text);
+        if (envelope !== undefined) {
+          waited();
+          return valueOutcome(flight, envelope, 'l2');
+        }
+        // Its header looked fresh but it does not decode: compete for the lease to overwrite it.
+        force = true;
+        continue;
       }
       if (answer.kind === 'leased') {
-        // An old envelope that is not stale but does not decode is garbage: counted, then overwritten by the fill.
-        if (answer.stale !== undefined && decodeEnvelope(answer.stale) === undefined)
-          metrics.badEnvelopes.inc();
+        if (answer.stale !== undefined) decode(ctx, answer.stale);
         metrics.lease(waitStarted === undefined ? 'acquired' : 'takeover').inc();
         waited();
         return await loadAndFill(ctx, flight, vKey, lKey, answer.token);
@@ -191,7 +233,6 @@ async function loadAndFill(
   token: string,
 ): Promise<Outcome> {
   const { metrics, table } = ctx;
-  const channel = eventsChannel(table);
   let envelope: Envelope;
   try {
     envelope = await loadEnvelope(ctx, flight);
@@ -211,16 +252,18 @@ async function loadAndFill(
       token,
       encodeEnvelope(envelope),
       hardTtlMs(ctx.policy, envelope, Date.now()),
-      channel,
+      eventsChannel(table),
       encodeEvent({ k: 'fill', id: flight.id, v: envelope.version }),
     );
+    ctx.health.succeeded();
     if (!filled) {
       refused = true;
       metrics.lease('lost').inc();
     }
   } catch (err) {
+    ctx.health.failed();
     metrics.valkeyErrors('fill').inc();
-    ctx.log.warn({ err, table }, 'valkey fill failed; answering without L2');
+    ctx.log.debug({ err, table }, 'valkey fill failed; answering without L2');
   }
   return { kind: 'value', envelope, source: 'source', loaded: flight.loaded, refused };
 }
@@ -231,49 +274,21 @@ function releaseLease(ctx: FlightContext, lKey: string, token: string, id: strin
     .release(lKey, token, channel, encodeEvent({ k: 'release', id }))
     .catch((err: unknown) => {
       ctx.metrics.valkeyErrors('release').inc();
-      ctx.log.warn(
+      ctx.log.debug(
         { err, table: ctx.table },
         'valkey lease release failed; it expires after leaseMs',
       );
     });
 }
 
+/** Decodes an L2 envelope and lets the version clock observe it; counts the undecodable. */
+function decode(ctx: FlightContext, text: string): Envelope | undefined {
+  const envelope = decodeEnvelope(text);
+  if (envelope === undefined) ctx.metrics.badEnvelopes.inc();
+  else ctx.clock.observe(envelope.version);
+  return envelope;
+}
+
 function valueOutcome(flight: Flight, envelope: Envelope, source: 'l2' | 'source'): Outcome {
   return { kind: 'value', envelope, source, loaded: flight.loaded, refused: false };
-}
-
-/** GET the envelope; a Valkey failure, an undecodable envelope or a stale one is a miss. */
-async function readL2(ctx: FlightContext, id: string): Promise<Envelope | undefined> {
-  let text: string | null;
-  try {
-    text = await ctx.valkey.get(valueKey(ctx.table, id));
-  } catch (err) {
-    ctx.metrics.valkeyErrors('get').inc();
-    ctx.log.warn({ err, table: ctx.table }, 'valkey GET failed; loading from the source');
-    return undefined;
-  }
-  if (text === null) return undefined;
-  const envelope = decodeEnvelope(text);
-  if (envelope === undefined) {
-    ctx.metrics.badEnvelopes.inc();
-    return undefined;
-  }
-  // Past its soft TTL: reload in the foreground (serving stale comes with the freshness policy).
-  return envelope.softExpiresAt > Date.now() ? envelope : undefined;
-}
-
-/** `SET key envelope PX hardTtl`, unless the flight was superseded. A failed write still answers the waiters. */
-async function writeL2(ctx: FlightContext, flight: Flight, envelope: Envelope): Promise<void> {
-  if (flight.superseded) return;
-  try {
-    await ctx.valkey.set(
-      valueKey(ctx.table, flight.id),
-      encodeEnvelope(envelope),
-      'PX',
-      hardTtlMs(ctx.policy, envelope, Date.now()),
-    );
-  } catch (err) {
-    ctx.metrics.valkeyErrors('set').inc();
-    ctx.log.warn({ err, table: ctx.table }, 'valkey SET failed; answering without L2');
-  }
 }

@@ -3,11 +3,20 @@ import { BadIdError, UnknownTableError } from '../errors.js';
 /** Table names: lowercase letters, digits, `_` and `-`, 1–64 characters. */
 export const TABLE_NAME = /^[a-z0-9_-]{1,64}$/;
 
+/** Names a table may not take: they collide with JavaScript object internals. */
+export const RESERVED_TABLE_NAMES: ReadonlySet<string> = new Set([
+  '__proto__',
+  'constructor',
+  'prototype',
+]);
+
 /** Longest id accepted, in UTF-8 bytes. */
 export const MAX_ID_BYTES = 512;
 
-// C0 and C1 control characters and DEL: never part of a printable id.
-const CONTROL = /\p{Cc}/u;
+// Not printable: C0/C1 controls and DEL (Cc), invisible format characters such
+// as U+202E RIGHT-TO-LEFT OVERRIDE, U+200B and the BOM (Cf), line and paragraph
+// separators (Zl, Zp), and the Unicode noncharacters.
+const NOT_PRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\uFDD0-\uFDEF\uFFFE\uFFFF]/u;
 
 /**
  * Checks a table name against {@link TABLE_NAME}.
@@ -21,8 +30,9 @@ export function assertTableName(table: string): void {
 }
 
 /**
- * Checks an item id: 1–512 bytes of well-formed, printable UTF-8 (no control
- * characters), and the table's own `idPattern` when it has one.
+ * Checks an item id: 1–512 bytes of well-formed, printable UTF-8 (no control,
+ * format or separator characters, no noncharacters), and the table's own
+ * `idPattern` when it has one.
  *
  * @throws {BadIdError} `ECC_BAD_ID`, before anything touches Valkey or the source.
  */
@@ -37,8 +47,10 @@ export function assertId(table: string, id: unknown, pattern?: RegExp): asserts 
   if (id.length > MAX_ID_BYTES / 3 && Buffer.byteLength(id, 'utf8') > MAX_ID_BYTES) {
     throw new BadIdError(`id must be at most ${MAX_ID_BYTES} bytes of UTF-8`, { table });
   }
-  if (CONTROL.test(id)) {
-    throw new BadIdError('id must not contain control characters', { table });
+  if (NOT_PRINTABLE.test(id)) {
+    throw new BadIdError('id must be printable (no control, format or separator characters)', {
+      table,
+    });
   }
   if (pattern !== undefined && !pattern.test(id)) {
     throw new BadIdError(`id must match ${pattern.source}`, { table });

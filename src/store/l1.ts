@@ -37,13 +37,16 @@ export class L1 {
   }
 
   /**
-   * Stores `row` unless L1 already holds a newer version of `id`.
+   * Stores `row` unless L1 already holds a newer version of `id` (or `force`:
+   * this instance's own acknowledged write, which wins whatever L1 held).
    *
    * @param now epoch milliseconds, for the soft-TTL bound.
    * @returns true when the row was stored.
    */
-  set(id: string, row: L1Row, now: number): boolean {
-    const current = this.#cache.get(id, { allowStale: true, updateAgeOnGet: false });
+  set(id: string, row: L1Row, now: number, force = false): boolean {
+    const current = force
+      ? undefined
+      : this.#cache.get(id, { allowStale: true, updateAgeOnGet: false });
     if (current !== undefined && current.version > row.version) return false;
     const remainingMs = row.softExpiresAt - now;
     if (remainingMs <= 0) {

@@ -11,13 +11,14 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 
-// KEYS: value, lease. ARGV: token, leaseMs, nowMs.
+// KEYS: value, lease. ARGV: token, leaseMs, nowMs, force ("1": the caller
+// could not decode the value it was given, so compete for the lease anyway).
 // A value is fresh when its envelope header says softExpiresAt > now (the
 // encoder writes `{"v":1,"version":N,"softExpiresAt":N,` first). Anything else
 // (absent, stale, foreign or garbage) needs a load, so the caller competes for the lease.
 const READ_OR_LEASE = `
 local v = redis.call('GET', KEYS[1])
-if v then
+if v and ARGV[4] ~= '1' then
   local soft = tonumber(string.match(v, '^{"v":1,"version":%d+,"softExpiresAt":(%d+),'))
   if soft and soft > tonumber(ARGV[3]) then return {1, v} end
 end
@@ -44,6 +45,50 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 `;
 
+// KEYS: value, lease. ARGV: envelope, pxMs, channel, message.
+// A write (PUT) replaces the value and cancels any lease, so a fill already in
+// flight anywhere in the fleet is refused instead of overwriting the write.
+const WRITE_AND_CANCEL = `
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+`;
+
+// KEYS: value, lease. ARGV: channel, message. DELETE: both keys, then tell the fleet.
+const INVALIDATE = `
+local n = redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return n
+`;
+
+// KEYS: value. ARGV: expected, envelope, pxMs.
+// A fill without the lease (plain regimes, degraded mode) writes only if the
+// key still holds what the flight read: expected "" = absent, "*" = present but
+// without a readable version, else that version. Anything written in between
+// (a PUT, another fill, a DELETE) wins.
+const FILL_IF_UNCHANGED = `
+local v = redis.call('GET', KEYS[1])
+local now
+if v then
+  now = string.match(v, '^{"v":1,"version":(%d+),') or '*'
+else
+  now = ''
+end
+if now ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+`;
+
+/**
+ * What a flight read from L2, for {@link LeaseScripts.fillIfUnchanged}:
+ * `""` absent, `"*"` present without a readable version, else the version digits.
+ */
+export function readMark(text: string | null | undefined): string {
+  if (text === null || text === undefined) return '';
+  return /^\{"v":1,"version":(\d+),/.exec(text)?.[1] ?? '*';
+}
+
 /** The answer of {@link LeaseScripts.readOrLease}. */
 export type LeaseAnswer =
   /** A fresh envelope (text). */
@@ -60,7 +105,23 @@ interface ScriptCommands {
     token: string,
     leaseMs: number,
     nowMs: number,
+    force: string,
   ): Promise<unknown[]>;
+  eccWriteAndCancel(
+    value: string,
+    lease: string,
+    envelope: string,
+    pxMs: number,
+    channel: string,
+    message: string,
+  ): Promise<number>;
+  eccInvalidate(value: string, lease: string, channel: string, message: string): Promise<number>;
+  eccFillIfUnchanged(
+    value: string,
+    expected: string,
+    envelope: string,
+    pxMs: number,
+  ): Promise<number>;
   eccFillAndRelease(
     value: string,
     lease: string,
@@ -84,12 +145,16 @@ export class LeaseScripts {
       client.defineCommand('eccReadOrLease', { numberOfKeys: 2, lua: READ_OR_LEASE });
       client.defineCommand('eccFillAndRelease', { numberOfKeys: 2, lua: FILL_AND_RELEASE });
       client.defineCommand('eccRelease', { numberOfKeys: 1, lua: RELEASE });
+      client.defineCommand('eccWriteAndCancel', { numberOfKeys: 2, lua: WRITE_AND_CANCEL });
+      client.defineCommand('eccInvalidate', { numberOfKeys: 2, lua: INVALIDATE });
+      client.defineCommand('eccFillIfUnchanged', { numberOfKeys: 1, lua: FILL_IF_UNCHANGED });
     }
     this.#client = client as Redis & ScriptCommands;
   }
 
   /**
    * GET the value; on a miss (or a stale or undecodable value) `SET <lease> <random token> NX PX leaseMs`.
+   * With `force`, a fresh-looking value is ignored (the caller could not decode it) and the caller competes for the lease.
    *
    * @throws whatever ioredis throws (connection down, `commandTimeout`).
    */
@@ -98,9 +163,17 @@ export class LeaseScripts {
     leaseKey: string,
     leaseMs: number,
     nowMs: number,
+    force = false,
   ): Promise<LeaseAnswer> {
     const token = randomBytes(12).toString('base64url');
-    const reply = await this.#client.eccReadOrLease(valueKey, leaseKey, token, leaseMs, nowMs);
+    const reply = await this.#client.eccReadOrLease(
+      valueKey,
+      leaseKey,
+      token,
+      leaseMs,
+      nowMs,
+      force ? '1' : '0',
+    );
     const kind = reply[0];
     if (kind === 1) return { kind: 'value', text: String(reply[1]) };
     if (kind === 2) return { kind: 'leased', token, stale: optionalText(reply[1]) };
@@ -137,6 +210,43 @@ export class LeaseScripts {
         message,
       )) === 1
     );
+  }
+
+  /** PUT: `SET value … PX pxMs`, `DEL lease` (so any fill in flight is refused), `PUBLISH message`. */
+  async writeAndCancel(
+    valueKey: string,
+    leaseKey: string,
+    envelope: string,
+    pxMs: number,
+    channel: string,
+    message: string,
+  ): Promise<void> {
+    await this.#client.eccWriteAndCancel(valueKey, leaseKey, envelope, pxMs, channel, message);
+  }
+
+  /** DELETE: removes the value and the lease (refusing any fill in flight), then `PUBLISH message`. */
+  async invalidate(
+    valueKey: string,
+    leaseKey: string,
+    channel: string,
+    message: string,
+  ): Promise<void> {
+    await this.#client.eccInvalidate(valueKey, leaseKey, channel, message);
+  }
+
+  /**
+   * A fill without the lease: writes only if the key still holds what the
+   * flight read (`expected` from {@link readMark}).
+   *
+   * @returns false when something else was written or deleted meanwhile: nothing was written.
+   */
+  async fillIfUnchanged(
+    valueKey: string,
+    expected: string,
+    envelope: string,
+    pxMs: number,
+  ): Promise<boolean> {
+    return (await this.#client.eccFillIfUnchanged(valueKey, expected, envelope, pxMs)) === 1;
   }
 
   /** Deletes the lease if it still holds `token` and wakes the waiters; for a failed load. */

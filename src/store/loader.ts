@@ -17,32 +17,38 @@ import type { TablePolicy } from './policy.js';
  * Loads `flight.id` from the source and wraps it in a fresh envelope
  * (`undefined` from the loader becomes a negative envelope).
  *
- * @throws {ShedError} `ECC_SHED` when the table already runs `maxConcurrentLoads` loads.
+ * @throws {ShedError} `ECC_SHED` when the table runs `maxConcurrentLoads` loads and
+ *   `maxQueuedLoads` wait already, or a queued load waited `leaseMs − loadTimeoutMs`
+ *   (so a lease can never expire under a queued load).
  * @throws {LoadTimeoutError} `ECC_LOAD_TIMEOUT`; {@link BadValueError} `ECC_BAD_VALUE`;
  *   anything the loader throws (mapped later by {@link asStoreError}).
  */
 export async function loadEnvelope(ctx: FlightContext, flight: Flight): Promise<Envelope> {
-  if (ctx.gate.active >= ctx.policy.maxConcurrentLoads) {
-    ctx.metrics.shed.inc();
-    throw new ShedError(`table ${ctx.table} already runs ${ctx.policy.maxConcurrentLoads} loads`, {
-      table: ctx.table,
-      id: flight.id,
-    });
+  const { policy, table, metrics } = ctx;
+  await ctx.gate.acquire(policy.leaseMs - policy.loadTimeoutMs, () => {
+    metrics.shed.inc();
+    return new ShedError(
+      `table ${table} runs ${policy.maxConcurrentLoads} loads and has ${policy.maxQueuedLoads} queued`,
+      { table, id: flight.id },
+    );
+  });
+  try {
+    flight.loaded = true;
+    const started = performance.now();
+    const value = await callLoader(ctx, flight);
+    return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
+  } finally {
+    ctx.gate.release();
   }
-  flight.loaded = true;
-  const started = performance.now();
-  const value = await callLoader(ctx, flight);
-  return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
 }
 
 /**
- * Calls the loader under the table's load gate and `loadTimeoutMs`. The
+ * Calls the loader under `loadTimeoutMs`. The
  * signal belongs to the flight; a result that lands after the timeout is
  * discarded and counted.
  */
 async function callLoader(ctx: FlightContext, flight: Flight): Promise<unknown> {
   const { policy, metrics } = ctx;
-  ctx.gate.active++;
   metrics.fills.inc();
   const started = performance.now();
   let timedOut = false;
@@ -72,7 +78,6 @@ async function callLoader(ctx: FlightContext, flight: Flight): Promise<unknown> 
     return await Promise.race([loading, timeout]);
   } finally {
     clearTimeout(timer);
-    ctx.gate.active--;
     metrics.loadSeconds.observe((performance.now() - started) / 1000);
   }
 }
@@ -85,7 +90,7 @@ function buildEnvelope(ctx: FlightContext, id: string, value: unknown, deltaMs: 
     return {
       value: null,
       json: 'null',
-      version: ctx.mintVersion(),
+      version: ctx.clock.mint(),
       softExpiresAt: now + Math.round(policy.negativeTtlMs * jitterFactor(policy)),
       deltaMs,
       negative: true,
@@ -101,7 +106,7 @@ function buildEnvelope(ctx: FlightContext, id: string, value: unknown, deltaMs: 
   return {
     value,
     json,
-    version: ctx.mintVersion(),
+    version: ctx.clock.mint(),
     softExpiresAt: now + Math.round(policy.ttlMs * jitterFactor(policy)),
     deltaMs,
     negative: false,
@@ -126,6 +131,7 @@ export function hardTtlMs(policy: TablePolicy, envelope: Envelope, now: number):
 /** Maps anything thrown by a loader to the coded error every waiter receives. */
 export function asStoreError(err: unknown, table: string, id: string): EchoStoreError {
   if (err instanceof EchoStoreError) return err;
-  const detail = err instanceof Error ? err.message : String(err);
-  return new LoadFailedError(`the loader failed: ${detail}`, { table, id, cause: err });
+  // The detail (an origin URL, a driver message) stays in `cause` for the logs;
+  // clients only ever see this sentence.
+  return new LoadFailedError('the source failed to load the item', { table, id, cause: err });
 }

@@ -1,9 +1,11 @@
-import { ClosedError, ValkeyUnavailableError } from '../errors.js';
+import { ClosedError, ShedError, ValkeyUnavailableError } from '../errors.js';
 import type { ReadCounts } from '../metrics.js';
 import type { Envelope } from './envelope.js';
 import { encodeEnvelope } from './envelope.js';
+import { encodeEvent } from './events.js';
 import { Flight, type FlightContext, fly, type Outcome, type Waiter } from './flight.js';
-import { leaseKey, valueKey } from './keys.js';
+import type { LoadGate } from './gate.js';
+import { eventsChannel, leaseKey, valueKey } from './keys.js';
 import type { L1 } from './l1.js';
 import { hardTtlMs, jitterFactor } from './loader.js';
 import { resultOf } from './result.js';
@@ -76,6 +78,11 @@ export class TableOwner {
     return this.#mailbox.length - this.#head;
   }
 
+  /** The table's load gate (for its gauges). */
+  get gate(): LoadGate {
+    return this.#ctx.gate;
+  }
+
   /** Flights in progress. */
   get flights(): number {
     return this.#flights.size;
@@ -141,6 +148,16 @@ export class TableOwner {
     const running = this.#flights.get(id);
     // coalescing 'none' is the drills' baseline: every miss gets its own flight.
     if (running !== undefined && this.#ctx.policy.coalescing !== 'none') {
+      if (running.waiters.length >= this.#ctx.policy.maxWaitersPerFlight) {
+        this.#ctx.metrics.shed.inc();
+        waiter.reject(
+          new ShedError(`${running.waiters.length} callers already wait on this item`, {
+            table: this.#ctx.table,
+            id,
+          }),
+        );
+        return;
+      }
       running.waiters.push(waiter);
       this.#counters.coalesced++;
       this.#ctx.metrics.coalesced.inc();
@@ -179,20 +196,32 @@ export class TableOwner {
   }
 
   #put(m: Extract<Message, { kind: 'put' }>): void {
-    const { policy, valkey, table } = this.#ctx;
+    const { policy, lease, table, health } = this.#ctx;
+    if (!health.usable()) {
+      m.waiter.reject(this.#valkeyError('put', m.id, undefined));
+      return;
+    }
     this.#supersede(m.id);
     const now = Date.now();
     const envelope: Envelope = {
       value: m.value,
       json: m.json,
-      version: this.#ctx.mintVersion(),
+      version: this.#ctx.clock.mint(),
       softExpiresAt: now + Math.round(policy.ttlMs * jitterFactor(policy)),
       deltaMs: 0,
       negative: false,
     };
     this.#writes.set(m.id, []);
-    valkey
-      .set(valueKey(table, m.id), encodeEnvelope(envelope), 'PX', hardTtlMs(policy, envelope, now))
+    // Cancelling the lease refuses any fill already in flight anywhere in the fleet.
+    lease
+      .writeAndCancel(
+        valueKey(table, m.id),
+        leaseKey(table, m.id),
+        encodeEnvelope(envelope),
+        hardTtlMs(policy, envelope, now),
+        eventsChannel(table),
+        encodeEvent({ k: 'put', id: m.id, v: envelope.version }),
+      )
       .then(
         () => this.post({ kind: 'written', id: m.id, envelope, waiter: m.waiter }),
         (error: unknown) =>
@@ -202,9 +231,12 @@ export class TableOwner {
 
   #written(m: Extract<Message, { kind: 'written' }>): void {
     if (m.error === undefined) {
-      this.#l1.set(m.id, m.envelope, Date.now());
+      this.#ctx.health.succeeded();
+      // This instance's own acknowledged write wins in its L1, whatever version L1 held.
+      this.#l1.set(m.id, m.envelope, Date.now(), true);
       m.waiter.resolve({ version: m.envelope.version });
     } else {
+      this.#ctx.health.failed();
       // The write may or may not have reached Valkey: drop L1 so the next read asks L2.
       this.#l1.delete(m.id);
       this.#ctx.metrics.valkeyErrors('put').inc();
@@ -214,21 +246,30 @@ export class TableOwner {
   }
 
   #invalidate(m: Extract<Message, { kind: 'invalidate' }>): void {
-    const { valkey, table } = this.#ctx;
+    const { lease, table, health } = this.#ctx;
     this.#supersede(m.id);
     this.#l1.delete(m.id);
+    if (!health.usable()) {
+      m.waiter.reject(this.#valkeyError('delete', m.id, undefined));
+      return;
+    }
     this.#writes.set(m.id, []);
-    valkey.del(valueKey(table, m.id), leaseKey(table, m.id)).then(
-      () => this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter }),
-      (error: unknown) => this.post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
-    );
+    const message = encodeEvent({ k: 'del', id: m.id });
+    lease
+      .invalidate(valueKey(table, m.id), leaseKey(table, m.id), eventsChannel(table), message)
+      .then(
+        () => this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter }),
+        (error: unknown) => this.post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
+      );
   }
 
   #invalidated(m: Extract<Message, { kind: 'invalidated' }>): void {
     this.#l1.delete(m.id);
     if (m.error === undefined) {
+      this.#ctx.health.succeeded();
       m.waiter.resolve();
     } else {
+      this.#ctx.health.failed();
       this.#ctx.metrics.valkeyErrors('del').inc();
       m.waiter.reject(this.#valkeyError('delete', m.id, m.error));
     }

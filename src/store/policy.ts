@@ -2,6 +2,7 @@
  * Per-table freshness and protection policy: defaults, JSON schema, and the
  * resolved shape the store works with. All durations are milliseconds.
  */
+import safeRegex from 'safe-regex2';
 
 /** Bounds of a table's in-process L1 (lru-cache). */
 export interface L1Policy {
@@ -33,6 +34,10 @@ export interface TablePolicyInput {
   waitTimeoutMs?: number;
   /** Loader calls at once for this table, per process; more are shed with `ECC_SHED`. Default 16. */
   maxConcurrentLoads?: number;
+  /** Loads that may wait for a free slot when `maxConcurrentLoads` run; more are shed with `ECC_SHED`. A queued load waits at most `leaseMs − loadTimeoutMs`. Default 64. */
+  maxQueuedLoads?: number;
+  /** Callers that may wait on one flight; more are shed with `ECC_SHED`. Default 10,000. */
+  maxWaitersPerFlight?: number;
   /**
    * How far misses are coalesced: `fleet` (in-process single-flight plus the
    * Valkey lease: one source read per burst across every instance), `process`
@@ -63,6 +68,8 @@ export const DEFAULT_POLICY: Omit<TablePolicy, 'idPattern'> = Object.freeze({
   loadTimeoutMs: 4_000,
   waitTimeoutMs: 5_000,
   maxConcurrentLoads: 16,
+  maxQueuedLoads: 64,
+  maxWaitersPerFlight: 10_000,
   coalescing: 'fleet',
   l1: Object.freeze({ maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 }),
 });
@@ -80,6 +87,8 @@ export const policySchemaProperties = {
   loadTimeoutMs: ms,
   waitTimeoutMs: ms,
   maxConcurrentLoads: { type: 'integer', minimum: 1, maximum: 100_000 },
+  maxQueuedLoads: { type: 'integer', minimum: 0, maximum: 1_000_000 },
+  maxWaitersPerFlight: { type: 'integer', minimum: 1, maximum: 10_000_000 },
   coalescing: { enum: ['fleet', 'process', 'none'] },
   idPattern: { type: 'string', minLength: 1, maxLength: 1024 },
   l1: {
@@ -98,8 +107,10 @@ export const policySchemaProperties = {
  * cross-field rules the schema cannot express.
  *
  * @returns the resolved policy.
- * @throws {Error} with a message naming the field, when `leaseMs <= loadTimeoutMs`
- *   or `idPattern` is not a valid regular expression.
+ * @throws {Error} with a message naming the field, when `leaseMs <= loadTimeoutMs`,
+ *   or `idPattern` is not a valid regular expression or is one safe-regex2 flags
+ *   (star height above 1, i.e. nested quantifiers such as `^(a+)+$`, or more than 25
+ *   quantifiers): matching an id against it could take exponential time (ReDoS).
  */
 export function resolvePolicy(input: TablePolicyInput): TablePolicy {
   const { l1, idPattern, ...rest } = input;
@@ -119,6 +130,11 @@ export function resolvePolicy(input: TablePolicyInput): TablePolicy {
       policy.idPattern = new RegExp(idPattern, 'u');
     } catch (err) {
       throw new Error(`idPattern is not a valid regular expression: ${(err as Error).message}`);
+    }
+    if (!safeRegex(idPattern)) {
+      throw new Error(
+        'idPattern is not a safe regular expression (nested quantifiers can take exponential time)',
+      );
     }
   }
   return policy;

@@ -5,9 +5,11 @@ import { Registry } from 'prom-client';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
-import { createVersionClock } from './envelope.js';
+import { createVersionClock, type VersionClock } from './envelope.js';
 import { TableEvents } from './events.js';
-import { TABLE_NAME } from './keys.js';
+import { LoadGate } from './gate.js';
+import { ValkeyHealth } from './health.js';
+import { RESERVED_TABLE_NAMES, TABLE_NAME } from './keys.js';
 import { L1 } from './l1.js';
 import { LeaseScripts } from './lease.js';
 import { TableOwner } from './owner.js';
@@ -96,16 +98,26 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       : 'status' in options.valkey
         ? options.valkey
         : createValkeyClient(options.valkey);
-  const mintVersion = createVersionClock();
+  const clock = createVersionClock();
 
   const lease = new LeaseScripts(valkey);
+  const health = new ValkeyHealth(valkey, log);
+  metrics.watchDegraded(() => health.degraded);
   let events: TableEvents | undefined;
   const tables = new Map<string, Table>();
   try {
     for (const [name, input] of Object.entries(options.tables)) {
       const fleet = (input?.coalescing ?? DEFAULT_POLICY.coalescing) === 'fleet';
       if (fleet && events === undefined) events = new TableEvents(valkey, log);
-      const deps = { valkey, lease, events: fleet ? events : undefined, metrics, mintVersion, log };
+      const deps = {
+        valkey,
+        lease,
+        health,
+        events: fleet ? events : undefined,
+        metrics,
+        clock,
+        log,
+      };
       tables.set(name, buildTable(name, input, deps));
       if (fleet) events?.subscribe(name);
     }
@@ -129,7 +141,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       return t;
     },
     tables: () => [...tables.values()],
-    valkeyReady: () => valkey.status === 'ready',
+    valkeyReady: () => !health.degraded,
     async close(graceMs = 5_000) {
       await Promise.all([...tables.values()].map((t) => t.close(graceMs)));
       await events?.close();
@@ -144,14 +156,17 @@ function buildTable(
   deps: {
     valkey: Redis;
     lease: LeaseScripts;
+    health: ValkeyHealth;
     events: TableEvents | undefined;
     metrics: StoreMetrics;
-    mintVersion: () => number;
+    clock: VersionClock;
     log: Logger;
   },
 ): Table {
-  if (!TABLE_NAME.test(name)) {
-    throw new ConfigError(`tables.${name}: table names must match ${TABLE_NAME.source}`);
+  if (!TABLE_NAME.test(name) || RESERVED_TABLE_NAMES.has(name)) {
+    throw new ConfigError(
+      `tables.${name}: table names must match ${TABLE_NAME.source} and not be __proto__, constructor or prototype`,
+    );
   }
   if (typeof input?.load !== 'function') {
     throw new ConfigError(`tables.${name}.load: must be a function (id, { signal }) => value`);
@@ -190,8 +205,9 @@ function buildTable(
       lease: deps.lease,
       events: deps.events,
       metrics: tableMetrics,
-      mintVersion: deps.mintVersion,
-      gate: { active: 0 },
+      clock: deps.clock,
+      gate: new LoadGate(policy.maxConcurrentLoads, policy.maxQueuedLoads),
+      health: deps.health,
       log: deps.log.child({ table: name }),
     },
     l1,

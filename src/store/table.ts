@@ -1,4 +1,4 @@
-import { BadValueError, ClosedError } from '../errors.js';
+import { BadValueError, ClosedError, WaitTimeoutError } from '../errors.js';
 import { toJson } from './envelope.js';
 import { assertId } from './keys.js';
 import type { L1 } from './l1.js';
@@ -51,8 +51,9 @@ export class Table {
    * @returns `{ found: true, value, json, source, coalesced, version, ttlMs }`,
    *   or `{ found: false, … }` when the source has no such item.
    * @throws (rejects) `ECC_BAD_ID`, `ECC_LOAD_FAILED`, `ECC_BAD_VALUE`,
-   *   `ECC_LOAD_TIMEOUT`, `ECC_SHED`, `ECC_CLOSED` — see `errors.ts`.
-   *   Concurrent callers of one flight receive the same error object.
+   *   `ECC_LOAD_TIMEOUT`, `ECC_SHED`, `ECC_CLOSED` — see `errors.ts`; concurrent
+   *   callers of one flight receive the same error object. `ECC_WAIT_TIMEOUT`
+   *   when this caller waited `waitTimeoutMs` (each caller its own).
    */
   get(id: string): Promise<ReadResult> {
     try {
@@ -67,8 +68,28 @@ export class Table {
       return Promise.resolve(resultOf(row, 'l1', false, Date.now()));
     }
     this.#counters.misses++;
+    // No caller waits longer than waitTimeoutMs, whatever its flight is doing;
+    // the flight itself goes on and fills the cache for the next caller.
     return new Promise((resolve, reject) => {
-      this.#owner.post({ kind: 'fill', id, waiter: { resolve, reject } });
+      const timer = setTimeout(() => {
+        reject(
+          new WaitTimeoutError(`no answer within waitTimeoutMs (${this.policy.waitTimeoutMs} ms)`, {
+            table: this.name,
+            id,
+          }),
+        );
+      }, this.policy.waitTimeoutMs);
+      const waiter = {
+        resolve(result: ReadResult) {
+          clearTimeout(timer);
+          resolve(result);
+        },
+        reject(error: Error) {
+          clearTimeout(timer);
+          reject(error);
+        },
+      };
+      this.#owner.post({ kind: 'fill', id, waiter });
     });
   }
 
@@ -128,6 +149,8 @@ export class Table {
       l1_bytes: this.#l1.bytes,
       flights: this.#owner.flights,
       mailbox_depth: this.#owner.mailboxDepth,
+      loads_active: this.#owner.gate.active,
+      loads_queued: this.#owner.gate.queued,
     };
   }
 

@@ -77,4 +77,8 @@ export interface TableStats {
   flights: number;
   /** Messages waiting in the owner's mailbox now. */
   mailbox_depth: number;
+  /** Loader calls running now (at most `maxConcurrentLoads`). */
+  loads_active: number;
+  /** Loads waiting for a slot now (at most `maxQueuedLoads`). */
+  loads_queued: number;
 }
