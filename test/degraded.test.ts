@@ -1,0 +1,63 @@
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { errorOf, openStore } from './helpers/probe.js';
+import { spawnServer } from './helpers/server.js';
+import { uniqueTable } from './helpers/store.js';
+
+describe('degraded mode (circuit breaker)', () => {
+  it('after repeated timeouts on a paused server, misses skip Valkey, writes fail fast, and it recovers by itself', async () => {
+    const server = await spawnServer();
+    onTestFinished(() => server.stop());
+    const table = uniqueTable('circuit');
+    let loads = 0;
+    const store = await openStore(
+      {
+        [table]: {
+          loadTimeoutMs: 500,
+          leaseMs: 1_000,
+          load: (id) => {
+            loads++;
+            return { id };
+          },
+        },
+      },
+      { valkey: { url: server.url, commandTimeoutMs: 150 } },
+    );
+    const t = store.table(table);
+    const degradedGauge = async () =>
+      (await store.registry.getSingleMetric('echostore_valkey_degraded')?.get())?.values[0]?.value;
+    expect(store.valkeyReady()).toBe(true);
+    expect(await degradedGauge()).toBe(0);
+
+    const pid = server.process?.pid as number;
+    process.kill(pid, 'SIGSTOP');
+    let resumed = false;
+    onTestFinished(() => {
+      if (!resumed) process.kill(pid, 'SIGCONT');
+    });
+    // Each of the first misses pays one command timeout, then the circuit opens.
+    for (let i = 0; i < 3; i++) expect((await t.get(`slow-${i}`)).found).toBe(true);
+    expect(store.valkeyReady()).toBe(false);
+    expect(await degradedGauge()).toBe(1);
+
+    const started = performance.now();
+    for (let i = 0; i < 20; i++) expect((await t.get(`fast-${i}`)).source).toBe('source');
+    // 20 misses while open cost no command timeout at all (each would cost 150 ms).
+    expect(performance.now() - started).toBeLessThan(20 * 150);
+    expect((await errorOf(t.put('w', 1))).code).toBe('ECC_VALKEY_UNAVAILABLE');
+    expect((await errorOf(t.invalidate('w'))).code).toBe('ECC_VALKEY_UNAVAILABLE');
+    expect(loads).toBe(23);
+
+    process.kill(pid, 'SIGCONT');
+    resumed = true;
+    const deadline = Date.now() + 5_000;
+    while (!store.valkeyReady() && Date.now() < deadline) {
+      await t.get(`probe-${Date.now()}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(store.valkeyReady()).toBe(true);
+    expect(await degradedGauge()).toBe(0);
+    await t.put('w', { back: true });
+    const r = await t.get('w');
+    expect(r.found && r.value).toEqual({ back: true });
+  });
+});
