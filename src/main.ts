@@ -24,7 +24,7 @@ async function main(): Promise<void> {
   collectDefaultMetrics({ register: registry });
 
   const sources: Source[] = [];
-  const tables: Record<string, TableOptions> = {};
+  const tables: Record<string, TableOptions> = Object.create(null);
   for (const [name, { source, ...policy }] of Object.entries(config.tables)) {
     let built: Source;
     try {

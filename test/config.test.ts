@@ -164,10 +164,96 @@ describe('loadConfig environment overrides', () => {
     ['PORT', '-1'],
     ['VALKEY_URL', 'http://127.0.0.1:6379'],
     ['LOG_LEVEL', 'loud'],
+    ['ECHOSTORE_ADMIN_TOKEN', 'short'],
   ])('rejects %s=%s as ECC_BAD_CONFIG naming the variable', (name, value) => {
     const err = failure(() => loadConfig({ argv: [], env: { [name]: value }, cwd: dir }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain(name);
+  });
+});
+
+describe('loadConfig valkey.url', () => {
+  const tables = `tables:\n  t: { source: ${HTTP_SOURCE} }\n`;
+
+  it.each([
+    'redis://cache.internal',
+    'redis://127.0.0.1:1/0',
+    'rediss://user:pw@[::1]:65535/15',
+    'redis://:pw@cache/',
+  ])('accepts %s', (url) => {
+    const file = write('good-url.yaml', `valkey: { url: "${url}" }\n${tables}`);
+    expect(loadConfig({ argv: ['--config', file], env: {} }).valkey.url).toBe(url);
+  });
+
+  const bad = [
+    ['an unparseable host', 'redis://[bad'],
+    ['a port above 65535', 'redis://127.0.0.1:99999'],
+    ['port 0', 'redis://127.0.0.1:0'],
+    ['a db index above 15', 'redis://127.0.0.1:6379/16'],
+    ['a db index that is not a number', 'redis://127.0.0.1:6379/cache'],
+  ];
+
+  it.each(bad)('rejects %s in the file, naming valkey.url', (_, url) => {
+    const file = write('bad-url.yaml', `valkey: { url: "${url}" }\n${tables}`);
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}: valkey.url:`);
+  });
+
+  it.each(bad)('rejects %s in VALKEY_URL, naming the variable and valkey.url', (_, url) => {
+    const err = failure(() => loadConfig({ argv: [], env: { VALKEY_URL: url }, cwd: dir }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain('environment variable VALKEY_URL: valkey.url:');
+  });
+
+  it('does not repeat the password of a rejected URL', () => {
+    const env = { VALKEY_URL: 'redis://user:hunter2-secret@127.0.0.1:99999' };
+    const err = failure(() => loadConfig({ argv: [], env, cwd: dir }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).not.toContain('hunter2-secret');
+  });
+});
+
+describe('loadConfig http.adminToken', () => {
+  const token = 'file-token-0123456789';
+  const withToken = (value: string) =>
+    `http: { adminToken: "${value}" }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`;
+
+  it('has no default', () => {
+    expect(loadConfig({ argv: [], env: {}, cwd: dir }).http.adminToken).toBeUndefined();
+  });
+
+  it('reads it from the file', () => {
+    const file = write('token.yaml', withToken(token));
+    expect(loadConfig({ argv: ['--config', file], env: {} }).http.adminToken).toBe(token);
+  });
+
+  it('lets ECHOSTORE_ADMIN_TOKEN override the file, an empty variable counting as unset', () => {
+    const file = write('token-env.yaml', withToken(token));
+    const fromEnv = 'env-token-abcdefghijkl';
+    const argv = ['--config', file];
+    const overridden = loadConfig({ argv, env: { ECHOSTORE_ADMIN_TOKEN: fromEnv } });
+    expect(overridden.http.adminToken).toBe(fromEnv);
+    expect(loadConfig({ argv, env: { ECHOSTORE_ADMIN_TOKEN: '' } }).http.adminToken).toBe(token);
+  });
+
+  it.each([
+    ['shorter than 16 characters', 'x'.repeat(15)],
+    ['longer than 512 characters', 'x'.repeat(513)],
+    ['with a space', 'abcdefgh ijklmnop'],
+  ])('rejects a token %s, naming http.adminToken', (_, value) => {
+    const file = write('bad-token.yaml', withToken(value));
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}: http.adminToken:`);
+    const viaEnv = failure(() =>
+      loadConfig({ argv: [], env: { ECHOSTORE_ADMIN_TOKEN: value }, cwd: dir }),
+    );
+    expect(viaEnv.code).toBe('ECC_BAD_CONFIG');
+    expect(viaEnv.message).toContain(
+      'environment variable ECHOSTORE_ADMIN_TOKEN: http.adminToken:',
+    );
+    expect(viaEnv.message).not.toContain(value);
   });
 });
 
@@ -229,6 +315,51 @@ describe('loadConfig rejects an invalid file', () => {
       'http.bodyLimitBytes',
     ],
     ['a list at the top level', '- tables\n', '(root)'],
+    [
+      'a CR LF in an http header value',
+      'tables:\n  products:\n    source: { kind: http, url: "http://h/{id}", headers: { x-key: "k\\r\\nx-injected: 1" } }\n',
+      'tables.products.source.headers.x-key',
+    ],
+    [
+      'a NUL in an http header value',
+      'tables:\n  products:\n    source: { kind: http, url: "http://h/{id}", headers: { x-key: "k\\0" } }\n',
+      'tables.products.source.headers.x-key',
+    ],
+    [
+      'an http header name with a newline',
+      'tables:\n  products:\n    source: { kind: http, url: "http://h/{id}", headers: { "x\\nkey": k } }\n',
+      'tables.products.source.headers.x\nkey',
+    ],
+    [
+      'a zero maxBodyBytes',
+      'tables:\n  products:\n    source: { kind: http, url: "http://h/{id}", maxBodyBytes: 0 }\n',
+      'tables.products.source.maxBodyBytes',
+    ],
+    [
+      'a maxBodyBytes above 1 GiB',
+      'tables:\n  products:\n    source: { kind: http, url: "http://h/{id}", maxBodyBytes: 1073741825 }\n',
+      'tables.products.source.maxBodyBytes',
+    ],
+    [
+      'the table name __proto__',
+      `tables:\n  __proto__: { source: ${HTTP_SOURCE} }\n`,
+      'tables.__proto__',
+    ],
+    [
+      'the table name constructor',
+      `tables:\n  constructor: { source: ${HTTP_SOURCE} }\n`,
+      'tables.constructor',
+    ],
+    [
+      'the table name prototype',
+      `tables:\n  prototype: { source: ${HTTP_SOURCE} }\n`,
+      'tables.prototype',
+    ],
+    [
+      'an idPattern with nested quantifiers (ReDoS)',
+      table('    idPattern: "^(a+)+$"\n'),
+      'tables.products.idPattern',
+    ],
   ];
 
   it.each(cases)('rejects %s, naming the file and the field', (name, text, field) => {
@@ -246,6 +377,44 @@ describe('loadConfig rejects an invalid file', () => {
     expect(err.message).toMatch(
       new RegExp(`^${file.replaceAll(/[.*+?^${}()|[\]\\]/g, '\\$&')}:[34]:`),
     );
+  });
+
+  it('rejects the table name __proto__ in a JSON file', () => {
+    const file = write(
+      'proto.json',
+      `{"tables": {"__proto__": {"source": {"kind": "http", "url": "http://h/{id}"}}}}`,
+    );
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}: tables.__proto__:`);
+  });
+
+  it('accepts an http source with maxBodyBytes and header values', () => {
+    const file = write(
+      'http-limits.yaml',
+      'tables:\n  t:\n    source: { kind: http, url: "http://h/{id}", maxBodyBytes: 1024, headers: { authorization: "Bearer abc" } }\n',
+    );
+    expect(loadConfig({ argv: ['--config', file], env: {} }).tables.t?.source).toEqual({
+      kind: 'http',
+      url: 'http://h/{id}',
+      maxBodyBytes: 1024,
+      headers: { authorization: 'Bearer abc' },
+    });
+  });
+
+  it.each([
+    [
+      'an alias bomb',
+      'a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n' +
+        'c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n' +
+        'e: [*d, *d, *d, *d, *d, *d, *d, *d, *d]\n',
+    ],
+    ['an alias without its anchor', `tables:\n  t: *nowhere\n`],
+  ])('rejects %s as ECC_BAD_CONFIG naming the file', (name, text) => {
+    const file = write(`${name.replaceAll(/\W/g, '-')}.yaml`, text);
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}: invalid YAML:`);
   });
 
   it('rejects a JSON syntax error, naming the line', () => {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -182,15 +182,30 @@ describe('demo catalog', () => {
   });
 });
 
+/** Writes 64 KiB chunks of JSON-ish filler until the client goes away; resolves `closed` then. */
+function streamForever(res: ServerResponse, closed: () => void): void {
+  const chunk = Buffer.alloc(64 * 1024, 0x20);
+  res.write('[');
+  const timer = setInterval(() => res.write(chunk), 1);
+  res.on('close', () => {
+    clearInterval(timer);
+    closed();
+  });
+}
+
 describe('http source', () => {
   let server: Server;
   let base: string;
   const seen: IncomingMessage[] = [];
+  /** Resolved when the origin sees the connection of a streamed (oversized) body close. */
+  let streamClosed: Promise<void> = Promise.resolve();
+  let onStreamClosed: () => void = () => {};
+  const EXACT_BODY = JSON.stringify({ filler: 'x'.repeat(100) });
 
   beforeAll(async () => {
     server = createServer((req, res) => {
       seen.push(req);
-      const id = req.url?.split('/').at(-1) ?? '';
+      const id = new URL(req.url ?? '/', 'http://origin').pathname.split('/').at(-1) ?? '';
       const json = (status: number, body: unknown) => {
         res.writeHead(status, { 'content-type': 'application/json' });
         res.end(JSON.stringify(body));
@@ -203,6 +218,28 @@ describe('http source', () => {
       }
       if (id === 'slow') return; // never answers; the client must give up
       if (id === 'null') return json(200, null);
+      if (id === 'moved') {
+        res.writeHead(302, { location: '/items/42' });
+        return res.end();
+      }
+      if (id === 'exact') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return res.end(EXACT_BODY);
+      }
+      if (id === 'endless') {
+        // chunked: no content-length, the size is only known by counting
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return streamForever(res, onStreamClosed);
+      }
+      if (id === 'declared-huge') {
+        // announces 1 GiB, sends a little, then stalls: only content-length can refuse it in time
+        res.writeHead(200, {
+          'content-type': 'application/json',
+          'content-length': String(1024 * 1024 * 1024),
+        });
+        res.write('[');
+        return;
+      }
       json(200, { id: decodeURIComponent(id), path: req.url });
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -287,4 +324,132 @@ describe('http source', () => {
     const source = buildSource({ kind: 'http', url: `${base}/items/{id}` });
     expect(await source.load('9', ctx())).toEqual({ id: '9', path: '/items/9' });
   });
+
+  it.each(['.', '..', '%2e', '%2E%2e', '.%2e', '%2e.'])(
+    'rejects the dot-segment id %s as ECC_BAD_ID without a request',
+    async (id) => {
+      const source = httpSource({ url: `${base}/items/{id}` });
+      seen.length = 0;
+      const err = await caught(() => source.load(id, ctx()));
+      expect((err as EchoStoreError).code).toBe('ECC_BAD_ID');
+      expect(seen).toHaveLength(0);
+    },
+  );
+
+  it('loads ids that only contain dots', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    expect(await source.load('...', ctx())).toEqual({ id: '...', path: '/items/...' });
+    expect(await source.load('.a', ctx())).toEqual({ id: '.a', path: '/items/.a' });
+  });
+
+  it('fails a redirect instead of following it to another id', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    seen.length = 0;
+    const err = await caught(() => source.load('moved', ctx()));
+    expect(err).toBeInstanceOf(SourceError);
+    expect(seen.map((req) => req.url)).toEqual(['/items/moved']);
+  });
+
+  it('reads a body of exactly maxBodyBytes and refuses one byte more', async () => {
+    const bytes = Buffer.byteLength(EXACT_BODY);
+    const fits = httpSource({ url: `${base}/items/{id}`, maxBodyBytes: bytes });
+    expect(await fits.load('exact', ctx())).toEqual(JSON.parse(EXACT_BODY));
+    const tight = httpSource({ url: `${base}/items/{id}`, maxBodyBytes: bytes - 1 });
+    const err = await caught(() => tight.load('exact', ctx()));
+    expect(err).toBeInstanceOf(SourceError);
+    expect((err as SourceError).status).toBe(200);
+  });
+
+  it.each([
+    ['maxBodyBytes: 100000', 100_000],
+    ['the 8 MiB default', undefined],
+  ])(
+    'stops reading a chunked body over %s and closes the connection',
+    async (_, maxBodyBytes) => {
+      streamClosed = new Promise((resolve) => {
+        onStreamClosed = resolve;
+      });
+      const source = httpSource({ url: `${base}/items/{id}`, timeoutMs: 20_000, maxBodyBytes });
+      const started = performance.now();
+      const err = await caught(() => source.load('endless', ctx()));
+      expect(err).toBeInstanceOf(SourceError);
+      expect((err as SourceError).status).toBe(200);
+      expect(performance.now() - started).toBeLessThan(10_000);
+      await streamClosed;
+    },
+    15_000,
+  );
+
+  it('refuses a body whose content-length exceeds maxBodyBytes without waiting for it', async () => {
+    const source = httpSource({ url: `${base}/items/{id}`, timeoutMs: 5_000 });
+    const started = performance.now();
+    const err = await caught(() => source.load('declared-huge', ctx()));
+    expect(err).toBeInstanceOf(SourceError);
+    expect((err as SourceError).status).toBe(200);
+    expect(performance.now() - started).toBeLessThan(2_000);
+  });
+
+  describe('keeps the query string and credentials out of error messages', () => {
+    const secret = 's3cret-api-key';
+    const cases: Array<[string, string, number | undefined]> = [
+      ['a 500', 'broken', 500],
+      ['a body that is not JSON', 'html', 200],
+      ['a redirect', 'moved', undefined],
+      ['a body over maxBodyBytes', 'exact', 200],
+      ['a timeout', 'slow', undefined],
+    ];
+    it.each(cases)('for %s', async (_, id, status) => {
+      const source = httpSource({
+        url: `${base}/items/{id}?api_key=${secret}`,
+        timeoutMs: 200,
+        maxBodyBytes: 10,
+      });
+      const err = await caught(() => source.load(id, ctx()));
+      expect(err).toBeInstanceOf(SourceError);
+      expect((err as SourceError).status).toBe(status);
+      expect((err as Error).message).toContain(`GET ${base}/items/${id} `);
+      expect((err as Error).message).not.toContain(secret);
+      expect((err as SourceError).url).toBe(`${base}/items/${id}`);
+    });
+
+    it('for a refused connection', async () => {
+      const closed = createServer();
+      await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+      const port = (closed.address() as AddressInfo).port;
+      await new Promise((resolve) => closed.close(resolve));
+      const source = httpSource({ url: `http://127.0.0.1:${port}/u/{id}?api_key=${secret}` });
+      const err = await caught(() => source.load('1', ctx()));
+      expect(err).toBeInstanceOf(SourceError);
+      expect((err as Error).message).toContain(`GET http://127.0.0.1:${port}/u/1 failed`);
+      expect((err as Error).message).not.toContain(secret);
+    });
+
+    it('by refusing a URL with user:password@ at construction', async () => {
+      const err = await caught(() =>
+        httpSource({ url: `http://user:${secret}@127.0.0.1/items/{id}` }),
+      );
+      expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+      expect((err as Error).message).toContain('source.url');
+      expect((err as Error).message).not.toContain(secret);
+    });
+  });
+
+  it.each([
+    ['a CR LF in a value', { 'x-api-key': 'k\r\nx-injected: 1' }, 'source.headers.x-api-key'],
+    ['a NUL in a value', { 'x-api-key': 'k\0' }, 'source.headers.x-api-key'],
+    ['a name that is not a token', { 'x key': 'k' }, 'source.headers.x key'],
+  ])('rejects headers with %s as ECC_BAD_CONFIG naming the header', async (_, headers, field) => {
+    const err = await caught(() => httpSource({ url: `${base}/items/{id}`, headers }));
+    expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+    expect((err as Error).message).toContain(`${field}:`);
+  });
+
+  it.each([0, 1.5, 1024 * 1024 * 1024 + 1])(
+    'rejects maxBodyBytes %s as ECC_BAD_CONFIG naming source.maxBodyBytes',
+    async (maxBodyBytes) => {
+      const err = await caught(() => httpSource({ url: `${base}/items/{id}`, maxBodyBytes }));
+      expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+      expect((err as Error).message).toContain('source.maxBodyBytes:');
+    },
+  );
 });

@@ -10,7 +10,14 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
-import { configSchema, type ServiceConfig, type TableConfig } from './schema.js';
+import {
+  ADMIN_TOKEN_PATTERN,
+  configSchema,
+  HEADER_VALUE_PATTERN,
+  RESERVED_TABLE_NAMES,
+  type ServiceConfig,
+  type TableConfig,
+} from './schema.js';
 
 /** Inputs of {@link loadConfig}; passed in so that tests need no process state. */
 export interface LoadConfigOptions {
@@ -35,7 +42,18 @@ const ajv = new Ajv({ strict: true, useDefaults: true, discriminator: true, allE
 const validate = ajv.compile<FileConfig>(configSchema);
 
 /** Configuration fields the environment may override, by variable. */
-const ENV_FIELDS = { VALKEY_URL: 'valkey.url', HOST: 'http.host', LOG_LEVEL: 'log.level' } as const;
+const ENV_FIELDS = {
+  VALKEY_URL: 'valkey.url',
+  HOST: 'http.host',
+  LOG_LEVEL: 'log.level',
+  ECHOSTORE_ADMIN_TOKEN: 'http.adminToken',
+} as const;
+
+/**
+ * Most alias expansions a YAML file may make: enough for any hand-written config,
+ * far too few for an alias bomb ("billion laughs").
+ */
+const MAX_YAML_ALIAS_COUNT = 100;
 
 /**
  * Reads, validates and completes the configuration.
@@ -46,18 +64,19 @@ const ENV_FIELDS = { VALKEY_URL: 'valkey.url', HOST: 'http.host', LOG_LEVEL: 'lo
  *    sqlite table is resolved against the file's directory.
  * 2. Without a file: one built-in demo table, `products`, served by the demo
  *    catalog in `<ECHOSTORE_DATA_DIR or cwd/data>/demo.sqlite` (created on first use).
- * 3. `VALKEY_URL`, `HOST`, `PORT`, `LOG_LEVEL` override the file, and are
- *    validated the same way.
+ * 3. `VALKEY_URL`, `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN`
+ *    override the file, and are validated the same way.
  *
  * Defaults: `valkey.url` `redis://127.0.0.1:6379`, `valkey.commandTimeoutMs`
  * 1,000, `valkey.connectTimeoutMs` 2,000, `http.host` `127.0.0.1`, `http.port`
- * 8080, `http.bodyLimitBytes` 1 MiB, `log.level` `info`; table policy fields
- * stay as written (the store applies their defaults).
+ * 8080, `http.bodyLimitBytes` 1 MiB, `log.level` `info`; `http.adminToken`
+ * has none; table policy fields stay as written (the store applies their defaults).
  *
  * @throws {ConfigError} `ECC_BAD_CONFIG` when the file cannot be read or parsed
- *   (with its line), fails the schema, has no table, breaks a cross-field policy
- *   rule (`leaseMs > loadTimeoutMs`, `idPattern` compiles), or an override is
- *   invalid. The message names the file (or variable) and the field as a dotted
+ *   (with its line; an alias bomb too), fails the schema, has no table or a
+ *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
+ *   port 1–65535, db 0–15), breaks a cross-field policy rule (`leaseMs > loadTimeoutMs`,
+ *   `idPattern` compiles and is safe), or an override is invalid. The message names the file (or variable) and the field as a dotted
  *   path, e.g. `tables.products.ttlMs: must be integer`.
  */
 export function loadConfig(options: LoadConfigOptions): ServiceConfig {
@@ -77,6 +96,8 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
 
   if (!validate(raw)) throw new ConfigError(`${origin}: ${describe(validate.errors)}`);
   const config = raw;
+  const urlProblem = valkeyUrlProblem(config.valkey.url);
+  if (urlProblem !== undefined) throw new ConfigError(`${origin}: valkey.url: ${urlProblem}`);
   for (const [name, table] of Object.entries(config.tables)) {
     checkPolicy(name, table, origin);
     if (table.source.kind === 'sqlite' && path !== undefined) {
@@ -137,14 +158,46 @@ function readConfigFile(file: string): unknown {
     }
   }
   const lineCounter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false });
-  const error = doc.errors[0];
-  if (error !== undefined) {
-    const { line, col } = lineCounter.linePos(error.pos[0]);
-    const at = `${line}:${col}:`;
-    throw new ConfigError(`${file}:${at} invalid YAML: ${error.message}`, { cause: error });
+  try {
+    const doc = parseDocument(text, { lineCounter, prettyErrors: false });
+    const error = doc.errors[0];
+    if (error !== undefined) {
+      const { line, col } = lineCounter.linePos(error.pos[0]);
+      const at = `${line}:${col}:`;
+      throw new ConfigError(`${file}:${at} invalid YAML: ${error.message}`, { cause: error });
+    }
+    return doc.toJS({ maxAliasCount: MAX_YAML_ALIAS_COUNT });
+  } catch (err) {
+    // The yaml library also throws: an alias bomb ("Excessive alias count"), an unresolvable alias…
+    if (err instanceof ConfigError) throw err;
+    throw new ConfigError(`${file}: invalid YAML: ${(err as Error).message}`, { cause: err });
   }
-  return doc.toJS();
+}
+
+/**
+ * What is wrong with a `valkey.url` that passed the schema (`^rediss?://`), or
+ * `undefined`. Never quotes the URL: it may hold a password.
+ */
+function valkeyUrlProblem(url: string): string | undefined {
+  const expected = 'redis://[user:password@]host[:port][/db] or rediss://…';
+  const authority = /^[a-z]+:\/\/([^/?#]*)/i.exec(url)?.[1] ?? '';
+  const port = /:([0-9]+)$/.exec(authority.slice(authority.lastIndexOf('@') + 1))?.[1];
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65_535)) {
+    return 'the port must be 1-65535';
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return `is not a valid URL (expected ${expected})`;
+  }
+  if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
+    return `must be a redis:// or rediss:// URL (expected ${expected})`;
+  }
+  if (!/^(?:\/(?:[0-9]|1[0-5])?)?$/.test(parsed.pathname)) {
+    return 'the database index (the path) must be 0-15';
+  }
+  return undefined;
 }
 
 /** `<line>:<col>: invalid JSON: <reason>`, from the `position N` V8 puts in its message. */
@@ -185,6 +238,8 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
   if (host !== undefined) config.http.host = host;
   const level = env('LOG_LEVEL');
   if (level !== undefined) config.log.level = level as FileConfig['log']['level'];
+  const adminToken = env('ECHOSTORE_ADMIN_TOKEN');
+  if (adminToken !== undefined) config.http.adminToken = adminToken;
 
   if (!validate(config)) {
     const problem = describe(validate.errors);
@@ -192,6 +247,10 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
       problem.startsWith(`${field}:`),
     );
     throw new ConfigError(`environment variable ${variable?.[0] ?? '?'}: ${problem}`);
+  }
+  const urlProblem = url === undefined ? undefined : valkeyUrlProblem(url);
+  if (urlProblem !== undefined) {
+    throw new ConfigError(`environment variable VALKEY_URL: valkey.url: ${urlProblem}`);
   }
 }
 
@@ -206,6 +265,9 @@ function describe(errors: ErrorObject[] | null | undefined): string {
   const at = (...more: string[]) => [...path, ...more].join('.') || '(root)';
   const { params } = error;
   if (error.propertyName !== undefined) {
+    if (error.keyword === 'not') {
+      return `${at(error.propertyName)}: is a reserved name (${RESERVED_TABLE_NAMES.join(', ')})`;
+    }
     return `${at(error.propertyName)}: is not a valid name (must match ${params.pattern})`;
   }
   switch (error.keyword) {
@@ -222,6 +284,12 @@ function describe(errors: ErrorObject[] | null | undefined): string {
       return `${at(params.additionalProperty)}: is not a known field`;
     case 'enum':
       return `${at()}: must be one of ${params.allowedValues.join(', ')}`;
+    case 'pattern':
+      if (params.pattern === HEADER_VALUE_PATTERN) return `${at()}: must not contain CR, LF or NUL`;
+      if (params.pattern === ADMIN_TOKEN_PATTERN) {
+        return `${at()}: must be visible ASCII characters (no spaces or control characters)`;
+      }
+      return `${at()}: ${error.message}`;
     case 'discriminator':
       return `${at(params.tag)}: must be one of sqlite, http`;
     case 'type':

@@ -17,7 +17,7 @@ export type TableConfig = { source: SourceConfig } & TablePolicyInput;
 /** The validated configuration, with every default applied. Durations are milliseconds. */
 export interface ServiceConfig {
   valkey: {
-    /** `redis://…` or `rediss://…`. Default `redis://127.0.0.1:6379`. */
+    /** `redis://[user:password@]host[:port][/db]` or `rediss://…`; port 1–65535, db 0–15. Default `redis://127.0.0.1:6379`. */
     url: string;
     /** A Valkey command not answered within this fails. Default 1,000. */
     commandTimeoutMs: number;
@@ -31,12 +31,17 @@ export interface ServiceConfig {
     port: number;
     /** Largest PUT body, in bytes. Default 1,048,576. */
     bodyLimitBytes: number;
+    /**
+     * Bearer token required by PUT, DELETE and warm-up: 16–512 visible ASCII characters.
+     * Also `ECHOSTORE_ADMIN_TOKEN`, which overrides the file. No default (unset: no token).
+     */
+    adminToken?: string;
   };
   log: {
     /** Default `info`. */
     level: LogLevel;
   };
-  /** Tables by name (`[a-z0-9_-]{1,64}`), at least one. */
+  /** Tables by name (`[a-z0-9_-]{1,64}`, not one of {@link RESERVED_TABLE_NAMES}), at least one. */
   tables: Record<string, TableConfig>;
   /** Where the config came from: the file path, or 'built-in demo'. */
   origin: string;
@@ -44,6 +49,18 @@ export interface ServiceConfig {
 
 /** Default of `valkey.url`. */
 export const DEFAULT_VALKEY_URL = 'redis://127.0.0.1:6379';
+
+/**
+ * Names a table may not have: as keys of a plain object they reach `Object.prototype`
+ * (`tables.__proto__ = …` replaces the prototype instead of adding a table).
+ */
+export const RESERVED_TABLE_NAMES = ['__proto__', 'constructor', 'prototype'] as const;
+
+/** A header value without CR, LF or NUL (they would split or truncate the request). */
+export const HEADER_VALUE_PATTERN = '^[^\\r\\n\\u0000]*$';
+
+/** `http.adminToken`: visible ASCII (it travels in an `authorization` header). */
+export const ADMIN_TOKEN_PATTERN = '^[\\x21-\\x7e]*$';
 
 const ms = { type: 'integer', minimum: 1, maximum: 3_600_000 } as const;
 
@@ -70,8 +87,9 @@ const httpSourceSchema = {
     headers: {
       type: 'object',
       propertyNames: { pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$" },
-      additionalProperties: { type: 'string' },
+      additionalProperties: { type: 'string', pattern: HEADER_VALUE_PATTERN },
     },
+    maxBodyBytes: { type: 'integer', minimum: 1, maximum: 1024 * 1024 * 1024 },
   },
 } as const;
 
@@ -108,6 +126,12 @@ export const configSchema = {
           maximum: 1024 * 1024 * 1024,
           default: 1024 * 1024,
         },
+        adminToken: {
+          type: 'string',
+          minLength: 16,
+          maxLength: 512,
+          pattern: ADMIN_TOKEN_PATTERN,
+        },
       },
     },
     log: {
@@ -119,7 +143,7 @@ export const configSchema = {
     tables: {
       type: 'object',
       minProperties: 1,
-      propertyNames: { pattern: '^[a-z0-9_-]{1,64}$' },
+      propertyNames: { pattern: '^[a-z0-9_-]{1,64}$', not: { enum: RESERVED_TABLE_NAMES } },
       additionalProperties: {
         type: 'object',
         additionalProperties: false,

@@ -1,22 +1,34 @@
 /** The `http` source: GET a URL with the id in it; 200 JSON is the item, 404 is "not found". */
-import { ConfigError } from '../errors.js';
+import { BadIdError, ConfigError } from '../errors.js';
 import type { Source } from './source.js';
 
 /** Options of {@link httpSource}. */
 export interface HttpSourceOptions {
-  /** An `http:` or `https:` URL containing `{id}`, replaced by the URL-encoded id on each GET. */
+  /**
+   * An `http:` or `https:` URL containing `{id}`, replaced by the URL-encoded id on each GET.
+   * It may not carry credentials (`user:password@`): send them in `headers`.
+   */
   url: string;
   /** A GET slower than this fails, in milliseconds. Default 10,000. */
   timeoutMs?: number;
-  /** Extra request headers (e.g. `authorization`). `accept: application/json` is sent unless set here. */
+  /**
+   * Extra request headers (e.g. `authorization`). `accept: application/json` is sent unless
+   * set here. Names are HTTP tokens; values may not contain CR, LF or NUL.
+   */
   headers?: Record<string, string>;
+  /** Largest response body read, in bytes; a larger one fails the load. Default 8 MiB (8,388,608). */
+  maxBodyBytes?: number;
 }
 
-/** An answer of the origin that is neither a JSON 200 nor a 404, or a GET that timed out. */
+/**
+ * An answer of the origin that is neither a JSON 200 nor a 404, a body over `maxBodyBytes`,
+ * a redirect, a network failure, or a GET that timed out. The message names the request by
+ * origin and path only: the query string (where API keys live) is never in it.
+ */
 export class SourceError extends Error {
   /** The HTTP status, when the origin answered. */
   readonly status: number | undefined;
-  /** The URL requested. */
+  /** The URL requested, without its query string and fragment (origin + path). */
   readonly url: string;
 
   constructor(message: string, url: string, options: { status?: number; cause?: unknown } = {}) {
@@ -28,63 +40,149 @@ export class SourceError extends Error {
 }
 
 const DEFAULT_TIMEOUT_MS = 10_000;
+const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
+const MAX_MAX_BODY_BYTES = 1024 * 1024 * 1024;
+/** RFC 9110 `token`. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** A path segment WHATWG URL parsing treats as `.` or `..` (dot-segments, RFC 3986 §5.2.4). */
+const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
 
 /**
  * A loader that GETs `url` with `{id}` replaced by `encodeURIComponent(id)`,
- * using the global `fetch`, aborted by the flight's signal or after `timeoutMs`.
- * 200 → the parsed JSON body; 404 → `undefined` (not found); the body is
- * always read or cancelled, so no connection is left hanging.
+ * using the global `fetch` (redirects refused), aborted by the flight's signal
+ * or after `timeoutMs`. 200 → the parsed JSON body, read up to `maxBodyBytes`;
+ * 404 → `undefined` (not found); the body is always read or cancelled, so no
+ * connection is left hanging.
  *
- * The loader rejects with {@link SourceError} on any other status (`status`
- * set), on a 200 whose body is not JSON, and on a timeout; with the signal's
- * reason when the flight aborts it; with fetch's `TypeError` on a network error.
+ * The loader rejects with {@link BadIdError} `ECC_BAD_ID`, before any request,
+ * for an id that is a dot-segment (`.`, `..`, `%2e`, `.%2E`, …), which URL
+ * parsing would resolve to another path of the origin. It rejects with
+ * {@link SourceError} on any other status (`status` set), on a redirect, on a
+ * 200 whose body is not JSON or is larger than `maxBodyBytes` (declared by
+ * `content-length` or counted while reading), on a network error and on a
+ * timeout; with the signal's reason when the flight aborts it.
  *
  * @param field - dotted path of these options in the configuration, used in error messages.
- * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the URL has no `{id}` or is
- *   not http/https, or `<field>.timeoutMs` when it is not a positive integer.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the URL has no `{id}`, is
+ *   not http/https or carries credentials, `<field>.timeoutMs` / `<field>.maxBodyBytes` when
+ *   out of range, or `<field>.headers.<name>` for a header name that is not a token or a value
+ *   with CR, LF or NUL.
  */
 export function httpSource(options: HttpSourceOptions, field = 'source'): Source {
   const { url } = options;
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   if (!url.includes('{id}')) throw new ConfigError(`${field}.url: must contain {id}`);
-  let protocol: string;
+  let parsed: URL;
   try {
-    protocol = new URL(url.replaceAll('{id}', 'id')).protocol;
+    parsed = new URL(url.replaceAll('{id}', 'id'));
   } catch {
     throw new ConfigError(`${field}.url: is not a valid URL`);
   }
-  if (protocol !== 'http:' && protocol !== 'https:') {
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
     throw new ConfigError(`${field}.url: must be an http or https URL`);
+  }
+  if (parsed.username !== '' || parsed.password !== '') {
+    throw new ConfigError(
+      `${field}.url: must not contain credentials (user:password@); send them in headers`,
+    );
   }
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1) {
     throw new ConfigError(`${field}.timeoutMs: must be a positive integer (milliseconds)`);
+  }
+  if (!Number.isInteger(maxBodyBytes) || maxBodyBytes < 1 || maxBodyBytes > MAX_MAX_BODY_BYTES) {
+    throw new ConfigError(`${field}.maxBodyBytes: must be an integer from 1 to 1 GiB (bytes)`);
+  }
+  for (const [name, value] of Object.entries(options.headers ?? {})) {
+    if (!HEADER_NAME.test(name)) {
+      throw new ConfigError(`${field}.headers.${name}: is not a valid header name`);
+    }
+    if (typeof value !== 'string' || /[\r\n\0]/.test(value)) {
+      throw new ConfigError(`${field}.headers.${name}: must be a string without CR, LF or NUL`);
+    }
   }
   const headers = { accept: 'application/json', ...options.headers };
 
   return {
     async load(id, { signal }) {
-      const target = url.replaceAll('{id}', encodeURIComponent(id));
+      const encoded = encodeURIComponent(id);
+      if (DOT_SEGMENT.test(id) || DOT_SEGMENT.test(encoded)) {
+        throw new BadIdError('id must not be a dot-segment (".", "..") for an http source', {
+          id,
+        });
+      }
+      const target = url.replaceAll('{id}', encoded);
+      const { origin, pathname } = new URL(target);
+      const shown = origin + pathname;
       const timeout = AbortSignal.timeout(timeoutMs);
       let response: Response;
       try {
-        response = await fetch(target, { headers, signal: AbortSignal.any([signal, timeout]) });
-        if (response.status === 200) return parseJson(await response.text(), target);
+        response = await fetch(target, {
+          headers,
+          redirect: 'error',
+          signal: AbortSignal.any([signal, timeout]),
+        });
+        if (response.status === 200) {
+          return parseJson(await readBody(response, maxBodyBytes, shown), shown);
+        }
       } catch (err) {
-        if (timeout.aborted && !signal.aborted) {
-          throw new SourceError(`GET ${target} timed out after ${timeoutMs} ms`, target, {
+        if (signal.aborted) throw err;
+        if (timeout.aborted) {
+          throw new SourceError(`GET ${shown} timed out after ${timeoutMs} ms`, shown, {
             cause: err,
           });
         }
-        throw err;
+        if (err instanceof SourceError) throw err;
+        const reason = networkReason(err).replaceAll(target, shown);
+        throw new SourceError(`GET ${shown} failed: ${reason}`, shown, { cause: err });
       }
       await response.body?.cancel().catch(() => {});
       if (response.status === 404) return undefined;
-      throw new SourceError(`GET ${target} answered ${response.status}`, target, {
+      throw new SourceError(`GET ${shown} answered ${response.status}`, shown, {
         status: response.status,
       });
     },
     close() {},
   };
+}
+
+/**
+ * The body of a 200 as UTF-8 text, refused without reading when `content-length`
+ * exceeds `maxBodyBytes`, and cancelled (closing the connection) as soon as the
+ * bytes read exceed it.
+ */
+async function readBody(response: Response, maxBodyBytes: number, url: string): Promise<string> {
+  const tooLarge = () =>
+    new SourceError(`GET ${url} answered 200 with a body over ${maxBodyBytes} bytes`, url, {
+      status: 200,
+    });
+  const declared = Number(response.headers.get('content-length') ?? Number.NaN);
+  if (declared > maxBodyBytes) {
+    await response.body?.cancel().catch(() => {});
+    throw tooLarge();
+  }
+  if (response.body === null) return '';
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    bytes += value.byteLength;
+    if (bytes > maxBodyBytes) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  return new TextDecoder().decode(Buffer.concat(chunks));
+}
+
+/** What undici says went wrong (its `TypeError: fetch failed` carries the reason in `cause`). */
+function networkReason(err: unknown): string {
+  const cause = (err as { cause?: unknown }).cause;
+  if (cause instanceof Error) return cause.message;
+  return err instanceof Error ? err.message : String(err);
 }
 
 function parseJson(text: string, url: string): unknown {

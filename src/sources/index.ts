@@ -11,7 +11,13 @@ export { type SqliteSourceOptions, sqliteSource } from './sqlite.js';
 /** A table's `source` as written in the configuration file. */
 export type SourceConfig =
   | { kind: 'sqlite'; file: string; query: string; seed?: 'demo' }
-  | { kind: 'http'; url: string; timeoutMs?: number; headers?: Record<string, string> };
+  | {
+      kind: 'http';
+      url: string;
+      timeoutMs?: number;
+      headers?: Record<string, string>;
+      maxBodyBytes?: number;
+    };
 
 /**
  * Builds the source a table's `source` configuration describes.
