@@ -22,6 +22,11 @@ export interface TableMetrics {
   badEnvelopes: { inc(n?: number): void };
   lease(outcome: LeaseOutcome): { inc(n?: number): void };
   waitSeconds: { observe(seconds: number): void };
+  refreshes(reason: 'early' | 'stale'): { inc(n?: number): void };
+  refreshFailures: { inc(n?: number): void };
+  invalidations: { inc(n?: number): void };
+  coherence(result: 'applied' | 'stale'): { inc(n?: number): void };
+  l1Flushes: { inc(n?: number): void };
 }
 
 /** Lease outcomes counted by `echostore_lease_total{outcome}`. */
@@ -43,6 +48,11 @@ export class StoreMetrics {
   readonly #badEnvelopes: Counter<'table'>;
   readonly #lease: Counter<'table' | 'outcome'>;
   readonly #waitSeconds: Histogram<'table'>;
+  readonly #refreshes: Counter<'table' | 'reason'>;
+  readonly #refreshFailures: Counter<'table'>;
+  readonly #invalidations: Counter<'table'>;
+  readonly #coherence: Counter<'table' | 'result'>;
+  readonly #l1Flushes: Counter<'table'>;
   readonly #stats = new Map<string, () => TableStats>();
   readonly #readCounts = new Map<string, ReadCounts>();
 
@@ -124,6 +134,36 @@ export class StoreMetrics {
       buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers,
     });
+    this.#refreshes = new Counter({
+      name: 'echostore_refreshes_total',
+      help: 'Background refreshes started: early (XFetch) or stale (a stale value was served).',
+      labelNames: ['table', 'reason'],
+      registers,
+    });
+    this.#refreshFailures = new Counter({
+      name: 'echostore_refresh_failures_total',
+      help: 'Background refreshes that failed (stale-if-error keeps serving; the id backs off).',
+      labelNames: ['table'],
+      registers,
+    });
+    this.#invalidations = new Counter({
+      name: 'echostore_invalidations_total',
+      help: 'DELETEs (invalidations) accepted by Valkey.',
+      labelNames: ['table'],
+      registers,
+    });
+    this.#coherence = new Counter({
+      name: 'echostore_coherence_total',
+      help: "Coherence messages about an id this instance holds in L1: applied (newer: row dropped) or stale (not newer, e.g. this instance's own echo: ignored).",
+      labelNames: ['table', 'result'],
+      registers,
+    });
+    this.#l1Flushes = new Counter({
+      name: 'echostore_l1_flushes_total',
+      help: 'Whole-L1 flushes after the event subscriber reconnected (messages may have been missed).',
+      labelNames: ['table'],
+      registers,
+    });
     const stats = this.#stats;
     const gauge = (name: string, help: string, pick: (s: TableStats) => number) =>
       new Gauge({
@@ -177,8 +217,20 @@ export class StoreMetrics {
     this.#stats.set(table, stats);
     this.#readCounts.set(table, reads);
     // Start every per-table counter at 0, so a series exists from the first scrape.
-    for (const c of [this.#fills, this.#coalesced, this.#shed, this.#lateLoads, this.#badEnvelopes])
-      c.labels(table).inc(0);
+    const plain = [
+      this.#fills,
+      this.#coalesced,
+      this.#shed,
+      this.#lateLoads,
+      this.#badEnvelopes,
+      this.#refreshFailures,
+      this.#invalidations,
+      this.#l1Flushes,
+    ];
+    for (const c of plain) c.labels(table).inc(0);
+    for (const reason of ['early', 'stale'] as const) this.#refreshes.labels(table, reason).inc(0);
+    for (const result of ['applied', 'stale'] as const)
+      this.#coherence.labels(table, result).inc(0);
     for (const outcome of ['acquired', 'contended', 'lost', 'takeover'] as const)
       this.#lease.labels(table, outcome).inc(0);
     return {
@@ -192,6 +244,11 @@ export class StoreMetrics {
       badEnvelopes: this.#badEnvelopes.labels(table),
       lease: (outcome) => this.#lease.labels(table, outcome),
       waitSeconds: this.#waitSeconds.labels(table),
+      refreshes: (reason) => this.#refreshes.labels(table, reason),
+      refreshFailures: this.#refreshFailures.labels(table),
+      invalidations: this.#invalidations.labels(table),
+      coherence: (result) => this.#coherence.labels(table, result),
+      l1Flushes: this.#l1Flushes.labels(table),
     };
   }
 }

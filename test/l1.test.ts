@@ -99,10 +99,16 @@ describe('L1', () => {
     }
   });
 
-  it('the L1 TTL never exceeds the soft TTL', async () => {
-    const table = uniqueTable('l1-soft');
+  it('the L1 TTL never exceeds the hard TTL (soft TTL + staleMs)', async () => {
+    const table = uniqueTable('l1-hard');
     const store = await openStore({
-      [table]: { ttlMs: 5_000, jitter: 0.2, l1: { ttlMs: 30_000 }, load: (id) => ({ id }) },
+      [table]: {
+        ttlMs: 4_000,
+        staleMs: 1_000,
+        jitter: 0.2,
+        l1: { ttlMs: 30_000 },
+        load: (id) => ({ id }),
+      },
     });
     const t = store.table(table);
     for (let i = 0; i < 20; i++) {
@@ -111,7 +117,9 @@ describe('L1', () => {
       const l1TtlMs = t.l1TtlMs(id);
       expect(l1TtlMs).toBeGreaterThan(0);
       expect(l1TtlMs).toBeLessThanOrEqual(6_000);
-      expect(l1TtlMs).toBeLessThanOrEqual(r.ttlMs + 5);
+      // soft TTL left + staleMs × the same jitter factor (≤ 1.2)
+      expect(l1TtlMs).toBeLessThanOrEqual(r.ttlMs + 1_200 + 5);
+      expect(l1TtlMs).toBeGreaterThan(r.ttlMs);
     }
   });
 });

@@ -73,7 +73,7 @@ describe('L2', () => {
     expect(pttl).toBeGreaterThanOrEqual(15_000 - 250);
   });
 
-  it('the stored envelope is { v: 1, value, version, softExpiresAt, deltaMs }', async () => {
+  it('the stored envelope is { v: 1, value, version, softExpiresAt, hardExpiresAt, deltaMs }', async () => {
     const table = uniqueTable('l2-envelope');
     const store = await openStore({
       [table]: { ttlMs: 60_000, load: (id) => ({ id, tags: ['a', 'b'] }) },
@@ -88,9 +88,13 @@ describe('L2', () => {
       value: { id: 'e1', tags: ['a', 'b'] },
       version: r.version,
       softExpiresAt: expect.any(Number),
+      hardExpiresAt: expect.any(Number),
       deltaMs: expect.any(Number),
     });
     expect(envelope.softExpiresAt).toBeGreaterThan(before + 50_000);
+    // hard = soft + staleMs (60 s) × the same jitter factor (1 to 1.2)
+    expect(envelope.hardExpiresAt - envelope.softExpiresAt).toBeGreaterThanOrEqual(60_000);
+    expect(envelope.hardExpiresAt - envelope.softExpiresAt).toBeLessThanOrEqual(72_000);
     expect(envelope.deltaMs).toBeGreaterThanOrEqual(0);
   });
 

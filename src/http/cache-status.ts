@@ -6,7 +6,9 @@ export const CACHE_NAME = 'echostore';
 /**
  * The `Cache-Status` header value of a read (RFC 9211).
  *
- * - answered by L1 or L2: `echostore; hit; ttl=<s>; detail=l1|l2|l1-negative|l2-negative`
+ * - answered by L1 or L2: `echostore; hit; ttl=<s>; detail=l1|l2|l1-negative|l2-negative`;
+ *   served stale (stale-while-revalidate, stale-if-error): `detail=l1-stale|l2-stale`
+ *   and a negative `ttl` (RFC 9211 §2.6: how long ago it went stale)
  * - answered by the source: `echostore; fwd=miss; fwd-status=200|404; stored`,
  *   plus `; collapsed` when this request attached to another's flight.
  *
@@ -19,6 +21,10 @@ export function cacheStatus(result: ReadResult): string {
     const collapsed = result.coalesced ? '; collapsed' : '';
     return `${CACHE_NAME}; fwd=miss; fwd-status=${status}; stored; ttl=${ttl}${collapsed}`;
   }
-  const detail = result.found ? result.source : `${result.source}-negative`;
+  const detail = !result.found
+    ? `${result.source}-negative`
+    : result.stale
+      ? `${result.source}-stale`
+      : result.source;
   return `${CACHE_NAME}; hit; ttl=${ttl}; detail=${detail}`;
 }

@@ -1,7 +1,7 @@
 /**
  * The L2 envelope: what `ecc:<table>:{<id>}` holds.
  *
- * `{ v: 1, value, version, softExpiresAt, deltaMs, negative? }`. A string that
+ * `{ v: 1, version, softExpiresAt, hardExpiresAt, deltaMs, negative?, value }`. A string that
  * does not decode, or carries another `v`, is treated as a miss and
  * overwritten by the next fill — never a crash.
  */
@@ -19,6 +19,12 @@ export interface Envelope {
   version: number;
   /** When the value goes stale, epoch milliseconds (soft TTL). */
   softExpiresAt: number;
+  /**
+   * When the value is gone, epoch milliseconds (hard TTL: Valkey's `PX` ends
+   * here too). Between the two it may be served stale while one caller
+   * refreshes it. Envelopes written without it have no stale window.
+   */
+  hardExpiresAt: number;
   /** How long the load that produced it took, milliseconds (XFetch's delta). */
   deltaMs: number;
   /** True when the source said "not found" (negative caching). */
@@ -43,7 +49,8 @@ export function toJson(value: unknown): string | undefined {
 /** Builds the envelope text around an already-serialised value (no second `stringify` of the value). */
 export function encodeEnvelope(env: Envelope): string {
   const neg = env.negative ? ',"negative":true' : '';
-  return `{"v":${ENVELOPE_VERSION},"version":${env.version},"softExpiresAt":${env.softExpiresAt},"deltaMs":${env.deltaMs}${neg},"value":${env.json}}`;
+  // Field order matters: the lease script reads `version` and `softExpiresAt` from this prefix.
+  return `{"v":${ENVELOPE_VERSION},"version":${env.version},"softExpiresAt":${env.softExpiresAt},"hardExpiresAt":${env.hardExpiresAt},"deltaMs":${env.deltaMs}${neg},"value":${env.json}}`;
 }
 
 /**
@@ -72,11 +79,13 @@ export function decodeEnvelope(text: string): Envelope | undefined {
   // foreign envelope): that is an undecodable envelope, i.e. a miss.
   const json = toJson(r.value);
   if (json === undefined) return undefined;
+  const hard = isNonNegativeInteger(r.hardExpiresAt) ? r.hardExpiresAt : r.softExpiresAt;
   return {
     value: r.value,
     json,
     version: r.version,
     softExpiresAt: r.softExpiresAt,
+    hardExpiresAt: Math.max(hard, r.softExpiresAt),
     deltaMs: r.deltaMs,
     negative: r.negative === true,
   };

@@ -23,6 +23,14 @@ export function encodeEvent(event: TableEvent): string {
   return JSON.stringify(event);
 }
 
+/** What a table does with its channel. */
+export interface TableHandlers {
+  /** An event of the table arrived (this instance's own included). */
+  onEvent(event: TableEvent): void;
+  /** The subscriber reconnected after a drop: events may have been missed. */
+  onReconnect(): void;
+}
+
 /** A watch on one id: `wait` resolves early when an event for the id arrives. */
 export interface Watch {
   /** Resolves `true` when woken by an event (or one arrived since the last wait), `false` after `ms`. */
@@ -40,6 +48,8 @@ export class TableEvents {
   readonly #sub: Redis;
   readonly #log: Logger;
   readonly #watches = new Map<string, Set<WatchImpl>>();
+  readonly #handlers = new Map<string, TableHandlers>();
+  #connectedBefore = false;
 
   /** Opens a subscriber connection duplicated from `client`. */
   constructor(client: Redis, log: Logger) {
@@ -52,10 +62,16 @@ export class TableEvents {
     });
     this.#sub.on('error', (err) => log.debug({ err }, 'valkey subscriber error'));
     this.#sub.on('message', (channel: string, message: string) => this.#deliver(channel, message));
+    // A reconnect may have lost messages: every table flushes its L1 (coherence).
+    this.#sub.on('ready', () => {
+      if (this.#connectedBefore) for (const h of this.#handlers.values()) h.onReconnect();
+      this.#connectedBefore = true;
+    });
   }
 
-  /** Subscribes to `table`'s channel. */
-  subscribe(table: string): void {
+  /** Subscribes to `table`'s channel; `handlers` get its events and reconnects. */
+  subscribe(table: string, handlers: TableHandlers): void {
+    this.#handlers.set(table, handlers);
     this.#sub.subscribe(eventsChannel(table)).catch((err: unknown) => {
       this.#log.warn({ err, table }, 'could not subscribe to the table channel; waiters will poll');
     });
@@ -86,6 +102,8 @@ export class TableEvents {
       return;
     }
     if (typeof event?.id !== 'string') return;
+    if (event.v !== undefined && !Number.isSafeInteger(event.v)) return;
+    this.#handlers.get(table)?.onEvent(event);
     const set = this.#watches.get(`${table}\u0000${event.id}`);
     if (set !== undefined) for (const w of set) w.wake();
   }

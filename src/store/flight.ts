@@ -35,7 +35,9 @@ export type Outcome =
       loaded: boolean;
       refused: boolean;
     }
-  | { kind: 'error'; error: EchoStoreError; loaded: boolean };
+  | { kind: 'error'; error: EchoStoreError; loaded: boolean }
+  /** A background refresh found another instance refreshing: nothing to do. */
+  | { kind: 'skipped'; loaded: false };
 
 /** Everything a flight needs; built once per table. */
 export interface FlightContext {
@@ -51,6 +53,11 @@ export interface FlightContext {
   clock: VersionClock;
   gate: LoadGate;
   log: Logger;
+  /**
+   * The flight found a stale value it may serve and will load behind it:
+   * the owner answers the waiters with `envelope` now (stale-while-revalidate).
+   */
+  early(flight: Flight, envelope: Envelope): void;
 }
 
 /** Longest pause between two looks at a contended lease when no event wakes the waiter. */
@@ -73,10 +80,18 @@ export class Flight {
   superseded = false;
   /** The flight called the loader (a source read). */
   loaded = false;
+  /**
+   * Nobody waits for this flight's answer (a background refresh, or a flight
+   * whose waiters were already answered stale): it never waits on another
+   * instance's lease, and its failure is a refresh failure.
+   */
+  background = false;
 
-  constructor(id: string, first: Waiter) {
+  /** @param first the first waiter; none for a background refresh. */
+  constructor(id: string, first?: Waiter) {
     this.id = id;
-    this.waiters = [first];
+    this.waiters = first === undefined ? [] : [first];
+    this.background = first === undefined;
   }
 }
 
@@ -108,6 +123,7 @@ async function flyPlain(ctx: FlightContext, flight: Flight): Promise<Outcome> {
   const cached = text === null ? undefined : decode(ctx, text);
   if (cached !== undefined && cached.softExpiresAt > Date.now())
     return valueOutcome(flight, cached, 'l2');
+  if (cached !== undefined && servableStale(cached)) serveStale(ctx, flight, cached);
   const envelope = await loadEnvelope(ctx, flight);
   const filled = await fillWithoutLease(ctx, flight, envelope, readMark(text));
   return { kind: 'value', envelope, source: 'source', loaded: flight.loaded, refused: !filled };
@@ -144,7 +160,7 @@ async function fillWithoutLease(
       valueKey(ctx.table, flight.id),
       expected,
       encodeEnvelope(envelope),
-      hardTtlMs(ctx.policy, envelope, Date.now()),
+      hardTtlMs(envelope, Date.now()),
     );
     ctx.health.succeeded();
     return written;
@@ -194,11 +210,19 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
         force = true;
         continue;
       }
+      const stale = answer.stale === undefined ? undefined : decode(ctx, answer.stale);
       if (answer.kind === 'leased') {
-        if (answer.stale !== undefined) decode(ctx, answer.stale);
         metrics.lease(waitStarted === undefined ? 'acquired' : 'takeover').inc();
         waited();
+        if (stale !== undefined && servableStale(stale)) serveStale(ctx, flight, stale);
         return await loadAndFill(ctx, flight, vKey, lKey, answer.token);
+      }
+      // Contended: another instance loads. A refresh has nothing to wait for, and a
+      // reader with a stale value in hand is answered with it (stale-while-revalidate).
+      if (flight.background) return { kind: 'skipped', loaded: false };
+      if (stale !== undefined && servableStale(stale)) {
+        waited();
+        return valueOutcome(flight, stale, 'l2');
       }
       if (waitStarted === undefined) {
         waitStarted = performance.now();
@@ -251,7 +275,7 @@ async function loadAndFill(
       lKey,
       token,
       encodeEnvelope(envelope),
-      hardTtlMs(ctx.policy, envelope, Date.now()),
+      hardTtlMs(envelope, Date.now()),
       eventsChannel(table),
       encodeEvent({ k: 'fill', id: flight.id, v: envelope.version }),
     );
@@ -279,6 +303,17 @@ function releaseLease(ctx: FlightContext, lKey: string, token: string, id: strin
         'valkey lease release failed; it expires after leaseMs',
       );
     });
+}
+
+/** A stale value may be served while it is within its hard TTL; "not found" never is. */
+function servableStale(envelope: Envelope): boolean {
+  return !envelope.negative && envelope.hardExpiresAt > Date.now();
+}
+
+/** Answers the flight's waiters with `stale` now; the flight goes on loading in the background. */
+function serveStale(ctx: FlightContext, flight: Flight, stale: Envelope): void {
+  if (flight.background) return;
+  ctx.early(flight, stale);
 }
 
 /** Decodes an L2 envelope and lets the version clock observe it; counts the undecodable. */

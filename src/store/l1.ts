@@ -7,7 +7,8 @@ export type L1Row = Envelope;
 
 /**
  * The in-process L1: an lru-cache bounded by entries and bytes, each row with
- * a jittered TTL that never outlives the row's soft TTL.
+ * a jittered TTL that never outlives the row's hard TTL (between soft and hard
+ * expiry a row is served stale while one caller refreshes it).
  *
  * Writes are newer-wins on `version`, so a late or duplicated write can never
  * replace a newer row. A row too large for the byte budget is simply not
@@ -48,7 +49,7 @@ export class L1 {
       ? undefined
       : this.#cache.get(id, { allowStale: true, updateAgeOnGet: false });
     if (current !== undefined && current.version > row.version) return false;
-    const remainingMs = row.softExpiresAt - now;
+    const remainingMs = row.hardExpiresAt - now;
     if (remainingMs <= 0) {
       this.#cache.delete(id);
       return false;
@@ -56,6 +57,11 @@ export class L1 {
     const ttl = Math.min(this.#policy.ttlMs * (1 + Math.random() * this.#jitter), remainingMs);
     this.#cache.set(id, row, { ttl: Math.max(1, Math.floor(ttl)) });
     return this.#cache.has(id);
+  }
+
+  /** The row, even past its L1 TTL, without touching recency (coherence checks). */
+  peek(id: string): L1Row | undefined {
+    return this.#cache.peek(id, { allowStale: true });
   }
 
   /** Drops `id`'s row. */

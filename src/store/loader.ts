@@ -12,6 +12,7 @@ import {
 import { type Envelope, toJson } from './envelope.js';
 import type { Flight, FlightContext } from './flight.js';
 import type { TablePolicy } from './policy.js';
+import { LoadResult, type RowPolicy } from './result.js';
 
 /**
  * Loads `flight.id` from the source and wraps it in a fresh envelope
@@ -82,34 +83,62 @@ async function callLoader(ctx: FlightContext, flight: Flight): Promise<unknown> 
   }
 }
 
-/** Wraps a loaded value (or "not found") in a fresh envelope with jittered soft TTL. */
-function buildEnvelope(ctx: FlightContext, id: string, value: unknown, deltaMs: number): Envelope {
+/**
+ * Wraps a loaded value (or "not found") in a fresh envelope: soft TTL
+ * `ttlMs` (or `negativeTtlMs`), hard TTL `+ staleMs`, both × one jitter factor;
+ * a {@link LoadResult} overrides the table's policy for this row.
+ */
+function buildEnvelope(ctx: FlightContext, id: string, result: unknown, deltaMs: number): Envelope {
   const { policy } = ctx;
-  const now = Date.now();
-  if (value === undefined) {
-    return {
-      value: null,
-      json: 'null',
-      version: ctx.clock.mint(),
-      softExpiresAt: now + Math.round(policy.negativeTtlMs * jitterFactor(policy)),
-      deltaMs,
-      negative: true,
-    };
+  let value = result;
+  let override: RowPolicy = {};
+  if (result instanceof LoadResult) {
+    value = result.value;
+    override = result.policy;
   }
-  const json = toJson(value);
+  const negative = override.negative === true || value === undefined;
+  const json = negative ? 'null' : toJson(value);
   if (json === undefined) {
     throw new BadValueError('the loader returned a value that cannot be serialised as JSON', {
       table: ctx.table,
       id,
     });
   }
+  const ttlMs = override.ttlMs ?? (negative ? policy.negativeTtlMs : policy.ttlMs);
+  const staleMs = negative ? 0 : (override.staleMs ?? policy.staleMs);
+  return makeEnvelope(
+    ctx.clock.mint(),
+    negative ? null : value,
+    json,
+    ttlMs,
+    staleMs,
+    deltaMs,
+    negative,
+    policy,
+  );
+}
+
+/** An envelope minted now: soft = now + ttlMs·f, hard = soft + staleMs·f, with one jitter factor f. */
+export function makeEnvelope(
+  version: number,
+  value: unknown,
+  json: string,
+  ttlMs: number,
+  staleMs: number,
+  deltaMs: number,
+  negative: boolean,
+  policy: TablePolicy,
+): Envelope {
+  const f = jitterFactor(policy);
+  const softExpiresAt = Date.now() + Math.max(1, Math.round(ttlMs * f));
   return {
     value,
     json,
-    version: ctx.clock.mint(),
-    softExpiresAt: now + Math.round(policy.ttlMs * jitterFactor(policy)),
+    version,
+    softExpiresAt,
+    hardExpiresAt: softExpiresAt + Math.round(staleMs * f),
     deltaMs,
-    negative: false,
+    negative,
   };
 }
 
@@ -118,14 +147,9 @@ export function jitterFactor(policy: TablePolicy): number {
   return 1 + Math.random() * policy.jitter;
 }
 
-/**
- * The hard TTL (Valkey `PX`) of an envelope: the jittered soft TTL plus `staleMs`
- * scaled by the same factor; a negative entry gets no stale time.
- */
-export function hardTtlMs(policy: TablePolicy, envelope: Envelope, now: number): number {
-  const softMs = Math.max(1, envelope.softExpiresAt - now);
-  if (envelope.negative) return softMs;
-  return softMs + Math.round(policy.staleMs * (softMs / policy.ttlMs));
+/** The hard TTL (Valkey `PX`) of an envelope from `now`, at least 1 ms. */
+export function hardTtlMs(envelope: Envelope, now: number): number {
+  return Math.max(1, envelope.hardExpiresAt - now);
 }
 
 /** Maps anything thrown by a loader to the coded error every waiter receives. */

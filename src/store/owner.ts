@@ -2,12 +2,13 @@ import { ClosedError, ShedError, ValkeyUnavailableError } from '../errors.js';
 import type { ReadCounts } from '../metrics.js';
 import type { Envelope } from './envelope.js';
 import { encodeEnvelope } from './envelope.js';
-import { encodeEvent } from './events.js';
+import { encodeEvent, type TableEvent } from './events.js';
 import { Flight, type FlightContext, fly, type Outcome, type Waiter } from './flight.js';
+import { RefreshBackoff } from './freshness.js';
 import type { LoadGate } from './gate.js';
 import { eventsChannel, leaseKey, valueKey } from './keys.js';
 import type { L1 } from './l1.js';
-import { hardTtlMs, jitterFactor } from './loader.js';
+import { hardTtlMs, makeEnvelope } from './loader.js';
 import { resultOf } from './result.js';
 import type { WriteResult } from './types.js';
 
@@ -30,7 +31,18 @@ export type Message =
       waiter: WriteWaiter<WriteResult>;
     }
   | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }
-  | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> };
+  | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> }
+  /** A caller saw a stale row, or XFetch said refresh early: refresh in the background. */
+  | { kind: 'refresh'; id: string; reason: RefreshReason }
+  /** A flight found a stale value to serve while it loads (stale-while-revalidate). */
+  | { kind: 'early'; flight: Flight; envelope: Envelope }
+  /** Another instance (or this one) wrote, filled or deleted an id. */
+  | { kind: 'event'; event: TableEvent }
+  /** The subscriber reconnected: events may have been missed, drop every L1 row. */
+  | { kind: 'flush' };
+
+/** Why a background refresh started: XFetch (`early`) or a stale read (`stale`). */
+export type RefreshReason = 'early' | 'stale';
 
 /** The counters the owner bumps (the caller bumps `hits` and `misses`). */
 export interface OwnerCounters {
@@ -64,11 +76,15 @@ export class TableOwner {
   #scheduled = false;
   readonly #flights = new Map<string, Flight>();
   readonly #writes = new Map<string, Message[]>();
+  readonly #backoff = new RefreshBackoff();
   #closed = false;
   #idle: (() => void) | undefined;
 
-  constructor(ctx: FlightContext, l1: L1, counters: OwnerCounters) {
-    this.#ctx = ctx;
+  constructor(ctx: Omit<FlightContext, 'early'>, l1: L1, counters: OwnerCounters) {
+    this.#ctx = {
+      ...ctx,
+      early: (flight, envelope) => this.post({ kind: 'early', flight, envelope }),
+    };
     this.#l1 = l1;
     this.#counters = counters;
   }
@@ -130,6 +146,72 @@ export class TableOwner {
       case 'invalidated':
         this.#invalidated(m);
         break;
+      case 'refresh':
+        this.#refresh(m.id, m.reason);
+        break;
+      case 'early':
+        this.#early(m.flight, m.envelope);
+        break;
+      case 'event':
+        this.#event(m.event);
+        break;
+      case 'flush':
+        this.#l1.clear();
+        this.#ctx.metrics.l1Flushes.inc();
+        break;
+    }
+  }
+
+  /**
+   * Whether a stale or early read of `id` should ask for a refresh now: no
+   * flight or write of it runs and it is not backing off after a failure.
+   * Read-only, so callers may ask it without a mailbox hop.
+   */
+  wantsRefresh(id: string, now: number): boolean {
+    return (
+      !this.#closed &&
+      !this.#flights.has(id) &&
+      !this.#writes.has(id) &&
+      this.#backoff.mayRetry(id, now)
+    );
+  }
+
+  #refresh(id: string, reason: RefreshReason): void {
+    if (!this.wantsRefresh(id, Date.now())) return;
+    this.#ctx.metrics.refreshes(reason).inc();
+    this.#launch(new Flight(id));
+  }
+
+  #launch(flight: Flight): void {
+    this.#flights.set(flight.id, flight);
+    fly(this.#ctx, flight).then((outcome) => this.post({ kind: 'landed', flight, outcome }));
+  }
+
+  /** Answers the flight's waiters with a stale value now; the flight goes on as a refresh. */
+  #early(flight: Flight, envelope: Envelope): void {
+    if (flight.superseded || flight.waiters.length === 0) return;
+    const now = Date.now();
+    // In L1, later callers get the stale value without the mailbox while the refresh runs.
+    this.#l1.set(flight.id, envelope, now);
+    this.#counters.reads.stale += flight.waiters.length;
+    this.#ctx.metrics.refreshes('stale').inc();
+    flight.waiters.forEach((w, i) => {
+      w.resolve(resultOf(envelope, 'l2', i > 0, now));
+    });
+    flight.waiters.length = 0;
+    flight.background = true;
+  }
+
+  /** Coherence: drop this instance's L1 row when the event is newer than it (newer-wins). */
+  #event(event: TableEvent): void {
+    if (event.v === undefined || event.k === 'release') return;
+    const row = this.#l1.peek(event.id);
+    if (row === undefined) return;
+    if (event.v > row.version) {
+      this.#l1.delete(event.id);
+      this.#ctx.metrics.coherence('applied').inc();
+    } else {
+      this.#ctx.metrics.coherence('stale').inc();
     }
   }
 
@@ -141,8 +223,11 @@ export class TableOwner {
     if (this.#park(id, { kind: 'fill', id, waiter })) return;
     const row = this.#l1.get(id);
     if (row !== undefined) {
-      this.#counters.reads[row.negative ? 'negative' : 'l1']++;
-      waiter.resolve(resultOf(row, 'l1', false, Date.now()));
+      const now = Date.now();
+      const stale = now >= row.softExpiresAt;
+      this.#counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1']++;
+      waiter.resolve(resultOf(row, 'l1', false, now));
+      if (stale) this.#refresh(id, 'stale');
       return;
     }
     const running = this.#flights.get(id);
@@ -163,23 +248,36 @@ export class TableOwner {
       this.#ctx.metrics.coalesced.inc();
       return;
     }
-    const flight = new Flight(id, waiter);
-    this.#flights.set(id, flight);
-    fly(this.#ctx, flight).then((outcome) => this.post({ kind: 'landed', flight, outcome }));
+    this.#launch(new Flight(id, waiter));
   }
 
   #landed(flight: Flight, outcome: Outcome): void {
     if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
     if (outcome.loaded) this.#counters.fills++;
     const { metrics } = this.#ctx;
+    if (outcome.kind === 'skipped') return;
+    const now = Date.now();
     if (outcome.kind === 'error') {
       metrics.loadErrors(outcome.error.code).inc();
-      for (const w of flight.waiters) w.reject(outcome.error);
+      if (flight.background) {
+        metrics.refreshFailures.inc();
+        this.#backoff.failed(flight.id, now);
+      }
+      // Stale-if-error: a row still within its hard TTL answers instead of the error.
+      const row = flight.superseded ? undefined : this.#l1.get(flight.id);
+      if (row !== undefined && !row.negative) {
+        this.#counters.reads.stale += flight.waiters.length;
+        flight.waiters.forEach((w, i) => {
+          w.resolve(resultOf(row, 'l1', i > 0, now));
+        });
+      } else {
+        for (const w of flight.waiters) w.reject(outcome.error);
+      }
       return;
     }
+    this.#backoff.succeeded(flight.id);
     const { envelope, source } = outcome;
     if (source === 'l2') this.#counters.l2_hits++;
-    const now = Date.now();
     if (!flight.superseded && !outcome.refused) this.#l1.set(flight.id, envelope, now);
     this.#counters.reads[envelope.negative ? 'negative' : source] += flight.waiters.length;
     flight.waiters.forEach((w, i) => {
@@ -203,14 +301,16 @@ export class TableOwner {
     }
     this.#supersede(m.id);
     const now = Date.now();
-    const envelope: Envelope = {
-      value: m.value,
-      json: m.json,
-      version: this.#ctx.clock.mint(),
-      softExpiresAt: now + Math.round(policy.ttlMs * jitterFactor(policy)),
-      deltaMs: 0,
-      negative: false,
-    };
+    const envelope = makeEnvelope(
+      this.#ctx.clock.mint(),
+      m.value,
+      m.json,
+      policy.ttlMs,
+      policy.staleMs,
+      0,
+      false,
+      policy,
+    );
     this.#writes.set(m.id, []);
     // Cancelling the lease refuses any fill already in flight anywhere in the fleet.
     lease
@@ -218,7 +318,7 @@ export class TableOwner {
         valueKey(table, m.id),
         leaseKey(table, m.id),
         encodeEnvelope(envelope),
-        hardTtlMs(policy, envelope, now),
+        hardTtlMs(envelope, now),
         eventsChannel(table),
         encodeEvent({ k: 'put', id: m.id, v: envelope.version }),
       )
@@ -254,7 +354,8 @@ export class TableOwner {
       return;
     }
     this.#writes.set(m.id, []);
-    const message = encodeEvent({ k: 'del', id: m.id });
+    // The deletion is versioned like a write, so other instances drop any older row (newer-wins).
+    const message = encodeEvent({ k: 'del', id: m.id, v: this.#ctx.clock.mint() });
     lease
       .invalidate(valueKey(table, m.id), leaseKey(table, m.id), eventsChannel(table), message)
       .then(
@@ -267,6 +368,7 @@ export class TableOwner {
     this.#l1.delete(m.id);
     if (m.error === undefined) {
       this.#ctx.health.succeeded();
+      this.#ctx.metrics.invalidations.inc();
       m.waiter.resolve();
     } else {
       this.#ctx.health.failed();

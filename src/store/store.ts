@@ -103,26 +103,18 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   const lease = new LeaseScripts(valkey);
   const health = new ValkeyHealth(valkey, log);
   metrics.watchDegraded(() => health.degraded);
-  let events: TableEvents | undefined;
+  // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
+  const events = new TableEvents(valkey, log);
   const tables = new Map<string, Table>();
   try {
     for (const [name, input] of Object.entries(options.tables)) {
-      const fleet = (input?.coalescing ?? DEFAULT_POLICY.coalescing) === 'fleet';
-      if (fleet && events === undefined) events = new TableEvents(valkey, log);
-      const deps = {
-        valkey,
-        lease,
-        health,
-        events: fleet ? events : undefined,
-        metrics,
-        clock,
-        log,
-      };
-      tables.set(name, buildTable(name, input, deps));
-      if (fleet) events?.subscribe(name);
+      tables.set(
+        name,
+        buildTable(name, input, { valkey, lease, health, events, metrics, clock, log }),
+      );
     }
   } catch (err) {
-    await events?.close();
+    await events.close();
     if (ownsClient) valkey.disconnect();
     throw err;
   }
@@ -157,7 +149,7 @@ function buildTable(
     valkey: Redis;
     lease: LeaseScripts;
     health: ValkeyHealth;
-    events: TableEvents | undefined;
+    events: TableEvents;
     metrics: StoreMetrics;
     clock: VersionClock;
     log: Logger;
@@ -213,6 +205,10 @@ function buildTable(
     l1,
     counters,
   );
+  deps.events.subscribe(name, {
+    onEvent: (event) => owner.post({ kind: 'event', event }),
+    onReconnect: () => owner.post({ kind: 'flush' }),
+  });
   table = new Table(name, policy, l1, owner, counters);
   return table;
 }

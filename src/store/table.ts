@@ -1,8 +1,9 @@
 import { BadValueError, ClosedError, WaitTimeoutError } from '../errors.js';
 import { toJson } from './envelope.js';
+import { xfetchDue } from './freshness.js';
 import { assertId } from './keys.js';
 import type { L1 } from './l1.js';
-import type { OwnerCounters, TableOwner } from './owner.js';
+import type { OwnerCounters, RefreshReason, TableOwner } from './owner.js';
 import type { TablePolicy } from './policy.js';
 import { resultOf } from './result.js';
 import type { ReadResult, TableStats, WriteResult } from './types.js';
@@ -63,9 +64,17 @@ export class Table {
     }
     const row = this.#l1.get(id);
     if (row !== undefined) {
+      const now = Date.now();
       this.#counters.hits++;
-      this.#counters.reads[row.negative ? 'negative' : 'l1']++;
-      return Promise.resolve(resultOf(row, 'l1', false, Date.now()));
+      if (now < row.softExpiresAt) {
+        this.#counters.reads[row.negative ? 'negative' : 'l1']++;
+        if (xfetchDue(row, now, this.policy.earlyRefreshBeta)) this.#refresh(id, 'early', now);
+      } else {
+        // Between soft and hard TTL: answer stale now, one background refresh (stale-while-revalidate).
+        this.#counters.reads.stale++;
+        this.#refresh(id, 'stale', now);
+      }
+      return Promise.resolve(resultOf(row, 'l1', false, now));
     }
     this.#counters.misses++;
     // No caller waits longer than waitTimeoutMs, whatever its flight is doing;
@@ -134,6 +143,11 @@ export class Table {
     return new Promise((resolve, reject) => {
       this.#owner.post({ kind: 'invalidate', id, waiter: { resolve, reject } });
     });
+  }
+
+  /** Asks the owner for a background refresh, unless one runs or the id is backing off. */
+  #refresh(id: string, reason: RefreshReason, now: number): void {
+    if (this.#owner.wantsRefresh(id, now)) this.#owner.post({ kind: 'refresh', id, reason });
   }
 
   /** EchoStore's counters — hits, misses, fills, l2_hits, coalesced — and L1, flight and mailbox sizes. */

@@ -19,6 +19,7 @@ export interface LoadContext {
  * `ECC_LOAD_FAILED` and is never cached.
  */
 export type LoadFn = (id: string, ctx: LoadContext) => unknown | Promise<unknown>;
+// A loader may also return `withPolicy(value, { ttlMs, staleMs, negative })` (see result.ts).
 
 /** Which layer answered a read. */
 export type ReadSource = 'l1' | 'l2' | 'source';
@@ -31,7 +32,9 @@ interface ReadBase {
   coalesced: boolean;
   /** Mint-time version of the answer. */
   version: number;
-  /** Milliseconds until the answer goes stale (soft TTL), 0 if it already is. */
+  /** True when the answer is past its soft TTL (served stale while one caller refreshes it). */
+  stale: boolean;
+  /** Milliseconds until the answer goes stale (soft TTL); negative when it already is. */
   ttlMs: number;
 }
 

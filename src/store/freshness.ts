@@ -1,0 +1,58 @@
+/**
+ * Freshness decisions that are not the owner's state: XFetch early refresh
+ * and the retry back-off of failed refreshes (stale-if-error).
+ */
+import { LRUCache } from 'lru-cache';
+import type { Envelope } from './envelope.js';
+
+/**
+ * XFetch (Vattani, Chierichetti, Lowenstein, "Optimal Probabilistic Cache
+ * Stampede Prevention", VLDB 2015): refresh early when
+ * `now − deltaMs · beta · ln(random()) ≥ softExpiresAt`. The closer the soft
+ * expiry and the slower the load (`deltaMs`), the likelier; `beta` 0 turns it off.
+ */
+export function xfetchDue(
+  row: Envelope,
+  now: number,
+  beta: number,
+  random: () => number = Math.random,
+): boolean {
+  if (beta <= 0 || row.negative || row.deltaMs <= 0) return false;
+  return now - row.deltaMs * beta * Math.log(random()) >= row.softExpiresAt;
+}
+
+/** First and longest pause before refreshing an id whose refresh failed, ms. */
+const FIRST_BACKOFF_MS = 1_000;
+const MAX_BACKOFF_MS = 30_000;
+
+/**
+ * Remembers ids whose background refresh failed, so a failing source is asked
+ * again after 1 s, 2 s, 4 s … 30 s rather than on every stale hit
+ * (stale-if-error keeps serving the stale value meanwhile). Bounded: at most
+ * `maxIds` ids are remembered (least recently failed are forgotten first).
+ */
+export class RefreshBackoff {
+  readonly #failures: LRUCache<string, { until: number; count: number }>;
+
+  constructor(maxIds = 10_000) {
+    this.#failures = new LRUCache({ max: maxIds });
+  }
+
+  /** False while `id` is backing off. */
+  mayRetry(id: string, now: number): boolean {
+    const f = this.#failures.get(id);
+    return f === undefined || now >= f.until;
+  }
+
+  /** A refresh of `id` failed: back off for twice as long as last time. */
+  failed(id: string, now: number): void {
+    const count = (this.#failures.get(id)?.count ?? 0) + 1;
+    const pauseMs = Math.min(FIRST_BACKOFF_MS * 2 ** (count - 1), MAX_BACKOFF_MS);
+    this.#failures.set(id, { until: now + pauseMs, count });
+  }
+
+  /** A refresh of `id` succeeded. */
+  succeeded(id: string): void {
+    this.#failures.delete(id);
+  }
+}
