@@ -14,5 +14,6 @@ export {
 } from './store/policy.js';
 export { createStore, type Store, type StoreOptions, type TableOptions } from './store/store.js';
 export type { Table } from './store/table.js';
+export { LoadResult, type RowPolicy, withPolicy } from './store/result.js';
 export type * from './store/types.js';
 export { createValkeyClient, type ValkeyOptions } from './valkey.js';
