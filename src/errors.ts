@@ -139,3 +139,21 @@ export class UnsupportedMediaTypeError extends EchoStoreError {
   static override readonly code = 'ECC_UNSUPPORTED_MEDIA_TYPE';
   static override readonly statusCode = 415;
 }
+
+/** The request's header section (request line included) is larger than Node's `maxHeaderSize` (16 KiB by default). */
+export class HeadersTooLargeError extends EchoStoreError {
+  static override readonly code = 'ECC_HEADERS_TOO_LARGE';
+  static override readonly statusCode = 431;
+}
+
+/** The client did not send a complete request (headers, or the whole request) in time. */
+export class RequestTimeoutError extends EchoStoreError {
+  static override readonly code = 'ECC_REQUEST_TIMEOUT';
+  static override readonly statusCode = 408;
+}
+
+/** An admin route was called without `Authorization: Bearer <token>` carrying the configured token. */
+export class UnauthorizedError extends EchoStoreError {
+  static override readonly code = 'ECC_UNAUTHORIZED';
+  static override readonly statusCode = 401;
+}

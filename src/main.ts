@@ -45,7 +45,12 @@ async function main(): Promise<void> {
     logger: log,
     readyTimeoutMs: config.valkey.connectTimeoutMs,
   });
-  const app = buildServer({ store, logger: log, bodyLimitBytes: config.http.bodyLimitBytes });
+  const app = buildServer({
+    store,
+    logger: log,
+    bodyLimitBytes: config.http.bodyLimitBytes,
+    adminToken: config.http.adminToken,
+  });
 
   closeWithGrace({ delay: 15_000, logger: log }, async ({ signal, err }) => {
     if (err !== undefined) log.error({ err }, 'stopping after an uncaught error');

@@ -34,6 +34,7 @@ describe('HTTP API', () => {
           loadTimeoutMs: 200,
           leaseMs: 400,
           maxConcurrentLoads: 1,
+          maxQueuedLoads: 0,
           load: async (id) => {
             if (id === 'hang') return new Promise(() => {});
             await slowGate.promise;
@@ -126,20 +127,29 @@ describe('HTTP API', () => {
     expect(ok.statusCode).toBe(200);
   });
 
-  it('answers 400 for invalid percent-encoding, never 5xx', async () => {
+  it('answers 400 ECC_BAD_ID for invalid percent-encoding, never 5xx', async () => {
     const r = await app.inject(item(products, '%E0%A4%A'));
     expect(r.statusCode).toBe(400);
-    expect(r.json().error.code).toMatch(/^ECC_BAD_(ID|REQUEST)$/);
+    expect(r.json().error.code).toBe('ECC_BAD_ID');
   });
 
   it('answers 404 ECC_ROUTE_NOT_FOUND for unknown routes and 405 for wrong methods', async () => {
     const unknown = await app.inject('/nowhere');
     expect(unknown.statusCode).toBe(404);
     expect(unknown.json().error.code).toBe('ECC_ROUTE_NOT_FOUND');
-    const post = await app.inject({ method: 'POST', url: item(products, '1') });
-    expect(post.statusCode).toBe(405);
-    expect(post.json().error.code).toBe('ECC_METHOD_NOT_ALLOWED');
-    expect(post.headers.allow).toContain('GET');
+    for (const method of ['POST', 'PATCH', 'TRACE'] as const) {
+      const r = await app.inject({ method, url: item(products, '1') });
+      expect(r.statusCode, method).toBe(405);
+      expect(r.json().error.code).toBe('ECC_METHOD_NOT_ALLOWED');
+      expect(r.headers.allow).toBe('GET, HEAD, PUT, DELETE, OPTIONS');
+    }
+  });
+
+  it('answers OPTIONS on an item with 204 and Allow', async () => {
+    const r = await app.inject({ method: 'OPTIONS', url: item(products, '1') });
+    expect(r.statusCode).toBe(204);
+    expect(r.headers.allow).toBe('GET, HEAD, PUT, DELETE, OPTIONS');
+    expect(r.body).toBe('');
   });
 
   it('answers 502 ECC_LOAD_FAILED when the loader fails and 502 ECC_BAD_VALUE for an unstorable value', async () => {
@@ -219,6 +229,14 @@ describe('HTTP API', () => {
     });
     expect(badId.statusCode).toBe(400);
     expect(badId.json().error.code).toBe('ECC_BAD_ID');
+    const latin1 = await app.inject({
+      method: 'PUT',
+      url,
+      payload: '{"a":1}',
+      headers: { 'content-type': 'application/json; charset=iso-8859-1' },
+    });
+    expect(latin1.statusCode).toBe(415);
+    expect(latin1.json().error.code).toBe('ECC_UNSUPPORTED_MEDIA_TYPE');
     const unknown = await app.inject({ method: 'DELETE', url: item('nope', '1') });
     expect(unknown.statusCode).toBe(404);
     expect(unknown.json().error.code).toBe('ECC_UNKNOWN_TABLE');

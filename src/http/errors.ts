@@ -7,6 +7,7 @@ import {
   PayloadTooLargeError,
   RouteNotFoundError,
   ShedError,
+  UnauthorizedError,
   UnsupportedMediaTypeError,
 } from '../errors.js';
 
@@ -15,38 +16,122 @@ export interface ErrorBody {
   error: { code: string; message: string };
 }
 
+/** Longest message a client is sent, in characters: client input is never echoed beyond it. */
+export const MAX_MESSAGE_CHARS = 200;
+
+/** The `WWW-Authenticate` challenge of a 401 (RFC 6750 §3). */
+export const BEARER_CHALLENGE = 'Bearer realm="echostore"';
+
+/**
+ * What a client is told for each server-side failure. The store's own messages
+ * may carry the cause (a loader's error text, a Valkey error); those stay in
+ * the logs and in `cause`, never in an answer.
+ */
+const SERVER_MESSAGES = new Map<string, string>([
+  ['ECC_LOAD_FAILED', 'the source failed to load the item'],
+  ['ECC_BAD_VALUE', 'the source returned a value that cannot be stored as JSON'],
+  ['ECC_LOAD_TIMEOUT', 'the source did not answer in time'],
+  ['ECC_WAIT_TIMEOUT', 'another instance is loading the item and did not finish in time'],
+  ['ECC_SHED', 'too many loads in progress; retry later'],
+  ['ECC_CLOSED', 'the service is shutting down'],
+  ['ECC_VALKEY_UNAVAILABLE', 'the cache is unavailable; nothing was written'],
+]);
+
+/**
+ * `text` cut to at most `maxChars` characters plus `…`, for quoting client
+ * input in messages and logs. A cut never leaves half a surrogate pair.
+ */
+export function clip(text: string, maxChars = 100): string {
+  return text.length <= maxChars ? text : `${text.slice(0, maxChars).toWellFormed()}…`;
+}
+
 /**
  * Maps anything thrown while serving a request to an {@link EchoStoreError}:
  * EchoStore errors pass through; fastify's own 4xx errors (body parsing,
- * schema validation, bad URL) become the matching client error; anything
+ * schema validation, bad URL) become the matching client error with a fixed
+ * message (fastify's messages quote the URL or the content type); anything
  * else is `ECC_INTERNAL`.
  */
 export function toStoreError(err: unknown): EchoStoreError {
   if (err instanceof EchoStoreError) return err;
   const fe = err as Partial<FastifyError>;
   const status = typeof fe.statusCode === 'number' ? fe.statusCode : 500;
-  const message = typeof fe.message === 'string' ? fe.message : 'request failed';
-  if (status === 413) return new PayloadTooLargeError('request body is too large', { cause: err });
+  const cause = { cause: err };
+  switch (fe.code) {
+    case 'FST_ERR_BAD_URL':
+      return new BadIdError('the URL is not valid percent-encoded UTF-8', cause);
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return new BadIdError('a path segment is too long', cause);
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new BadRequestError('the JSON body is empty', cause);
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new BadRequestError(
+        'the body is not valid JSON, or it sets __proto__ or constructor.prototype',
+        cause,
+      );
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new BadRequestError('the body does not match its Content-Length', cause);
+  }
+  if (status === 413) return new PayloadTooLargeError('request body is too large', cause);
   if (status === 415)
-    return new UnsupportedMediaTypeError('send the body as application/json', { cause: err });
-  if (fe.code === 'FST_ERR_BAD_URL')
-    return new BadIdError('the URL is not valid percent-encoded UTF-8', { cause: err });
-  if (status >= 400 && status < 500) return new BadRequestError(message, { cause: err });
-  return new InternalError('internal error', { cause: err });
+    return new UnsupportedMediaTypeError('send the body as application/json', cause);
+  if (status >= 400 && status < 500) {
+    // Schema validation messages ("body/ids must NOT have more than 1000 items") help the client.
+    const message = typeof fe.message === 'string' ? fe.message : 'bad request';
+    return new BadRequestError(message, cause);
+  }
+  return new InternalError('internal error', cause);
 }
 
-/** Sends the coded JSON error answer; `Retry-After` (seconds) on shedding. */
+/**
+ * The message a client is sent: a fixed text for a server-side failure (no
+ * cause details), the error's own message for a client error, never longer
+ * than {@link MAX_MESSAGE_CHARS}.
+ */
+export function publicMessage(e: EchoStoreError): string {
+  if (e.statusCode >= 500) return SERVER_MESSAGES.get(e.code) ?? 'internal error';
+  return clip(e.message, MAX_MESSAGE_CHARS);
+}
+
+/**
+ * Logs an answered error by class: `ECC_INTERNAL` (a bug) at error level with
+ * its stack; other 5xx at warn with code, table, id (clipped) and the cause's
+ * message, no stack; 4xx (the client's mistake) at debug. Headers are never
+ * logged.
+ */
+export function logAnswered(request: FastifyRequest, e: EchoStoreError): void {
+  if (e.code === InternalError.code) {
+    request.log.error({ err: e.cause ?? e, code: e.code }, e.message);
+    return;
+  }
+  const fields = { code: e.code, table: e.table, id: e.id === undefined ? undefined : clip(e.id) };
+  if (e.statusCode >= 500) {
+    request.log.warn({ ...fields, cause: causeMessage(e.cause) }, e.message);
+  } else {
+    request.log.debug(fields, clip(e.message, MAX_MESSAGE_CHARS));
+  }
+}
+
+function causeMessage(cause: unknown): string | undefined {
+  if (cause === undefined) return undefined;
+  return clip(cause instanceof Error ? cause.message : String(cause), 500);
+}
+
+/**
+ * Sends the coded JSON error answer, with `Retry-After` (seconds) on shedding
+ * and the Bearer challenge on a 401.
+ */
 export function sendError(
   request: FastifyRequest,
   reply: FastifyReply,
   err: unknown,
 ): FastifyReply {
   const e = toStoreError(err);
-  if (e.statusCode >= 500) request.log.error({ err: e.cause ?? e, code: e.code }, e.message);
-  else request.log.debug({ code: e.code }, e.message);
+  logAnswered(request, e);
   if (e instanceof ShedError)
     reply.header('retry-after', String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))));
-  const body: ErrorBody = { error: { code: e.code, message: e.message } };
+  if (e instanceof UnauthorizedError) reply.header('www-authenticate', BEARER_CHALLENGE);
+  const body: ErrorBody = { error: { code: e.code, message: publicMessage(e) } };
   return reply.code(e.statusCode).type('application/json; charset=utf-8').send(body);
 }
 
@@ -57,7 +142,7 @@ export function installErrorHandlers(app: FastifyInstance): void {
     sendError(
       request,
       reply,
-      new RouteNotFoundError(`no route for ${request.method} ${request.url.slice(0, 200)}`),
+      new RouteNotFoundError(`no route for ${request.method} ${clip(request.url)}`),
     ),
   );
 }

@@ -1,8 +1,10 @@
 import type { FastifyInstance } from 'fastify';
-import { BadRequestError, MethodNotAllowedError, NotFoundError } from '../errors.js';
+import { BadRequestError, BadValueError, NotFoundError } from '../errors.js';
 import type { Store } from '../store/store.js';
+import type { AdminRouteOptions } from './auth.js';
 import { cacheStatus } from './cache-status.js';
-import { sendError } from './errors.js';
+import { clip, sendError } from './errors.js';
+import { allowOnly } from './methods.js';
 
 interface ItemParams {
   table: string;
@@ -18,11 +20,12 @@ const params = {
 const ITEM_PATH = '/v1/tables/:table/items/:id';
 
 /**
- * The item routes: read (cache-aside, single-flight), write-through, invalidate.
- * Table and id checks live in the store, so the HTTP API and library callers
- * get the same codes.
+ * The item routes: read (cache-aside, single-flight), write-through, invalidate;
+ * `OPTIONS` and 405 for the other methods. Table and id checks live in the
+ * store, so the HTTP API and library callers get the same codes. `admin`
+ * guards the writes (PUT, DELETE).
  */
-export function itemRoutes(app: FastifyInstance, store: Store): void {
+export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRouteOptions): void {
   app.get<{ Params: ItemParams }>(ITEM_PATH, { schema: { params } }, async (request, reply) => {
     const { table, id } = request.params;
     const result = await store.table(table).get(id);
@@ -31,7 +34,7 @@ export function itemRoutes(app: FastifyInstance, store: Store): void {
       return sendError(
         request,
         reply,
-        new NotFoundError(`no item ${id} in ${table}`, { table, id }),
+        new NotFoundError(`no item ${clip(id)} in ${table}`, { table, id }),
       );
     }
     const etag = `"${result.version}"`;
@@ -43,30 +46,39 @@ export function itemRoutes(app: FastifyInstance, store: Store): void {
 
   app.put<{ Params: ItemParams; Body: unknown }>(
     ITEM_PATH,
-    { schema: { params } },
+    { schema: { params }, ...admin },
     async (request, reply) => {
       const { table, id } = request.params;
       const t = store.table(table);
       if (request.body === undefined) {
         throw new BadRequestError('a JSON body (application/json) is required', { table, id });
       }
-      const { version } = await t.put(id, request.body);
-      return reply.header('etag', `"${version}"`).send({ version });
+      try {
+        const { version } = await t.put(id, request.body);
+        return reply.header('etag', `"${version}"`).send({ version });
+      } catch (err) {
+        // The body parsed, so only depth can stop JSON.stringify: the client's value, a 400.
+        if (err instanceof BadValueError) {
+          throw new BadRequestError('the body cannot be stored as JSON (nested too deeply)', {
+            table,
+            id,
+            cause: err,
+          });
+        }
+        throw err;
+      }
     },
   );
 
-  app.delete<{ Params: ItemParams }>(ITEM_PATH, { schema: { params } }, async (request, reply) => {
-    const { table, id } = request.params;
-    await store.table(table).invalidate(id);
-    return reply.code(204).send();
-  });
-
-  app.route({
-    method: ['POST', 'PATCH'],
-    url: ITEM_PATH,
-    handler: async (_request, reply) => {
-      reply.header('allow', 'GET, HEAD, PUT, DELETE');
-      throw new MethodNotAllowedError('use GET, HEAD, PUT or DELETE on an item');
+  app.delete<{ Params: ItemParams }>(
+    ITEM_PATH,
+    { schema: { params }, ...admin },
+    async (request, reply) => {
+      const { table, id } = request.params;
+      await store.table(table).invalidate(id);
+      return reply.code(204).send();
     },
-  });
+  );
+
+  allowOnly(app, ITEM_PATH, ['GET', 'HEAD', 'PUT', 'DELETE']);
 }

@@ -1,9 +1,13 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import type { Logger } from 'pino';
 import type { Store } from '../store/store.js';
+import { adminOnly } from './auth.js';
+import { answerClientError, answerConnect, requireHost } from './client-errors.js';
 import { installErrorHandlers, sendError } from './errors.js';
 import { itemRoutes } from './items.js';
+import { installJsonBodyParser } from './json-body.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
+import { warmRoutes } from './warm.js';
 
 /** Options of {@link buildServer}. */
 export interface ServerOptions {
@@ -11,37 +15,56 @@ export interface ServerOptions {
   logger: Logger;
   /** Largest accepted request body, bytes. Default 1 MiB. */
   bodyLimitBytes?: number;
+  /**
+   * When set, PUT and DELETE on items and `POST /v1/tables/:table/warm` need
+   * `Authorization: Bearer <adminToken>` (else 401 `ECC_UNAUTHORIZED`). Reads,
+   * `/v1/tables`, `/metrics`, `/healthz` and `/readyz` stay open. A non-empty
+   * string without whitespace; default: no token, every route open.
+   */
+  adminToken?: string;
 }
 
 /**
- * Builds the fastify app (not listening yet): item routes, operator routes,
- * coded JSON errors for everything including unknown routes and bad URLs.
- * `app.close()` stops accepting, lets running requests finish, and turns
- * `/readyz` to 503.
+ * Builds the fastify app (not listening yet): item routes, warm-up, operator
+ * routes, coded JSON errors for everything, including unknown routes, bad
+ * URLs and requests Node's HTTP parser rejects. `app.close()` stops
+ * accepting, lets running requests finish, and turns `/readyz` to 503.
+ *
+ * @throws {TypeError} when `adminToken` is empty or contains whitespace.
  */
 export function buildServer(options: ServerOptions): FastifyInstance {
+  const admin = adminOnly(options.adminToken);
   const lifecycle: Lifecycle = { closing: false };
+  const log = options.logger as FastifyBaseLogger;
   const app = Fastify({
-    loggerInstance: options.logger as FastifyBaseLogger,
+    loggerInstance: log,
     // Per-request logs would cost more than an L1 hit; errors are logged by the error handler.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: options.bodyLimitBytes ?? 1024 * 1024,
-    // Ids are up to 512 UTF-8 bytes, i.e. up to 1,536 characters percent-encoded;
-    // longer ones must reach the store to get ECC_BAD_ID, not a bare 404.
-    routerOptions: { maxParamLength: 8192 },
-    return503OnClosing: true,
+    // Long ids must reach the store's id check (400 ECC_BAD_ID), not the
+    // router's param limit; Node's 16 KiB header limit bounds URLs anyway (431).
+    routerOptions: { maxParamLength: 65_536 },
+    // fastify's own 503 while closing is not coded JSON: requests that still
+    // arrive are served (the store answers ECC_CLOSED once it has closed) and
+    // /readyz answers 503 { status: "closing" }.
+    return503OnClosing: false,
     frameworkErrors: (error, request, reply) => sendError(request, reply, error),
+    clientErrorHandler: (error, socket) => answerClientError(error, socket, log),
+    // requireHost answers a missing Host with the coded JSON instead.
+    http: { requireHostHeader: false },
   });
+  requireHost(app.server, log);
+  app.server.on('connect', (_request, socket) => answerConnect(socket, log));
   installErrorHandlers(app);
-  // JSON bodies only: anything else is 415 ECC_UNSUPPORTED_MEDIA_TYPE.
-  app.removeContentTypeParser('text/plain');
+  installJsonBodyParser(app);
   app.addHook('onClose', async () => {
     lifecycle.closing = true;
   });
   app.addHook('preClose', async () => {
     lifecycle.closing = true;
   });
-  itemRoutes(app, options.store);
+  itemRoutes(app, options.store, admin);
+  warmRoutes(app, options.store, admin);
   opsRoutes(app, options.store, lifecycle);
   return app;
 }

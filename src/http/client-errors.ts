@@ -1,0 +1,117 @@
+import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { FastifyBaseLogger } from 'fastify';
+import {
+  BadRequestError,
+  type EchoStoreError,
+  HeadersTooLargeError,
+  MethodNotAllowedError,
+  PayloadTooLargeError,
+  RequestTimeoutError,
+} from '../errors.js';
+import { type ErrorBody, publicMessage } from './errors.js';
+
+/**
+ * The coded error for each `clientError` Node's HTTP parser raises (llhttp
+ * `HPE_*` codes, and Node's own header/request timeout).
+ */
+function clientErrorOf(parserCode: string | undefined): EchoStoreError {
+  switch (parserCode) {
+    case 'HPE_HEADER_OVERFLOW':
+      return new HeadersTooLargeError('the request line and headers are larger than 16 KiB');
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return new PayloadTooLargeError('chunk extensions are too large');
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new RequestTimeoutError('the request was not received in time');
+    default:
+      return new BadRequestError('the request is not valid HTTP/1.1');
+  }
+}
+
+/**
+ * A complete HTTP/1.1 error answer, written straight to a socket: the coded
+ * JSON body, `Connection: close`, and any `headers` given.
+ */
+export function rawErrorResponse(e: EchoStoreError, headers: Record<string, string> = {}): string {
+  const body: ErrorBody = { error: { code: e.code, message: publicMessage(e) } };
+  const text = JSON.stringify(body);
+  const lines = [
+    `HTTP/1.1 ${e.statusCode} ${STATUS_CODES[e.statusCode] ?? 'Error'}`,
+    'Content-Type: application/json; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(text)}`,
+    'Connection: close',
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+  ];
+  return `${lines.join('\r\n')}\r\n\r\n${text}`;
+}
+
+/** The parts of a `clientError` this module reads (fastify's `ConnectionError`). */
+interface ParserError {
+  code?: string;
+}
+
+/**
+ * fastify's `clientErrorHandler`: answers what Node's HTTP parser rejects
+ * before any route runs (a bogus method, a malformed Content-Length, headers
+ * over `maxHeaderSize`, a request that took too long) with the same coded
+ * JSON as every other error, then destroys the socket: after a parse error
+ * the rest of the byte stream cannot be trusted.
+ *
+ * Logs only the codes at debug level: the error's `rawPacket` holds the
+ * request's bytes, `Authorization` included.
+ */
+export function answerClientError(err: ParserError, socket: Duplex, log: FastifyBaseLogger): void {
+  // Reset by the peer or already closed: there is nobody to answer.
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const e = clientErrorOf(err.code);
+  log.debug({ code: e.code, parserCode: err.code }, 'client error');
+  // As Node's own handler: answer only if no response has started on this
+  // connection, or the answer would corrupt the one in flight.
+  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (socket.writable && !inFlight?.headersSent) socket.write(rawErrorResponse(e));
+  socket.destroy();
+}
+
+/**
+ * Answers `CONNECT` (a tunnel request, which never reaches fastify's router)
+ * with 405 `ECC_METHOD_NOT_ALLOWED`; the empty `Allow` says the target allows
+ * no method (RFC 9110 §10.2.1). Without this Node closes the socket unanswered.
+ */
+export function answerConnect(socket: Duplex, log: FastifyBaseLogger): void {
+  // Node hands the socket over without an error listener; a reset must not crash the process.
+  socket.on('error', () => {});
+  const e = new MethodNotAllowedError('CONNECT is not supported');
+  log.debug({ code: e.code }, e.message);
+  if (socket.writable) socket.write(rawErrorResponse(e, { Allow: '' }));
+  socket.destroy();
+}
+
+/**
+ * RFC 9112 §3.2: an HTTP/1.1 request without `Host` is 400. Node's own check
+ * (turned off with `requireHostHeader: false`) answers it with an empty body;
+ * this wraps fastify's request listener to answer 400 `ECC_BAD_REQUEST` with
+ * the coded JSON instead. Costs one property read per request.
+ */
+export function requireHost(server: Server, log: FastifyBaseLogger): void {
+  const handlers = server.listeners('request') as ((
+    request: IncomingMessage,
+    response: ServerResponse,
+  ) => void)[];
+  server.removeAllListeners('request');
+  server.on('request', (request: IncomingMessage, response: ServerResponse) => {
+    if (request.headers.host === undefined && request.httpVersion === '1.1') {
+      const e = new BadRequestError('an HTTP/1.1 request needs a Host header');
+      log.debug({ code: e.code }, e.message);
+      const body: ErrorBody = { error: { code: e.code, message: publicMessage(e) } };
+      const text = JSON.stringify(body);
+      response.writeHead(e.statusCode, {
+        'content-type': 'application/json; charset=utf-8',
+        'content-length': Buffer.byteLength(text),
+        connection: 'close',
+      });
+      response.end(text);
+      return;
+    }
+    for (const handler of handlers) handler(request, response);
+  });
+}

@@ -1,0 +1,70 @@
+/**
+ * Raw HTTP/1.1 over a TCP socket, for requests `app.inject` cannot express:
+ * a bogus method, a malformed Content-Length, a request line over Node's
+ * header limit, a missing Host.
+ */
+import { connect } from 'node:net';
+
+/** What the server wrote back on one connection. */
+export interface RawAnswer {
+  /** The status code of the first response, 0 when nothing came back. */
+  status: number;
+  /** Its headers, names lower-cased. */
+  headers: Record<string, string>;
+  /** Its body (de-chunked). */
+  body: string;
+  /** Whether the server closed the connection before `timeoutMs`. */
+  closed: boolean;
+}
+
+/**
+ * Sends `text` as is on a fresh connection to 127.0.0.1:`port` and reads
+ * until the server closes it, or `timeoutMs` passes. Send `Connection: close`
+ * for requests the server answers normally.
+ */
+export function rawExchange(port: number, text: string, timeoutMs = 3_000): Promise<RawAnswer> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let closed = false;
+    const socket = connect(port, '127.0.0.1', () => socket.write(text, 'latin1'));
+    const timer = setTimeout(() => socket.destroy(), timeoutMs);
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', () => {});
+    socket.on('end', () => {
+      closed = true;
+    });
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve(parseAnswer(Buffer.concat(chunks).toString('utf8'), closed));
+    });
+  });
+}
+
+function parseAnswer(raw: string, closed: boolean): RawAnswer {
+  const split = raw.indexOf('\r\n\r\n');
+  if (split < 0) return { status: 0, headers: {}, body: '', closed };
+  const [statusLine = '', ...lines] = raw.slice(0, split).split('\r\n');
+  const headers: Record<string, string> = {};
+  for (const line of lines) {
+    const colon = line.indexOf(':');
+    headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+  }
+  let body = raw.slice(split + 4);
+  if (headers['transfer-encoding'] === 'chunked') body = dechunk(body);
+  else if (headers['content-length'] !== undefined) {
+    body = Buffer.from(body).subarray(0, Number(headers['content-length'])).toString('utf8');
+  }
+  return { status: Number(statusLine.split(' ')[1] ?? 0), headers, body, closed };
+}
+
+function dechunk(text: string): string {
+  let out = '';
+  let rest = text;
+  for (;;) {
+    const eol = rest.indexOf('\r\n');
+    const size = Number.parseInt(rest.slice(0, eol), 16);
+    if (eol < 0 || !(size > 0)) return out;
+    out += rest.slice(eol + 2, eol + 2 + size);
+    rest = rest.slice(eol + 2 + size + 2);
+  }
+}
