@@ -12,8 +12,8 @@ export {
   type TablePolicy,
   type TablePolicyInput,
 } from './store/policy.js';
+export { LoadResult, type RowPolicy, withPolicy } from './store/result.js';
 export { createStore, type Store, type StoreOptions, type TableOptions } from './store/store.js';
 export type { Table } from './store/table.js';
-export { LoadResult, type RowPolicy, withPolicy } from './store/result.js';
 export type * from './store/types.js';
 export { createValkeyClient, type ValkeyOptions } from './valkey.js';

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { LoadFn, Store } from '../src/index.js';
-import { errorOf, metricValue, openStore, rawValkey } from './helpers/probe.js';
+import { errorOf, openStore, rawValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 

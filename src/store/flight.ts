@@ -86,6 +86,10 @@ export class Flight {
    * instance's lease, and its failure is a refresh failure.
    */
   background = false;
+  /** For a refresh: the version to replace (a fresh L2 value no newer than this still needs the load); 0 otherwise. */
+  replaceVersion = 0;
+  /** A version minted when the flight started: writes and deletes newer than it supersede it. */
+  startVersion = 0;
 
   /** @param first the first waiter; none for a background refresh. */
   constructor(id: string, first?: Waiter) {
@@ -121,7 +125,11 @@ async function flyPlain(ctx: FlightContext, flight: Flight): Promise<Outcome> {
     return loadDegraded(ctx, flight, err);
   }
   const cached = text === null ? undefined : decode(ctx, text);
-  if (cached !== undefined && cached.softExpiresAt > Date.now())
+  if (
+    cached !== undefined &&
+    cached.softExpiresAt > Date.now() &&
+    cached.version > flight.replaceVersion
+  )
     return valueOutcome(flight, cached, 'l2');
   if (cached !== undefined && servableStale(cached)) serveStale(ctx, flight, cached);
   const envelope = await loadEnvelope(ctx, flight);
@@ -186,7 +194,8 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
   const watch = ctx.events?.watch(table, flight.id);
   const deadline = Date.now() + policy.waitTimeoutMs;
   let waitStarted: number | undefined;
-  let force = false;
+  // An early refresh must replace the version it was asked about, even while that is fresh.
+  let replaceUpTo = flight.replaceVersion;
   const waited = () => {
     if (waitStarted !== undefined)
       metrics.waitSeconds.observe((performance.now() - waitStarted) / 1000);
@@ -195,7 +204,7 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
     for (;;) {
       let answer: LeaseAnswer;
       try {
-        answer = await ctx.lease.readOrLease(vKey, lKey, policy.leaseMs, Date.now(), force);
+        answer = await ctx.lease.readOrLease(vKey, lKey, policy.leaseMs, Date.now(), replaceUpTo);
         ctx.health.succeeded();
       } catch (err) {
         return await loadDegraded(ctx, flight, err);
@@ -207,7 +216,7 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
           return valueOutcome(flight, envelope, 'l2');
         }
         // Its header looked fresh but it does not decode: compete for the lease to overwrite it.
-        force = true;
+        replaceUpTo = Number.MAX_SAFE_INTEGER;
         continue;
       }
       const stale = answer.stale === undefined ? undefined : decode(ctx, answer.stale);

@@ -11,16 +11,20 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 
-// KEYS: value, lease. ARGV: token, leaseMs, nowMs, force ("1": the caller
-// could not decode the value it was given, so compete for the lease anyway).
+// KEYS: value, lease. ARGV: token, leaseMs, nowMs, replaceUpTo: a fresh value
+// is returned only if its version is above this (0 normally; a refresh passes
+// the version it wants replaced, and a caller that could not decode the value
+// passes 2^53 − 1), else the caller competes for the lease.
 // A value is fresh when its envelope header says softExpiresAt > now (the
 // encoder writes `{"v":1,"version":N,"softExpiresAt":N,` first). Anything else
 // (absent, stale, foreign or garbage) needs a load, so the caller competes for the lease.
 const READ_OR_LEASE = `
 local v = redis.call('GET', KEYS[1])
-if v and ARGV[4] ~= '1' then
-  local soft = tonumber(string.match(v, '^{"v":1,"version":%d+,"softExpiresAt":(%d+),'))
-  if soft and soft > tonumber(ARGV[3]) then return {1, v} end
+if v then
+  local ver, soft = string.match(v, '^{"v":1,"version":(%d+),"softExpiresAt":(%d+),')
+  if soft and tonumber(soft) > tonumber(ARGV[3]) and tonumber(ver) > tonumber(ARGV[4]) then
+    return {1, v}
+  end
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2, v or false} end
 return {3, redis.call('PTTL', KEYS[2]), v or false}
@@ -105,7 +109,7 @@ interface ScriptCommands {
     token: string,
     leaseMs: number,
     nowMs: number,
-    force: string,
+    replaceUpTo: string,
   ): Promise<unknown[]>;
   eccWriteAndCancel(
     value: string,
@@ -154,7 +158,9 @@ export class LeaseScripts {
 
   /**
    * GET the value; on a miss (or a stale or undecodable value) `SET <lease> <random token> NX PX leaseMs`.
-   * With `force`, a fresh-looking value is ignored (the caller could not decode it) and the caller competes for the lease.
+   * A fresh value whose version is not above `replaceUpTo` counts as a miss: an
+   * early refresh passes the version it means to replace, a caller that could
+   * not decode the value passes `Number.MAX_SAFE_INTEGER`.
    *
    * @throws whatever ioredis throws (connection down, `commandTimeout`).
    */
@@ -163,7 +169,7 @@ export class LeaseScripts {
     leaseKey: string,
     leaseMs: number,
     nowMs: number,
-    force = false,
+    replaceUpTo = 0,
   ): Promise<LeaseAnswer> {
     const token = randomBytes(12).toString('base64url');
     const reply = await this.#client.eccReadOrLease(
@@ -172,7 +178,7 @@ export class LeaseScripts {
       token,
       leaseMs,
       nowMs,
-      force ? '1' : '0',
+      String(replaceUpTo),
     );
     const kind = reply[0];
     if (kind === 1) return { kind: 'value', text: String(reply[1]) };

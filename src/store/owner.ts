@@ -179,10 +179,13 @@ export class TableOwner {
   #refresh(id: string, reason: RefreshReason): void {
     if (!this.wantsRefresh(id, Date.now())) return;
     this.#ctx.metrics.refreshes(reason).inc();
-    this.#launch(new Flight(id));
+    const flight = new Flight(id);
+    flight.replaceVersion = this.#l1.peek(id)?.version ?? 0;
+    this.#launch(flight);
   }
 
   #launch(flight: Flight): void {
+    flight.startVersion = this.#ctx.clock.mint();
     this.#flights.set(flight.id, flight);
     fly(this.#ctx, flight).then((outcome) => this.post({ kind: 'landed', flight, outcome }));
   }
@@ -205,6 +208,12 @@ export class TableOwner {
   /** Coherence: drop this instance's L1 row when the event is newer than it (newer-wins). */
   #event(event: TableEvent): void {
     if (event.v === undefined || event.k === 'release') return;
+    // A write or delete elsewhere, newer than a flight of ours: its fill is refused
+    // (the lease was cancelled), and callers arriving now must not get its answer.
+    const flight = this.#flights.get(event.id);
+    if (flight !== undefined && event.k !== 'fill' && event.v > flight.startVersion) {
+      this.#supersede(event.id);
+    }
     const row = this.#l1.peek(event.id);
     if (row === undefined) return;
     if (event.v > row.version) {

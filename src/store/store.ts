@@ -13,12 +13,7 @@ import { RESERVED_TABLE_NAMES, TABLE_NAME } from './keys.js';
 import { L1 } from './l1.js';
 import { LeaseScripts } from './lease.js';
 import { TableOwner } from './owner.js';
-import {
-  DEFAULT_POLICY,
-  policySchemaProperties,
-  resolvePolicy,
-  type TablePolicyInput,
-} from './policy.js';
+import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { Table, type TableCounters } from './table.js';
 import type { LoadFn } from './types.js';
 
