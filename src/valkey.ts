@@ -23,7 +23,10 @@ export function createValkeyClient(options: ValkeyOptions): Redis {
     connectTimeout: options.connectTimeoutMs ?? 2_000,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
-    enableAutoPipelining: true,
+    // No auto-pipelining: ioredis sends one auto-pipeline per connection at a
+    // time, so on a paused server a command could wait for the previous
+    // pipeline's timeout before its own started (up to 2 × commandTimeout).
+    enableAutoPipelining: false,
     retryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
     lazyConnect: false,
   };
