@@ -1,35 +1,9 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { withPolicy } from '../src/index.js';
-import { errorOf, metricValue, openStore, rawValkey } from './helpers/probe.js';
+import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function rawClient() {
-  const raw = rawValkey();
-  onTestFinished(async () => {
-    raw.disconnect();
-  });
-  return raw;
-}
-
-/** Sums a labelled counter of one table (e.g. outcome/reason/result). */
-async function labelled(
-  store: Awaited<ReturnType<typeof openStore>>,
-  name: string,
-  table: string,
-  labels: Record<string, string>,
-) {
-  const metric = store.registry.getSingleMetric(name);
-  if (metric === undefined) throw new Error(`no ${name}`);
-  const { values } = await metric.get();
-  return values
-    .filter(
-      (v) =>
-        v.labels.table === table && Object.entries(labels).every(([k, x]) => v.labels[k] === x),
-    )
-    .reduce((n, v) => n + v.value, 0);
-}
 
 /** A loader that counts calls and answers `{ n }` (n = call number). */
 function counting(delayMs = 0) {
@@ -68,8 +42,10 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     const fresh = await t.get('k');
     expect(fresh.found && fresh.value).toEqual({ n: 2 });
     expect(fresh.stale).toBe(false);
-    expect(await labelled(store, 'echostore_refreshes_total', table, { reason: 'stale' })).toBe(1);
-    expect(await labelled(store, 'echostore_reads_total', table, { layer: 'stale' })).toBe(100);
+    expect(await metricValue(store, 'echostore_refreshes_total', table, { reason: 'stale' })).toBe(
+      1,
+    );
+    expect(await metricValue(store, 'echostore_reads_total', table, { layer: 'stale' })).toBe(100);
   });
 
   it('a stale value in L2 is served at once to a cold instance, which refreshes it once for the fleet', async () => {
@@ -90,7 +66,7 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
 
   it('after ttlMs + staleMs the value is gone: the next read waits for the source', async () => {
     const table = uniqueTable('hard');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const source = counting();
     const store = await openStore({ [table]: { ...policy, staleMs: 100, load: source.load } });
     const t = store.table(table);
@@ -120,7 +96,7 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
 describe('stale-if-error', () => {
   it('when refreshes fail, stale keeps being served with a retry back-off, and the value is never deleted', async () => {
     const table = uniqueTable('sie');
-    const raw = rawClient();
+    const raw = scopedValkey();
     let calls = 0;
     let failing = false;
     const unhandled: unknown[] = [];
@@ -190,7 +166,9 @@ describe('XFetch early refresh', () => {
         if ((await t.get('hot')).stale) staleReads++;
         await sleep(5);
       }
-      const early = await labelled(store, 'echostore_refreshes_total', table, { reason: 'early' });
+      const early = await metricValue(store, 'echostore_refreshes_total', table, {
+        reason: 'early',
+      });
       if (beta > 0) {
         expect(early).toBeGreaterThanOrEqual(1);
         expect(source.calls()).toBeGreaterThanOrEqual(2);
@@ -206,7 +184,7 @@ describe('XFetch early refresh', () => {
 describe('per-result policy', () => {
   it('a loader may set ttlMs, staleMs and negative for one row with withPolicy', async () => {
     const table = uniqueTable('row-policy');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const store = await openStore({
       [table]: {
         ttlMs: 60_000,
@@ -271,12 +249,12 @@ describe('coherent L1s', () => {
     await sleep(50);
     const r = await b.table(table).get('k');
     expect(r.found && r.value).toEqual({ v: 'put' });
-    expect(await labelled(b, 'echostore_coherence_total', table, { result: 'applied' })).toBe(1);
+    expect(await metricValue(b, 'echostore_coherence_total', table, { result: 'applied' })).toBe(1);
   });
 
   it('duplicate and reordered messages are harmless (newer-wins)', async () => {
     const table = uniqueTable('coh-order');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const store = await openStore({ [table]: { load: () => ({ v: 1 }) } });
     const t = store.table(table);
     const row = await t.get('k');
@@ -284,12 +262,14 @@ describe('coherent L1s', () => {
     const send = (v: number) => raw.publish(channel, JSON.stringify({ k: 'put', id: 'k', v }));
     await sleep(50);
     // This instance's own fill echo is already counted as "stale" (not newer than its row).
-    const echoes = await labelled(store, 'echostore_coherence_total', table, { result: 'stale' });
+    const echoes = await metricValue(store, 'echostore_coherence_total', table, {
+      result: 'stale',
+    });
     await send(row.version - 10);
     await send(row.version);
     await sleep(50);
     expect(t.stats().l1_entries).toBe(1);
-    expect(await labelled(store, 'echostore_coherence_total', table, { result: 'stale' })).toBe(
+    expect(await metricValue(store, 'echostore_coherence_total', table, { result: 'stale' })).toBe(
       echoes + 2,
     );
     await send(row.version + 10);
@@ -297,9 +277,9 @@ describe('coherent L1s', () => {
     await send(row.version + 5);
     await sleep(50);
     expect(t.stats().l1_entries).toBe(0);
-    expect(await labelled(store, 'echostore_coherence_total', table, { result: 'applied' })).toBe(
-      1,
-    );
+    expect(
+      await metricValue(store, 'echostore_coherence_total', table, { result: 'applied' }),
+    ).toBe(1);
     await send(Number.NaN);
     await raw.publish(channel, 'not json');
     await sleep(20);
@@ -308,7 +288,7 @@ describe('coherent L1s', () => {
 
   it('flushes L1 once when the subscriber connection drops and reconnects', async () => {
     const table = uniqueTable('coh-flush');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const store = await openStore({ [table]: { load: (id) => ({ id }) } });
     const t = store.table(table);
     await t.get('a');

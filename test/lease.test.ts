@@ -2,8 +2,8 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import type { LoadFn, Store } from '../src/index.js';
-import { errorOf, openStore, rawValkey } from './helpers/probe.js';
+import type { LoadFn } from '../src/index.js';
+import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
@@ -20,16 +20,6 @@ function countingLoader(ms = 30): { load: LoadFn; calls: () => number } {
   };
 }
 
-/** `echostore_lease_total{table, outcome}` of one store. */
-async function leaseOutcome(store: Store, table: string, outcome: string): Promise<number> {
-  const metric = store.registry.getSingleMetric('echostore_lease_total');
-  if (metric === undefined) throw new Error('no echostore_lease_total');
-  const { values } = await metric.get();
-  return values
-    .filter((v) => v.labels.table === table && v.labels.outcome === outcome)
-    .reduce((n, v) => n + v.value, 0);
-}
-
 describe('fleet lease', () => {
   it('two stores with separate connections reading one cold key cause one load', async () => {
     const table = uniqueTable('fleet');
@@ -44,7 +34,8 @@ describe('fleet lease', () => {
     expect(source.calls()).toBe(1);
     expect(new Set(results.map((r) => (r.found ? r.json : '-'))).size).toBe(1);
     const count = async (outcome: string) =>
-      (await leaseOutcome(a, table, outcome)) + (await leaseOutcome(b, table, outcome));
+      (await metricValue(a, 'echostore_lease_total', table, { outcome: outcome })) +
+      (await metricValue(b, 'echostore_lease_total', table, { outcome: outcome }));
     expect(await count('acquired')).toBe(1);
     expect(await count('contended')).toBe(1);
     expect(await count('takeover')).toBe(0);
@@ -118,17 +109,14 @@ describe('fleet lease', () => {
     expect(new Set(results.map((r) => (r.found ? r.json : '-'))).size).toBe(1);
     let takeovers = 0;
     for (const s of [a, b, c]) {
-      takeovers += await leaseOutcome(s, table, 'takeover');
+      takeovers += await metricValue(s, 'echostore_lease_total', table, { outcome: 'takeover' });
     }
     expect(takeovers).toBe(1);
   });
 
   it('a fill whose lease expired is refused and does not overwrite the newer value', async () => {
     const table = uniqueTable('lost');
-    const raw = rawValkey();
-    onTestFinished(async () => {
-      await raw.quit();
-    });
+    const raw = scopedValkey();
     const slowGate = deferred<void>();
     const slow = await openStore({
       [table]: {
@@ -151,7 +139,7 @@ describe('fleet lease', () => {
     expect(slowAnswer.found && slowAnswer.value).toEqual({ from: 'slow' });
     const stored = JSON.parse((await raw.get(`ecc:${table}:{k}`)) as string);
     expect(stored.value).toEqual({ from: 'fast' });
-    expect(await leaseOutcome(slow, table, 'lost')).toBe(1);
+    expect(await metricValue(slow, 'echostore_lease_total', table, { outcome: 'lost' })).toBe(1);
     // The refused value was not kept in L1 either: the next read is the newer value.
     const again = await slow.table(table).get('k');
     expect(again.found && again.value).toEqual({ from: 'fast' });
@@ -159,10 +147,7 @@ describe('fleet lease', () => {
 
   it('no waiter waits past waitTimeoutMs for a holder that never fills', async () => {
     const table = uniqueTable('wait');
-    const raw = rawValkey();
-    onTestFinished(async () => {
-      await raw.quit();
-    });
+    const raw = scopedValkey();
     await raw.set(`ecc:${table}:{w}:lease`, 'someone-else', 'PX', 20_000);
     const source = countingLoader();
     const s = await openStore({ [table]: { waitTimeoutMs: 300, load: source.load } });
@@ -198,10 +183,7 @@ describe('fleet lease', () => {
     expect(source.calls()).toBe(1);
     process.kill(pid, 'SIGCONT');
     resumed = true;
-    const raw = rawValkey(server.url);
-    onTestFinished(async () => {
-      await raw.quit();
-    });
+    const raw = scopedValkey(server.url);
     await raw.ping();
     const b = await openStore(
       { [table]: policy },

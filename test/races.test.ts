@@ -1,20 +1,12 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { errorOf, metricValue, openStore, rawValkey } from './helpers/probe.js';
+import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, uniqueTable } from './helpers/store.js';
-
-function rawClient(url?: string) {
-  const raw = rawValkey(url);
-  onTestFinished(async () => {
-    raw.disconnect();
-  });
-  return raw;
-}
 
 describe('writes win races', () => {
   it('a PUT on one instance refuses the fill of a load in flight on another (fleet)', async () => {
     const table = uniqueTable('put-race');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const gate = deferred<void>();
     const a = await openStore({
       [table]: {
@@ -40,7 +32,7 @@ describe('writes win races', () => {
 
   it('a fill without the lease (coalescing: process) never overwrites a PUT made meanwhile', async () => {
     const table = uniqueTable('cas');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const gate = deferred<void>();
     const a = await openStore({
       [table]: {
@@ -66,7 +58,7 @@ describe('writes win races', () => {
     const server = await spawnServer();
     onTestFinished(() => server.stop());
     const table = uniqueTable('pause-put');
-    const raw = rawClient(server.url);
+    const raw = scopedValkey(server.url);
     const writer = await openStore(
       { [table]: { load: () => ({ from: 'source' }) } },
       { valkey: server.url },
@@ -95,7 +87,7 @@ describe('writes win races', () => {
 
   it("an instance's own PUT wins in its L1 even over a row with a higher (foreign) version", async () => {
     const table = uniqueTable('own-wins');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const store = await openStore({ [table]: { load: () => ({ from: 'source' }) } });
     const future = (Date.now() + 3 * 365 * 24 * 3600 * 1000) * 1000;
     await raw.set(
@@ -114,7 +106,7 @@ describe('writes win races', () => {
 
   it('versions order after any version seen from a peer whose clock runs ahead (hybrid logical clock)', async () => {
     const table = uniqueTable('hlc');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const store = await openStore({ [table]: { load: () => ({}) } });
     const ahead = (Date.now() + 30_000) * 1000;
     await raw.set(
@@ -132,7 +124,7 @@ describe('writes win races', () => {
 describe('poisoned L2 values', () => {
   it('an envelope nested too deeply to re-serialise is a miss: reloaded, overwritten and counted', async () => {
     const table = uniqueTable('deep');
-    const raw = rawClient();
+    const raw = scopedValkey();
     let loads = 0;
     const store = await openStore({
       [table]: {
@@ -158,7 +150,7 @@ describe('poisoned L2 values', () => {
 
   it('an envelope with a non-integer or absurd softExpiresAt is a miss', async () => {
     const table = uniqueTable('absurd');
-    const raw = rawClient();
+    const raw = scopedValkey();
     const store = await openStore({ [table]: { load: () => ({ fine: true }) } });
     await raw.set(
       `ecc:${table}:{a}`,

@@ -41,12 +41,30 @@ export async function errorOf(promise: Promise<unknown>): Promise<EchoStoreError
   throw new Error('expected a rejection, got a value');
 }
 
-/** The value of a store metric for one table (0 when it has no sample for that table). */
-export async function metricValue(store: Store, name: string, table: string): Promise<number> {
+/**
+ * The value of a store metric for one table, summed over the samples whose
+ * labels include `labels` (0 when there is none).
+ */
+export async function metricValue(
+  store: Store,
+  name: string,
+  table: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
   const metric = store.registry.getSingleMetric(name);
   if (metric === undefined) throw new Error(`no metric named ${name}`);
   const { values } = await metric.get();
   return values
     .filter((v) => v.labels.table === table)
+    .filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))
     .reduce((sum, v) => sum + Number(v.value), 0);
+}
+
+/** Like {@link rawValkey}, disconnected when the test ends. */
+export function scopedValkey(url?: string): Redis {
+  const raw = rawValkey(url);
+  onTestFinished(() => {
+    raw.disconnect();
+  });
+  return raw;
 }
