@@ -1,57 +1,14 @@
 import { ClosedError, ShedError, ValkeyUnavailableError } from '../errors.js';
-import type { ReadCounts } from '../metrics.js';
 import type { Envelope } from './envelope.js';
-import { encodeEnvelope } from './envelope.js';
-import { encodeEvent, type TableEvent } from './events.js';
+import type { TableEvent } from './events.js';
 import { Flight, type FlightContext, fly, type Outcome, type Waiter } from './flight.js';
 import { RefreshBackoff } from './freshness.js';
 import type { LoadGate } from './gate.js';
-import { eventsChannel, leaseKey, valueKey } from './keys.js';
 import type { L1 } from './l1.js';
-import { hardTtlMs, makeEnvelope } from './loader.js';
+import { Mailbox } from './mailbox.js';
+import type { Message, OwnerCounters, RefreshReason } from './messages.js';
 import { resultOf } from './result.js';
-import type { WriteResult } from './types.js';
-
-/** A caller waiting for a write (`put` or `invalidate`) to be acknowledged. */
-export interface WriteWaiter<T> {
-  resolve(result: T): void;
-  reject(error: Error): void;
-}
-
-/** The messages a table owner handles, one at a time, in arrival order. */
-export type Message =
-  | { kind: 'fill'; id: string; waiter: Waiter }
-  | { kind: 'landed'; flight: Flight; outcome: Outcome }
-  | { kind: 'put'; id: string; value: unknown; json: string; waiter: WriteWaiter<WriteResult> }
-  | {
-      kind: 'written';
-      id: string;
-      envelope: Envelope;
-      error?: unknown;
-      waiter: WriteWaiter<WriteResult>;
-    }
-  | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }
-  | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> }
-  /** A caller saw a stale row, or XFetch said refresh early: refresh in the background. */
-  | { kind: 'refresh'; id: string; reason: RefreshReason }
-  /** A flight found a stale value to serve while it loads (stale-while-revalidate). */
-  | { kind: 'early'; flight: Flight; envelope: Envelope }
-  /** Another instance (or this one) wrote, filled or deleted an id. */
-  | { kind: 'event'; event: TableEvent }
-  /** The subscriber reconnected: events may have been missed, drop every L1 row. */
-  | { kind: 'flush' };
-
-/** Why a background refresh started: XFetch (`early`) or a stale read (`stale`). */
-export type RefreshReason = 'early' | 'stale';
-
-/** The counters the owner bumps (the caller bumps `hits` and `misses`). */
-export interface OwnerCounters {
-  /** Answered reads by layer, mirrored into `echostore_reads_total` at scrape time. */
-  reads: ReadCounts;
-  fills: number;
-  l2_hits: number;
-  coalesced: number;
-}
+import { sendInvalidate, sendPut } from './writes.js';
 
 /**
  * The actor that owns one table's state: its flights (id → waiters), its L1
@@ -71,9 +28,7 @@ export class TableOwner {
   readonly #ctx: FlightContext;
   readonly #l1: L1;
   readonly #counters: OwnerCounters;
-  readonly #mailbox: Message[] = [];
-  #head = 0;
-  #scheduled = false;
+  readonly #mailbox: Mailbox<Message>;
   readonly #flights = new Map<string, Flight>();
   readonly #writes = new Map<string, Message[]>();
   readonly #backoff = new RefreshBackoff();
@@ -87,11 +42,15 @@ export class TableOwner {
     };
     this.#l1 = l1;
     this.#counters = counters;
+    this.#mailbox = new Mailbox<Message>(
+      (m) => this.#handle(m),
+      () => this.#checkIdle(),
+    );
   }
 
   /** Messages waiting to be handled. */
   get mailboxDepth(): number {
-    return this.#mailbox.length - this.#head;
+    return this.#mailbox.depth;
   }
 
   /** The table's load gate (for its gauges). */
@@ -106,23 +65,7 @@ export class TableOwner {
 
   /** Queues a message; the mailbox is drained on a microtask, one message at a time. */
   post(message: Message): void {
-    this.#mailbox.push(message);
-    if (!this.#scheduled) {
-      this.#scheduled = true;
-      queueMicrotask(() => this.#drain());
-    }
-  }
-
-  #drain(): void {
-    while (this.#head < this.#mailbox.length) {
-      const message = this.#mailbox[this.#head] as Message;
-      this.#mailbox[this.#head++] = undefined as unknown as Message;
-      this.#handle(message);
-    }
-    this.#mailbox.length = 0;
-    this.#head = 0;
-    this.#scheduled = false;
-    this.#checkIdle();
+    this.#mailbox.post(message);
   }
 
   #handle(m: Message): void {
@@ -303,39 +246,18 @@ export class TableOwner {
   }
 
   #put(m: Extract<Message, { kind: 'put' }>): void {
-    const { policy, lease, table, health } = this.#ctx;
-    if (!health.usable()) {
+    if (!this.#ctx.health.usable()) {
       m.waiter.reject(this.#valkeyError('put', m.id, undefined));
       return;
     }
     this.#supersede(m.id);
-    const now = Date.now();
-    const envelope = makeEnvelope(
-      this.#ctx.clock.mint(),
-      m.value,
-      m.json,
-      policy.ttlMs,
-      policy.staleMs,
-      0,
-      false,
-      policy,
-    );
     this.#writes.set(m.id, []);
-    // Cancelling the lease refuses any fill already in flight anywhere in the fleet.
-    lease
-      .writeAndCancel(
-        valueKey(table, m.id),
-        leaseKey(table, m.id),
-        encodeEnvelope(envelope),
-        hardTtlMs(envelope, now),
-        eventsChannel(table),
-        encodeEvent({ k: 'put', id: m.id, v: envelope.version }),
-      )
-      .then(
-        () => this.post({ kind: 'written', id: m.id, envelope, waiter: m.waiter }),
-        (error: unknown) =>
-          this.post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
-      );
+    const { envelope, sent } = sendPut(this.#ctx, m.id, m.value, m.json);
+    sent.then(
+      () => this.post({ kind: 'written', id: m.id, envelope, waiter: m.waiter }),
+      (error: unknown) =>
+        this.post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
+    );
   }
 
   #written(m: Extract<Message, { kind: 'written' }>): void {
@@ -355,22 +277,17 @@ export class TableOwner {
   }
 
   #invalidate(m: Extract<Message, { kind: 'invalidate' }>): void {
-    const { lease, table, health } = this.#ctx;
     this.#supersede(m.id);
     this.#l1.delete(m.id);
-    if (!health.usable()) {
+    if (!this.#ctx.health.usable()) {
       m.waiter.reject(this.#valkeyError('delete', m.id, undefined));
       return;
     }
     this.#writes.set(m.id, []);
-    // The deletion is versioned like a write, so other instances drop any older row (newer-wins).
-    const message = encodeEvent({ k: 'del', id: m.id, v: this.#ctx.clock.mint() });
-    lease
-      .invalidate(valueKey(table, m.id), leaseKey(table, m.id), eventsChannel(table), message)
-      .then(
-        () => this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter }),
-        (error: unknown) => this.post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
-      );
+    sendInvalidate(this.#ctx, m.id).then(
+      () => this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter }),
+      (error: unknown) => this.post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
+    );
   }
 
   #invalidated(m: Extract<Message, { kind: 'invalidated' }>): void {
