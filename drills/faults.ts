@@ -21,10 +21,8 @@
  * hold, 2 when the drill cannot run.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
+import { drillArgs, emitJson } from './lib/args.js';
 import { type Check, type PhaseRow, phaseRow, renderFaults } from './lib/fault-report.js';
 import { HOLD_PREFIX, type HoldingOrigin, startHoldingOrigin } from './lib/holding-origin.js';
 import { itemUrl, LoadGenerator, type Sample, type Target, timedGet } from './lib/load.js';
@@ -33,23 +31,11 @@ import { type Recovery, readyAgain, recovery } from './lib/recovery.js';
 import { type Service, scrape, startService } from './lib/service.js';
 import { spawnValkey, type ValkeyServer } from './lib/valkey-server.js';
 
-// A bare `--json` means "JSON to stdout"; `--json <file>` writes the file as well as the table.
-const argv = process.argv
-  .slice(2)
-  .map((a, i, all) =>
-    a === '--json' && (i === all.length - 1 || all[i + 1]?.startsWith('--')) ? '--json=-' : a,
-  );
-const { values: args } = parseArgs({
-  args: argv,
-  options: {
-    loops: { type: 'string', default: '20' },
-    'pause-ms': { type: 'string', default: '20' },
-    'latency-ms': { type: 'string', default: '20' },
-    hot: { type: 'string', default: '20' },
-    json: { type: 'string' },
-  },
-  allowNegative: false,
-  strict: true,
+const args = drillArgs({
+  loops: { type: 'string', default: '20' },
+  'pause-ms': { type: 'string', default: '20' },
+  'latency-ms': { type: 'string', default: '20' },
+  hot: { type: 'string', default: '20' },
 });
 
 const TABLE = 'faults';
@@ -280,12 +266,7 @@ async function main(): Promise<number> {
   const pass = checks.every((c) => c.pass);
   const runtimeMs = Math.round(performance.now() - began);
   const report = { drill: 'faults', boundMs: BOUND_MS, phases: rows, checks, runtimeMs, pass };
-  if (args.json !== undefined && args.json !== '-') {
-    mkdirSync(dirname(args.json), { recursive: true });
-    writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
-  }
-  if (args.json === '-') process.stdout.write(`${JSON.stringify(report)}\n`);
-  else {
+  if (!emitJson(args.json, report)) {
     const header = `faults drill: 2 instances, ${loops} loops (half hot L1 ids, half cold), source latency ${latencyMs} ms, runtime ${(runtimeMs / 1000).toFixed(1)} s`;
     process.stdout.write(renderFaults(header, rows, checks));
   }

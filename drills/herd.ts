@@ -9,33 +9,19 @@
  * law is judged by that count. Exits 1 when the law does not hold.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
-import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { httpSource } from '../src/sources/http.js';
 import { createStore } from '../src/store/store.js';
+import { drillArgs, emitJson } from './lib/args.js';
 import { type Origin, startOrigin } from './lib/origin.js';
 import { percentile, table } from './lib/report.js';
 import { scrape, startService } from './lib/service.js';
 
-// A bare `--json` means "JSON to stdout"; `--json <file>` writes the file as well as the table.
-const argv = process.argv
-  .slice(2)
-  .map((a, i, all) =>
-    a === '--json' && (i === all.length - 1 || all[i + 1]?.startsWith('--')) ? '--json=-' : a,
-  );
-const { values: args } = parseArgs({
-  args: argv,
-  options: {
-    readers: { type: 'string', default: '200' },
-    'latency-ms': { type: 'string', default: '50' },
-    via: { type: 'string', default: 'inproc' },
-    json: { type: 'string' },
-    valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
-  },
-  allowNegative: false,
-  strict: true,
+const args = drillArgs({
+  readers: { type: 'string', default: '200' },
+  'latency-ms': { type: 'string', default: '50' },
+  via: { type: 'string', default: 'inproc' },
+  valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
 });
 
 const TABLE = 'herd';
@@ -156,13 +142,7 @@ async function main(): Promise<number> {
     p99Ms: Number(percentile(run.latenciesMs, 99).toFixed(1)),
     pass,
   };
-  if (args.json !== undefined && args.json !== '-') {
-    mkdirSync(dirname(args.json), { recursive: true });
-    writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
-  }
-  if (args.json === '-') {
-    process.stdout.write(`${JSON.stringify(report)}\n`);
-  } else {
+  if (!emitJson(args.json, report)) {
     process.stdout.write(
       `herd drill (${via}): ${readers} concurrent cold readers, source latency ${latencyMs} ms\n${table(
         [

@@ -24,9 +24,9 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { leaseKey, valueKey } from '../src/store/keys.js';
+import { drillArgs, emitJson } from './lib/args.js';
 import { columns } from './lib/columns.js';
 import { type Origin, startOrigin } from './lib/origin.js';
 import { percentile } from './lib/report.js';
@@ -34,25 +34,13 @@ import { type Service, startService } from './lib/service.js';
 import { barChartSvg } from './lib/svg.js';
 import type { BurstResult, FromWorker, RegimePolicy, Setup, ToWorker } from './regimes-worker.js';
 
-// A bare `--json` means "JSON to stdout"; `--json <file>` writes the file as well as the table.
-const argv = process.argv
-  .slice(2)
-  .map((a, i, all) =>
-    a === '--json' && (i === all.length - 1 || all[i + 1]?.startsWith('--')) ? '--json=-' : a,
-  );
-const { values: args } = parseArgs({
-  args: argv,
-  options: {
-    instances: { type: 'string', default: '6' },
-    readers: { type: 'string', default: '200' },
-    'latency-ms': { type: 'string', default: '50' },
-    via: { type: 'string', default: 'inproc' },
-    json: { type: 'string' },
-    svg: { type: 'string', default: 'drills/out/regimes.svg' },
-    valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
-  },
-  allowNegative: false,
-  strict: true,
+const args = drillArgs({
+  instances: { type: 'string', default: '6' },
+  readers: { type: 'string', default: '200' },
+  'latency-ms': { type: 'string', default: '50' },
+  via: { type: 'string', default: 'inproc' },
+  svg: { type: 'string', default: 'drills/out/regimes.svg' },
+  valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
 });
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'regimes-worker.js');
@@ -366,10 +354,8 @@ async function main(): Promise<number> {
     svg: svgPath,
     pass,
   };
-  if (args.json !== undefined && args.json !== '-')
-    writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
-  if (args.json === '-') process.stdout.write(`${JSON.stringify(report)}\n`);
-  else process.stdout.write(render(plan, regimes, worstP99Ms, svgPath));
+  if (!emitJson(args.json, report))
+    process.stdout.write(render(plan, regimes, worstP99Ms, svgPath));
   return pass ? 0 : 1;
 }
 
