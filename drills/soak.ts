@@ -21,33 +21,21 @@
  * than {@link MAX_RSS_GROWTH}×; 2 when the drill cannot run.
  */
 import { randomBytes } from 'node:crypto';
-import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import { redactUrl } from '../src/valkey.js';
+import { drillArgs } from './lib/args.js';
 import { hotId, itemPath, type Kind, mixedLoad } from './lib/mix.js';
 import { type Origin, startOrigin } from './lib/origin.js';
 import { type Service, scrape, startService } from './lib/service.js';
 import { type AtRest, printSoak, soakReport } from './lib/soak-report.js';
 
-// A bare `--json` means "JSON to stdout"; `--json <file>` writes the file as well as the table.
-const argv = process.argv
-  .slice(2)
-  .map((a, i, all) =>
-    a === '--json' && (i === all.length - 1 || all[i + 1]?.startsWith('--')) ? '--json=-' : a,
-  );
-const { values: args } = parseArgs({
-  args: argv,
-  options: {
-    seconds: { type: 'string', default: '120' },
-    connections: { type: 'string', default: '32' },
-    'hot-ids': { type: 'string', default: '1000' },
-    'latency-ms': { type: 'string', default: '5' },
-    json: { type: 'string' },
-    valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
-  },
-  allowNegative: false,
-  strict: true,
+const args = drillArgs({
+  seconds: { type: 'string', default: '120' },
+  connections: { type: 'string', default: '32' },
+  'hot-ids': { type: 'string', default: '1000' },
+  'latency-ms': { type: 'string', default: '5' },
+  valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
 });
 
 const WEIGHTS: Record<Kind, number> = {

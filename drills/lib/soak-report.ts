@@ -1,7 +1,6 @@
 /** The soak drill's verdict and its printed report. */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
 import type autocannon from 'autocannon';
+import { emitJson } from './args.js';
 import { columns } from './columns.js';
 import { KINDS, type Kind, type Tally } from './mix.js';
 import { percentile, table } from './report.js';
@@ -126,14 +125,7 @@ export type SoakReport = ReturnType<typeof soakReport>;
  * `-` prints JSON instead, a path writes the JSON there as well.
  */
 export function printSoak(report: SoakReport, tally: Tally, json: string | undefined): void {
-  if (json !== undefined && json !== '-') {
-    mkdirSync(dirname(json), { recursive: true });
-    writeFileSync(json, `${JSON.stringify(report, null, 2)}\n`);
-  }
-  if (json === '-') {
-    process.stdout.write(`${JSON.stringify(report)}\n`);
-    return;
-  }
+  if (emitJson(json, report)) return;
   const kinds = columns(
     ['request', 'share', 'responses', 'statuses', 'p50 ms', 'p99 ms'],
     KINDS.map((k) => {
