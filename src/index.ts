@@ -16,4 +16,4 @@ export { LoadResult, type RowPolicy, withPolicy } from './store/result.js';
 export { createStore, type Store, type StoreOptions, type TableOptions } from './store/store.js';
 export type { Table } from './store/table.js';
 export type * from './store/types.js';
-export { createValkeyClient, type ValkeyOptions } from './valkey.js';
+export { createValkeyClient, type ValkeyOptions, type ValkeyTlsOptions } from './valkey.js';

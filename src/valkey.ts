@@ -1,4 +1,21 @@
+import { readFileSync } from 'node:fs';
+import type { ConnectionOptions } from 'node:tls';
 import { Redis, type RedisOptions } from 'ioredis';
+import { ConfigError } from './errors.js';
+
+/** TLS settings of a `rediss://` connection; ignored with a `redis://` URL. */
+export interface ValkeyTlsOptions {
+  /**
+   * PEM file of the CA certificate(s) that signed the server's certificate.
+   * When set, these CAs are trusted *instead of* Node's built-in roots.
+   * Default: Node's built-in roots.
+   */
+  caFile?: string;
+  /** Refuse a server whose certificate does not verify. Default true; false is for experiments only. */
+  rejectUnauthorized?: boolean;
+  /** The name sent as SNI and checked against the server's certificate. Default: the URL's host. */
+  servername?: string;
+}
 
 /** How the store reaches Valkey. All durations are milliseconds. */
 export interface ValkeyOptions {
@@ -6,8 +23,10 @@ export interface ValkeyOptions {
   url: string;
   /** A command not answered within this fails (never hangs). Default 1,000. */
   commandTimeoutMs?: number;
-  /** A connection attempt not established within this fails and is retried. Default 2,000. */
+  /** A connection attempt (TLS handshake included) not established within this fails and is retried. Default 2,000. */
   connectTimeoutMs?: number;
+  /** TLS settings; used only when `url` is `rediss://`. */
+  tls?: ValkeyTlsOptions;
 }
 
 /**
@@ -16,6 +35,13 @@ export interface ValkeyOptions {
  * queue (a command issued while disconnected fails at once, and the store
  * falls back to the source); reconnection retries forever with capped
  * back-off, so the service recovers by itself when Valkey returns.
+ *
+ * A `rediss://` URL connects over TLS, verified against `tls.caFile` when
+ * given. A refused password or certificate is not thrown: the client keeps
+ * retrying (the store runs degraded meanwhile). The client and its
+ * `duplicate()`s never expose the password in the errors they emit.
+ *
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `valkey.tls.caFile` when that file cannot be read or holds no PEM certificate.
  */
 export function createValkeyClient(options: ValkeyOptions): Redis {
   const redisOptions: RedisOptions = {
@@ -30,7 +56,68 @@ export function createValkeyClient(options: ValkeyOptions): Redis {
     retryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
     lazyConnect: false,
   };
-  return new Redis(options.url, redisOptions);
+  // ioredis turns TLS on for a rediss:// URL with `tls: true` only when no `tls`
+  // is given; an object keeps it on and adds our settings. Given for every
+  // rediss:// URL (ioredis's own test is case-sensitive) so TLS is never dropped.
+  if (/^rediss:\/\//i.test(options.url)) redisOptions.tls = tlsOptions(options.tls ?? {});
+  return new ValkeyClient(options.url, redisOptions);
+}
+
+function tlsOptions(tls: ValkeyTlsOptions): ConnectionOptions {
+  return {
+    rejectUnauthorized: tls.rejectUnauthorized ?? true,
+    ...(tls.caFile === undefined ? {} : { ca: readCaFile(tls.caFile) }),
+    ...(tls.servername === undefined ? {} : { servername: tls.servername }),
+  };
+}
+
+/**
+ * Reads a PEM file of CA certificates (Node ignores a `ca` that is not PEM,
+ * which would only show later as a refused handshake).
+ *
+ * @returns the file's text.
+ * @throws {ConfigError} `ECC_BAD_CONFIG`, message starting `valkey.tls.caFile:`, when the file cannot be read or holds no PEM certificate.
+ */
+export function readCaFile(file: string): string {
+  let pem: string;
+  try {
+    pem = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`valkey.tls.caFile: cannot read the file: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  if (!pem.includes('-----BEGIN CERTIFICATE-----')) {
+    throw new ConfigError(`valkey.tls.caFile: ${file} holds no PEM certificate`);
+  }
+  return pem;
+}
+
+/**
+ * An ioredis client whose emitted errors carry no credentials: ioredis puts a
+ * failed command's arguments on its reply error (`err.command.args`), and for
+ * AUTH those are the user and the password, which a logger would print.
+ * `duplicate()` (the store's subscriber connection) returns one too.
+ */
+class ValkeyClient extends Redis {
+  override duplicate(override?: Partial<RedisOptions>): Redis {
+    return new ValkeyClient({ ...this.options, ...override });
+  }
+
+  // ioredis rejects the commands it flushes with the same error object
+  // synchronously before emitting it, so their handlers (run later) see it redacted too.
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    if (event === 'error') redactAuthArgs(args[0]);
+    return super.emit(event, ...args);
+  }
+}
+
+function redactAuthArgs(err: unknown): void {
+  const command = (err as { command?: { name?: unknown; args?: unknown } } | null)?.command;
+  if (typeof command?.name !== 'string' || command.name.toLowerCase() !== 'auth') return;
+  if (!Array.isArray(command.args)) return;
+  // AUTH [user] password: the user may stay, it helps to tell which one was refused.
+  command.args = command.args.length > 1 ? [command.args[0], '***'] : ['***'];
 }
 
 /**
@@ -52,7 +139,7 @@ export function waitReady(client: Redis, timeoutMs: number): Promise<boolean> {
   });
 }
 
-/** Redacts the password of a Valkey URL for logs. */
+/** Redacts the password of a Valkey URL for logs (`redis://alice:***@host:6379`). */
 export function redactUrl(url: string): string {
   try {
     const u = new URL(url);

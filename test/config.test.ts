@@ -206,11 +206,79 @@ describe('loadConfig valkey.url', () => {
     expect(err.message).toContain('environment variable VALKEY_URL: valkey.url:');
   });
 
+  it.each([
+    ['a db index above 15', 'redis://user:hunter2-secret@127.0.0.1:6379/16'],
+    ['another scheme', 'http://user:hunter2-secret@127.0.0.1:6379'],
+  ])('does not repeat the password of a URL with %s rejected in the file', (_, url) => {
+    const file = write('secret-url.yaml', `valkey: { url: "${url}" }\n${tables}`);
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.message).toContain(`${file}: valkey.url:`);
+    expect(err.message).not.toContain('hunter2-secret');
+  });
+
   it('does not repeat the password of a rejected URL', () => {
     const env = { VALKEY_URL: 'redis://user:hunter2-secret@127.0.0.1:99999' };
     const err = failure(() => loadConfig({ argv: [], env, cwd: dir }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).not.toContain('hunter2-secret');
+  });
+});
+
+describe('loadConfig valkey.tls', () => {
+  const PEM = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+  const withTls = (tls: string) =>
+    `valkey: { url: "rediss://cache.internal:6380", tls: ${tls} }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`;
+
+  it('has no default', () => {
+    expect(loadConfig({ argv: [], env: {}, cwd: dir }).valkey.tls).toBeUndefined();
+  });
+
+  it('passes caFile (resolved against the config file directory), rejectUnauthorized (default true) and servername through', () => {
+    write('valkey-ca.pem', PEM);
+    const file = write(
+      'tls.yaml',
+      withTls('{ caFile: valkey-ca.pem, servername: cache.internal }'),
+    );
+    const config = loadConfig({ argv: ['--config', file], env: {}, cwd: '/' });
+    expect(config.valkey).toEqual({
+      url: 'rediss://cache.internal:6380',
+      commandTimeoutMs: 1000,
+      connectTimeoutMs: 2000,
+      tls: {
+        caFile: join(dir, 'valkey-ca.pem'),
+        rejectUnauthorized: true,
+        servername: 'cache.internal',
+      },
+    });
+    const insecure = write('tls-insecure.yaml', withTls('{ rejectUnauthorized: false }'));
+    expect(loadConfig({ argv: ['--config', insecure], env: {} }).valkey.tls).toEqual({
+      rejectUnauthorized: false,
+    });
+  });
+
+  it.each([
+    ['cannot be read', () => 'missing-ca.pem'],
+    ['holds no PEM certificate', () => write('not-a-ca.pem', 'just text\n')],
+  ])('rejects a caFile that %s, naming valkey.tls.caFile', (_, caFile) => {
+    const file = write('bad-ca.yaml', withTls(`{ caFile: "${caFile()}" }`));
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}: valkey.tls.caFile:`);
+  });
+
+  it.each([
+    ['an unknown field', '{ verify: false }', 'valkey.tls.verify: is not a known field'],
+    [
+      'a rejectUnauthorized that is not a boolean',
+      '{ rejectUnauthorized: "no" }',
+      'valkey.tls.rejectUnauthorized: must be boolean',
+    ],
+    ['an empty servername', '{ servername: "" }', 'valkey.tls.servername:'],
+  ])('rejects %s', (_, tls, message) => {
+    const file = write('bad-tls.yaml', withTls(tls));
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}: ${message}`);
   });
 });
 

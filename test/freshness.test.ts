@@ -314,3 +314,48 @@ describe('coherent L1s', () => {
     );
   });
 });
+
+describe('refresh discipline', () => {
+  it('an instance whose refresh finds another instance refreshing does not retry until that lease ends', async () => {
+    const table = uniqueTable('pause');
+    const gate = deferred<void>();
+    let aCalls = 0;
+    const a = await openStore({
+      [table]: {
+        ...policy,
+        load: async () => {
+          aCalls++;
+          if (aCalls > 1) await gate.promise;
+          return { n: aCalls };
+        },
+      },
+    });
+    const b = await openStore({ [table]: { ...policy, load: () => ({ n: 'b' }) } });
+    await a.table(table).get('k');
+    await b.table(table).get('k');
+    await sleep(250);
+    await a.table(table).get('k'); // stale: A's refresh takes the lease and blocks in the loader
+    await sleep(50);
+    for (let i = 0; i < 30; i++) {
+      expect((await b.table(table).get('k')).stale).toBe(true);
+      await sleep(5);
+    }
+    expect(await metricValue(b, 'echostore_refreshes_total', table, { reason: 'stale' })).toBe(1);
+    gate.resolve();
+    await sleep(100);
+    const r = await b.table(table).get('k');
+    expect(r.found && r.value).toEqual({ n: 2 });
+  });
+
+  it('never answers a row past its hard TTL, even when L1 has not evicted it yet', async () => {
+    const table = uniqueTable('hard-check');
+    const source = counting();
+    const store = await openStore({ [table]: { ...policy, staleMs: 0, load: source.load } });
+    const t = store.table(table);
+    await t.get('k');
+    await sleep(210);
+    const r = await t.get('k');
+    expect(r.stale).toBe(false);
+    expect(r.found && r.value).toEqual({ n: 2 });
+  });
+});

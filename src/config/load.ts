@@ -10,6 +10,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
+import { readCaFile, type ValkeyTlsOptions } from '../valkey.js';
 import {
   ADMIN_TOKEN_PATTERN,
   configSchema,
@@ -67,6 +68,9 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * 3. `VALKEY_URL`, `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN`
  *    override the file, and are validated the same way.
  *
+ * A relative `valkey.tls.caFile` is resolved against the file's directory too,
+ * and must be a readable PEM file.
+ *
  * Defaults: `valkey.url` `redis://127.0.0.1:6379`, `valkey.commandTimeoutMs`
  * 1,000, `valkey.connectTimeoutMs` 2,000, `http.host` `127.0.0.1`, `http.port`
  * 8080, `http.bodyLimitBytes` 1 MiB, `log.level` `info`; `http.adminToken`
@@ -75,7 +79,8 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * @throws {ConfigError} `ECC_BAD_CONFIG` when the file cannot be read or parsed
  *   (with its line; an alias bomb too), fails the schema, has no table or a
  *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
- *   port 1–65535, db 0–15), breaks a cross-field policy rule (`leaseMs > loadTimeoutMs`,
+ *   port 1–65535, db 0–15), has a `valkey.tls.caFile` that cannot be read or holds no PEM
+ *   certificate, breaks a cross-field policy rule (`leaseMs > loadTimeoutMs`,
  *   `idPattern` compiles and is safe), or an override is invalid. The message names the file (or variable) and the field as a dotted
  *   path, e.g. `tables.products.ttlMs: must be integer`.
  */
@@ -98,6 +103,7 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   const config = raw;
   const urlProblem = valkeyUrlProblem(config.valkey.url);
   if (urlProblem !== undefined) throw new ConfigError(`${origin}: valkey.url: ${urlProblem}`);
+  checkCaFile(config.valkey.tls, path === undefined ? undefined : dirname(origin), origin);
   for (const [name, table] of Object.entries(config.tables)) {
     checkPolicy(name, table, origin);
     if (table.source.kind === 'sqlite' && path !== undefined) {
@@ -198,6 +204,18 @@ function valkeyUrlProblem(url: string): string | undefined {
     return 'the database index (the path) must be 0-15';
   }
   return undefined;
+}
+
+/** Resolves a relative `valkey.tls.caFile` against `dir` and checks that it is a readable PEM file. */
+function checkCaFile(tls: ValkeyTlsOptions | undefined, dir: string | undefined, origin: string) {
+  if (tls?.caFile === undefined) return;
+  if (dir !== undefined) tls.caFile = resolve(dir, tls.caFile);
+  try {
+    readCaFile(tls.caFile);
+  } catch (err) {
+    // readCaFile's messages begin with `valkey.tls.caFile:`.
+    throw new ConfigError(`${origin}: ${(err as Error).message}`, { cause: err });
+  }
 }
 
 /** `<line>:<col>: invalid JSON: <reason>`, from the `position N` V8 puts in its message. */

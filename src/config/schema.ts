@@ -4,6 +4,7 @@
  */
 import type { SourceConfig } from '../sources/index.js';
 import { policySchemaProperties, type TablePolicyInput } from '../store/policy.js';
+import type { ValkeyTlsOptions } from '../valkey.js';
 
 /** pino levels accepted by `log.level` and `LOG_LEVEL`. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -23,6 +24,13 @@ export interface ServiceConfig {
     commandTimeoutMs: number;
     /** A connection attempt not established within this fails; also how long start-up waits. Default 2,000. */
     connectTimeoutMs: number;
+    /**
+     * TLS settings, used only with a `rediss://` URL. No default (unset: Node's
+     * built-in roots, verified, SNI from the URL's host); when present,
+     * `rejectUnauthorized` defaults to true and a relative `caFile` is resolved
+     * against the config file's directory.
+     */
+    tls?: ValkeyTlsOptions;
   };
   http: {
     /** Listen address. Default `127.0.0.1`. */
@@ -111,6 +119,15 @@ export const configSchema = {
         url: { type: 'string', pattern: '^rediss?://', default: DEFAULT_VALKEY_URL },
         commandTimeoutMs: { ...ms, default: 1_000 },
         connectTimeoutMs: { ...ms, default: 2_000 },
+        tls: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            caFile: { type: 'string', minLength: 1 },
+            rejectUnauthorized: { type: 'boolean', default: true },
+            servername: { type: 'string', minLength: 1 },
+          },
+        },
       },
     },
     http: {

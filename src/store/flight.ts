@@ -37,7 +37,7 @@ export type Outcome =
     }
   | { kind: 'error'; error: EchoStoreError; loaded: boolean }
   /** A background refresh found another instance refreshing: nothing to do. */
-  | { kind: 'skipped'; loaded: false };
+  | { kind: 'skipped'; loaded: false; retryAfterMs: number };
 
 /** Everything a flight needs; built once per table. */
 export interface FlightContext {
@@ -228,7 +228,10 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
       }
       // Contended: another instance loads. A refresh has nothing to wait for, and a
       // reader with a stale value in hand is answered with it (stale-while-revalidate).
-      if (flight.background) return { kind: 'skipped', loaded: false };
+      // (Waiters may have attached to a refresh since it started: then it waits like any flight.)
+      if (flight.waiters.length === 0) {
+        return { kind: 'skipped', loaded: false, retryAfterMs: answer.remainingMs };
+      }
       if (stale !== undefined && servableStale(stale)) {
         waited();
         return valueOutcome(flight, stale, 'l2');

@@ -51,6 +51,12 @@ export class RefreshBackoff {
     this.#failures.set(id, { until: now + pauseMs, count });
   }
 
+  /** Another instance is refreshing `id`: do not try before `until` (no failure counted). */
+  pause(id: string, until: number): void {
+    const f = this.#failures.get(id);
+    this.#failures.set(id, { until: Math.max(until, f?.until ?? 0), count: f?.count ?? 0 });
+  }
+
   /** A refresh of `id` succeeded. */
   succeeded(id: string): void {
     this.#failures.delete(id);

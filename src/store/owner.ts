@@ -174,8 +174,8 @@ export class TableOwner {
     }
     if (this.#park(id, { kind: 'fill', id, waiter })) return;
     const row = this.#l1.get(id);
-    if (row !== undefined) {
-      const now = Date.now();
+    const now = Date.now();
+    if (row !== undefined && now < row.hardExpiresAt) {
       const stale = now >= row.softExpiresAt;
       this.#counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1']++;
       waiter.resolve(resultOf(row, 'l1', false, now));
@@ -207,8 +207,19 @@ export class TableOwner {
     if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
     if (outcome.loaded) this.#counters.fills++;
     const { metrics } = this.#ctx;
-    if (outcome.kind === 'skipped') return;
     const now = Date.now();
+    if (outcome.kind === 'skipped') {
+      // Another instance refreshes: do not ask again before its lease runs out
+      // (its fill event will drop our row sooner).
+      this.#backoff.pause(flight.id, now + outcome.retryAfterMs);
+      // Callers that attached after the flight decided to skip still need an answer.
+      if (flight.waiters.length > 0 && !flight.superseded) {
+        const again = new Flight(flight.id, flight.waiters[0]);
+        again.waiters.push(...flight.waiters.slice(1));
+        this.#launch(again);
+      }
+      return;
+    }
     if (outcome.kind === 'error') {
       metrics.loadErrors(outcome.error.code).inc();
       if (flight.background) {
@@ -217,7 +228,7 @@ export class TableOwner {
       }
       // Stale-if-error: a row still within its hard TTL answers instead of the error.
       const row = flight.superseded ? undefined : this.#l1.get(flight.id);
-      if (row !== undefined && !row.negative) {
+      if (row !== undefined && !row.negative && now < row.hardExpiresAt) {
         this.#counters.reads.stale += flight.waiters.length;
         flight.waiters.forEach((w, i) => {
           w.resolve(resultOf(row, 'l1', i > 0, now));

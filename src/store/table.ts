@@ -64,8 +64,9 @@ export class Table {
       return Promise.reject(err);
     }
     const row = this.#l1.get(id);
-    if (row !== undefined) {
-      const now = Date.now();
+    const now = Date.now();
+    // L1's own TTL clock is coarse (lru-cache caches "now"): the hard TTL is checked here too.
+    if (row !== undefined && now < row.hardExpiresAt) {
       this.#counters.hits++;
       if (now < row.softExpiresAt) {
         this.#counters.reads[row.negative ? 'negative' : 'l1']++;
