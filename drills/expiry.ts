@@ -20,7 +20,6 @@
  * redis://127.0.0.1:6379); the run's keys are deleted at the end. Exits 1 when
  * the law is broken or a read failed, 2 when the drill cannot run.
  */
-import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,8 +30,9 @@ import { createStore } from '../src/store/store.js';
 import type { ExpiryPolicy, FromWorker, Setup, ToWorker, WorkerResult } from './expiry-worker.js';
 import { drillArgs, emitJson } from './lib/args.js';
 import { type ExpiryPlan, judgeExpiry, renderExpiry } from './lib/expiry-report.js';
+import { type Origin, startOrigin } from './lib/origin.js';
 import { Reaper } from './lib/reaper.js';
-import { type StampedOrigin, startStampedOrigin } from './lib/stamped-origin.js';
+import { spawnWorker, within } from './lib/workers.js';
 
 const args = drillArgs({
   instances: { type: 'string', default: '3' },
@@ -56,45 +56,6 @@ const RESULT_GRACE_MS = 30_000;
 const EXIT_TIMEOUT_MS = 10_000;
 
 /** A forked worker and the promises of what it reports. */
-interface Worker {
-  child: ChildProcess;
-  ready: Promise<void>;
-  result: Promise<WorkerResult>;
-  exited: Promise<void>;
-}
-
-function spawnWorker(setup: Setup, reaper: Reaper): Worker {
-  const child = fork(WORKER, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  reaper.track(child);
-  const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
-  const gone = (what: string) =>
-    exited.then(() => {
-      throw new Error(`worker ${child.pid} exited (code ${child.exitCode}) before ${what}`);
-    });
-  const message = <K extends FromWorker['kind']>(kind: K) =>
-    new Promise<Extract<FromWorker, { kind: K }>>((ok, fail) => {
-      child.on('message', (m: FromWorker) => {
-        if (m.kind === kind) ok(m as Extract<FromWorker, { kind: K }>);
-        else if (m.kind === 'error') fail(new Error(`worker ${child.pid}: ${m.message}`));
-      });
-      child.once('error', fail);
-    });
-  const ready = Promise.race([message('ready'), gone('ready')]).then(() => {});
-  const result = Promise.race([message('result'), gone('its result')]);
-  // Awaited later (or not at all when another worker fails first): never unhandled.
-  ready.catch(() => {});
-  result.catch(() => {});
-  child.send(setup satisfies ToWorker);
-  return { child, ready, result, exited };
-}
-
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, fail) => {
-    timer = setTimeout(() => fail(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
-}
 
 function numberArg(name: string, min: number, max: number, integer = true): number {
   const n = Number(args[name as keyof typeof args]);
@@ -107,7 +68,7 @@ function numberArg(name: string, min: number, max: number, integer = true): numb
 }
 
 /** One source read through a short-lived store of the same policy: the value every expiry starts from. */
-async function warm(valkey: string, origin: StampedOrigin, policy: ExpiryPolicy, id: string) {
+async function warm(valkey: string, origin: Origin, policy: ExpiryPolicy, id: string) {
   const source = httpSource({ url: origin.template, timeoutMs: 10_000 });
   const store = await createStore({
     valkey,
@@ -155,7 +116,7 @@ async function main(): Promise<number> {
   await admin.connect().catch((err: unknown) => {
     throw new Error(`cannot reach Valkey at ${valkey}`, { cause: err });
   });
-  const origin = await startStampedOrigin(plan.latencyMs);
+  const origin = await startOrigin(plan.latencyMs);
   const reaper = new Reaper();
   let results: WorkerResult[];
   let t0Ms: number;
@@ -174,7 +135,9 @@ async function main(): Promise<number> {
       pauseMs: plan.pauseMs,
       waitedAtMs: plan.latencyMs,
     };
-    const workers = Array.from({ length: plan.instances }, () => spawnWorker(setup, reaper));
+    const workers = Array.from({ length: plan.instances }, () =>
+      spawnWorker<FromWorker>(WORKER, setup satisfies ToWorker, reaper),
+    );
     try {
       await within(Promise.all(workers.map((w) => w.ready)), READY_TIMEOUT_MS, 'workers ready');
       t0Ms = await warm(valkey, origin, policy, id);

@@ -24,8 +24,8 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { drillArgs, emitJson } from './lib/args.js';
 import { type Check, type PhaseRow, phaseRow, renderFaults } from './lib/fault-report.js';
-import { HOLD_PREFIX, type HoldingOrigin, startHoldingOrigin } from './lib/holding-origin.js';
 import { itemUrl, LoadGenerator, type Sample, type Target, timedGet } from './lib/load.js';
+import { HOLD_PREFIX, type Origin, startOrigin } from './lib/origin.js';
 import { Reaper } from './lib/reaper.js';
 import { type Recovery, readyAgain, recovery } from './lib/recovery.js';
 import { type Service, scrape, startService } from './lib/service.js';
@@ -74,7 +74,7 @@ async function startServices(config: object, reaper: Reaper): Promise<Service[]>
 }
 
 /** Phase 4: A holds the lease of a held id and dies; B's readers wait for the takeover. */
-async function leaseHolderDies(a: Service, b: Service, origin: HoldingOrigin) {
+async function leaseHolderDies(a: Service, b: Service, origin: Origin) {
   const id = `${HOLD_PREFIX}${randomBytes(4).toString('hex')}`;
   const holder = timedGet(itemUrl(a.url, TABLE, id), REQUEST_TIMEOUT_MS);
   if (!(await origin.seen(id, 3_000))) throw new Error('instance A never asked the origin');
@@ -99,7 +99,7 @@ async function leaseHolderDies(a: Service, b: Service, origin: HoldingOrigin) {
   const answers = await Promise.all(readers);
   await holder;
   const ok = answers.filter((r) => r.status === 200);
-  const [first, second] = origin.arrivalsOf(id);
+  const [first, second] = origin.readsLog(id).map((r) => r.arrivedAtMs);
   return {
     id,
     readers: answers,
@@ -131,12 +131,12 @@ async function main(): Promise<number> {
   const recoveries: Record<string, Recovery> = {};
   let phase4: Awaited<ReturnType<typeof leaseHolderDies>> | undefined;
   let valkey: ValkeyServer | undefined;
-  let origin: HoldingOrigin | undefined;
+  let origin: Origin | undefined;
   let services: Service[] = [];
   let load: LoadGenerator | undefined;
   try {
     valkey = await spawnValkey((c) => reaper.track(c));
-    origin = await startHoldingOrigin(latencyMs);
+    origin = await startOrigin(latencyMs);
     services = await startServices(
       {
         valkey: { url: valkey.url, ...VALKEY },

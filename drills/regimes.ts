@@ -19,7 +19,6 @@
  * cache's counters. Each regime uses its own table and a fresh id, so nothing
  * is warm. Exits 1 when a regime breaks its law, 2 when the drill cannot run.
  */
-import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -32,6 +31,7 @@ import { type Origin, startOrigin } from './lib/origin.js';
 import { percentile } from './lib/report.js';
 import { type Service, startService } from './lib/service.js';
 import { barChartSvg } from './lib/svg.js';
+import { spawnWorker, within } from './lib/workers.js';
 import type { BurstResult, FromWorker, RegimePolicy, Setup, ToWorker } from './regimes-worker.js';
 
 const args = drillArgs({
@@ -79,48 +79,10 @@ interface RegimeReport {
 }
 
 /** A forked worker and the promises of what it reports. */
-interface Worker {
-  child: ChildProcess;
-  ready: Promise<void>;
-  result: Promise<BurstResult>;
-  exited: Promise<void>;
-}
-
-function spawnWorker(setup: Setup): Worker {
-  const child = fork(WORKER, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
-  const gone = (what: string) =>
-    exited.then(() => {
-      throw new Error(`worker ${child.pid} exited (code ${child.exitCode}) before ${what}`);
-    });
-  const message = <K extends FromWorker['kind']>(kind: K) =>
-    new Promise<Extract<FromWorker, { kind: K }>>((ok, fail) => {
-      child.on('message', (m: FromWorker) => {
-        if (m.kind === kind) ok(m as Extract<FromWorker, { kind: K }>);
-        else if (m.kind === 'error') fail(new Error(`worker ${child.pid}: ${m.message}`));
-      });
-      child.once('error', fail);
-    });
-  const ready = Promise.race([message('ready'), gone('ready')]).then(() => {});
-  const result = Promise.race([message('result'), gone('its result')]);
-  // Awaited later (or not at all when another worker fails first): never unhandled.
-  ready.catch(() => {});
-  result.catch(() => {});
-  child.send(setup satisfies ToWorker);
-  return { child, ready, result, exited };
-}
-
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, fail) => {
-    timer = setTimeout(() => fail(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
-}
 
 /** Forks one worker per setup, starts them together, and gathers their bursts. */
 async function burst(setups: Setup[]): Promise<BurstResult[]> {
-  const workers = setups.map(spawnWorker);
+  const workers = setups.map((setup) => spawnWorker<FromWorker>(WORKER, setup satisfies ToWorker));
   try {
     await within(Promise.all(workers.map((w) => w.ready)), READY_TIMEOUT_MS, 'workers ready');
     const go: ToWorker = { kind: 'go', atEpochMs: Date.now() + GO_LEAD_MS };

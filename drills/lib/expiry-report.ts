@@ -11,7 +11,7 @@
 import type { WorkerResult } from '../expiry-worker.js';
 import { columns } from './columns.js';
 import type { SlowRead } from './expiry-reads.js';
-import type { StampedRead } from './stamped-origin.js';
+import type { StampedRead } from './origin.js';
 
 /** What the drill was asked to do. */
 export interface ExpiryPlan {

@@ -3,8 +3,20 @@
  * reads. Drills judge the laws by these counts, never by the cache's counters.
  */
 import { randomUUID } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+
+/** One source read, as the origin saw it. Times are epoch ms (`Date.now()`), comparable across processes. */
+export interface StampedRead {
+  /** This id's read count at this read (1 = the first); the answer carries it as `read`. */
+  n: number;
+  arrivedAtMs: number;
+  /** When the answer was written; undefined if the client went away first. */
+  answeredAtMs: number | undefined;
+}
+
+/** Ids with this prefix are held open until {@link Origin.release} (or `maxHoldMs`). */
+export const HOLD_PREFIX = 'hold-';
 
 /** A running origin. */
 export interface Origin {
@@ -12,35 +24,79 @@ export interface Origin {
   url: string;
   /** The item URL template for an `http` source: `<url>/items/{id}`. */
   template: string;
-  /** Reads served, by id. */
+  /** Reads served (or held), by id. */
   readsOf(id: string): number;
-  /** Reads served in all. */
+  /** Reads in all. */
   totalReads(): number;
+  /** The reads of `id`, in arrival order, with their times. */
+  readsLog(id: string): StampedRead[];
+  /** Resolves true once a read of `id` has arrived, false after `timeoutMs`. */
+  seen(id: string, timeoutMs: number): Promise<boolean>;
+  /** Answers the held reads of `id`; later reads of it answer after the usual latency. */
+  release(id: string): void;
   close(): Promise<void>;
 }
 
 /**
  * Starts an origin on 127.0.0.1 that answers `GET /items/<id>` after
  * `latencyMs` with `{ id, read, nonce }`: `read` is this id's read count and
- * `nonce` is fresh per read, so two source reads can never look like one answer.
+ * `nonce` is fresh per read, so two source reads can never look like one
+ * answer. A read of an id starting {@link HOLD_PREFIX} is held until released,
+ * never longer than `maxHoldMs`; a held read whose client went away is still
+ * counted: it was a source read.
  */
-export async function startOrigin(latencyMs: number): Promise<Origin> {
-  const reads = new Map<string, number>();
+export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promise<Origin> {
+  const log = new Map<string, StampedRead[]>();
+  const released = new Set<string>();
+  const held = new Map<string, Array<() => void>>();
+  const arrivals = new Map<string, Array<() => void>>();
+  const timers = new Set<NodeJS.Timeout>();
   let total = 0;
-  const server: Server = createServer((req, res) => {
+
+  const later = (ms: number, fn: () => void) => {
+    const t = setTimeout(() => {
+      timers.delete(t);
+      fn();
+    }, ms);
+    timers.add(t);
+  };
+  const answer = (res: ServerResponse, id: string, read: StampedRead) => {
+    if (res.destroyed || res.writableEnded) return;
+    read.answeredAtMs = Date.now();
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ id, read: read.n, nonce: randomUUID() }));
+  };
+
+  const server = createServer((req, res) => {
     const match = /^\/items\/(.+)$/.exec(req.url ?? '');
     if (req.method !== 'GET' || match === null) {
       res.writeHead(404).end();
       return;
     }
     const id = decodeURIComponent(match[1] as string);
-    const n = (reads.get(id) ?? 0) + 1;
-    reads.set(id, n);
+    const reads = log.get(id) ?? [];
+    log.set(id, reads);
+    const read: StampedRead = {
+      n: reads.length + 1,
+      arrivedAtMs: Date.now(),
+      answeredAtMs: undefined,
+    };
+    reads.push(read);
     total++;
-    setTimeout(() => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ id, read: n, nonce: randomUUID() }));
-    }, latencyMs);
+    for (const wake of arrivals.get(id) ?? []) wake();
+    arrivals.delete(id);
+    if (!id.startsWith(HOLD_PREFIX) || released.has(id)) {
+      later(latencyMs, () => answer(res, id, read));
+      return;
+    }
+    let done = false;
+    const go = () => {
+      if (done) return;
+      done = true;
+      later(latencyMs, () => answer(res, id, read));
+    };
+    held.set(id, [...(held.get(id) ?? []), go]);
+    later(maxHoldMs, go);
   });
   server.keepAliveTimeout = 1000;
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -49,10 +105,31 @@ export async function startOrigin(latencyMs: number): Promise<Origin> {
   return {
     url,
     template: `${url}/items/{id}`,
-    readsOf: (id) => reads.get(id) ?? 0,
+    readsOf: (id) => log.get(id)?.length ?? 0,
     totalReads: () => total,
+    readsLog: (id) => [...(log.get(id) ?? [])],
+    seen(id, timeoutMs) {
+      if (log.has(id)) return Promise.resolve(true);
+      return new Promise((resolve) => {
+        const t = setTimeout(() => resolve(false), timeoutMs);
+        arrivals.set(id, [
+          ...(arrivals.get(id) ?? []),
+          () => {
+            clearTimeout(t);
+            resolve(true);
+          },
+        ]);
+      });
+    },
+    release(id) {
+      released.add(id);
+      for (const go of held.get(id) ?? []) go();
+      held.delete(id);
+    },
     close: () =>
       new Promise((resolve) => {
+        for (const t of timers) clearTimeout(t);
+        timers.clear();
         server.closeAllConnections();
         server.close(() => resolve());
       }),
