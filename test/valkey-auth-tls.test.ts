@@ -10,11 +10,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { freePort } from '../drills/lib/service.js';
+import { serverBinary } from '../drills/lib/valkey-server.js';
 import { loadConfig } from '../src/config/load.js';
 import { createStore, type LoadFn, type Store } from '../src/index.js';
 import { redactUrl, type ValkeyOptions } from '../src/valkey.js';
 import { errorOf, openStore } from './helpers/probe.js';
-import { freePort, serverBinary } from './helpers/server.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 const PASSWORD = 'pw-1d3a-never-logged';

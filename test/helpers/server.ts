@@ -6,10 +6,10 @@
  * 3. testcontainers with the `valkey/valkey` image, when a Docker engine answers;
  * else it fails with a message that says what to install.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
+import type { ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import { serverBinary, spawnValkey } from '../../drills/lib/valkey-server.js';
 
 /** A server the tests may use, and how to stop it. */
 export interface TestServer {
@@ -20,68 +20,18 @@ export interface TestServer {
   stop(): Promise<void>;
 }
 
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      srv.close(() =>
-        typeof address === 'object' && address
-          ? resolve(address.port)
-          : reject(new Error('no port')),
-      );
-    });
-  });
-}
-
-/** The first of `valkey-server`, `redis-server` on the PATH, or undefined. */
-export function serverBinary(): string | undefined {
-  for (const bin of ['valkey-server', 'redis-server']) {
-    try {
-      execFileSync('sh', ['-c', `command -v ${bin}`], { stdio: 'pipe' });
-      return bin;
-    } catch {
-      // not installed
-    }
-  }
-  return undefined;
-}
-
-/** Spawns a server binary on a free port, without persistence, and waits until it answers PING. */
-export async function spawnServer(binary = serverBinary()): Promise<TestServer> {
-  if (binary === undefined) throw new Error('no valkey-server or redis-server on the PATH');
-  const port = await freePort();
-  const child = spawn(
-    binary,
-    [
-      '--port',
-      String(port),
-      '--bind',
-      '127.0.0.1',
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-      '--protected-mode',
-      'no',
-    ],
-    { stdio: 'ignore' },
-  );
-  const url = `redis://127.0.0.1:${port}`;
-  await waitForPing(url, 10_000);
+/**
+ * Spawns a server binary on a free port, without persistence, and waits until
+ * it answers PING (the drills' `spawnValkey`, which tests that kill or pause a
+ * server use too).
+ */
+export async function spawnServer(): Promise<TestServer> {
+  const server = await spawnValkey(() => {});
   return {
-    url,
-    port,
-    process: child,
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGKILL');
-      await exited;
-    },
+    url: server.url,
+    port: server.port,
+    process: server.process,
+    stop: () => server.stop(),
   };
 }
 
