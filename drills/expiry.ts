@@ -3,8 +3,12 @@
  * `--instances` real processes, while its soft TTL runs out `--expiries` times.
  *
  *   npm run drill:expiry -- [--instances 3] [--clients 50] [--expiries 4]
- *     [--ttl-ms 1500] [--stale-ms 3000] [--beta 1] [--latency-ms 100]
+ *     [--ttl-ms 1500] [--stale-ms 3000] [--beta 0] [--latency-ms 100]
  *     [--pause-ms 1] [--json [file]]
+ *
+ * XFetch is off by default (`--beta 0`) so the TTL really runs out and the
+ * stale path is what is judged; `--beta 1` shows XFetch replacing the value
+ * before it goes stale instead (at this read rate, about a second early).
  *
  * Policy: `ttlMs`, `staleMs`, `earlyRefreshBeta` as given, `jitter: 0`,
  * `l1.ttlMs: 60000` (so L1 rows live until their hard TTL). The parent warms
@@ -40,7 +44,7 @@ const args = drillArgs({
   expiries: { type: 'string', default: '4' },
   'ttl-ms': { type: 'string', default: '1500' },
   'stale-ms': { type: 'string', default: '3000' },
-  beta: { type: 'string', default: '1' },
+  beta: { type: 'string', default: '0' },
   'latency-ms': { type: 'string', default: '100' },
   'pause-ms': { type: 'string', default: '1' },
   valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },

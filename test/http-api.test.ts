@@ -73,6 +73,18 @@ describe('HTTP API', () => {
       headers: { 'if-none-match': String(first.headers.etag) },
     });
     expect(conditional.statusCode).toBe(304);
+    for (const header of [`W/${first.headers.etag}`, `"1", ${first.headers.etag}`, '*']) {
+      const r = await app.inject({
+        url: item(products, 'a1'),
+        headers: { 'if-none-match': header },
+      });
+      expect(r.statusCode, header).toBe(304);
+    }
+    const other = await app.inject({
+      url: item(products, 'a1'),
+      headers: { 'if-none-match': '"1"' },
+    });
+    expect(other.statusCode).toBe(200);
     expect(conditional.body).toBe('');
     const head = await app.inject({ method: 'HEAD', url: item(products, 'a1') });
     expect(head.statusCode).toBe(200);

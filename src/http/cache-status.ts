@@ -15,7 +15,8 @@ export const CACHE_NAME = 'echostore';
  * `ttl` is the remaining freshness lifetime (soft TTL) in whole seconds.
  */
 export function cacheStatus(result: ReadResult): string {
-  const ttl = Math.floor(result.ttlMs / 1000);
+  // Whole seconds, toward zero: a value stale for 0.2 s says ttl=0, not -1.
+  const ttl = Math.trunc(result.ttlMs / 1000);
   if (result.source === 'source') {
     const status = result.found ? 200 : 404;
     const collapsed = result.coalesced ? '; collapsed' : '';

@@ -40,7 +40,7 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
     const etag = `"${result.version}"`;
     reply.header('etag', etag);
     // RFC 9110 §13.1.2: a matching If-None-Match on a GET answers 304 without a body.
-    if (request.headers['if-none-match'] === etag) return reply.code(304).send();
+    if (noneMatch(request.headers['if-none-match'], etag)) return reply.code(304).send();
     return reply.type('application/json; charset=utf-8').send(result.json);
   });
 
@@ -81,4 +81,14 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
   );
 
   allowOnly(app, ITEM_PATH, ['GET', 'HEAD', 'PUT', 'DELETE']);
+}
+
+/**
+ * `If-None-Match` (RFC 9110 §13.1.2): `*`, or a list of entity tags compared
+ * weakly (a `W/` prefix is ignored on either side).
+ */
+function noneMatch(header: string | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  if (header.trim() === '*') return true;
+  return header.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag);
 }
