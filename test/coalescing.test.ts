@@ -149,7 +149,12 @@ describe('single-flight', () => {
     expect(t.stats().flights).toBe(1);
     // The superseded flight wrote nothing: neither L1 nor L2.
     expect(t.stats().l1_entries).toBe(0);
-    expect(await raw.exists(valueKey(table, 'k'))).toBe(0);
+    // L2 holds only the DELETE's tombstone: a "not found" that is never fresh.
+    expect(JSON.parse((await raw.get(valueKey(table, 'k'))) as string)).toMatchObject({
+      negative: true,
+      softExpiresAt: 0,
+      value: null,
+    });
 
     const get3 = t.get('k');
     await vi.waitFor(() => expect(t.stats().coalesced).toBe(1));

@@ -44,8 +44,14 @@ describe('degraded mode (circuit breaker)', () => {
     // 20 misses while open cost no command timeout at all (each would cost 150 ms).
     expect(performance.now() - started).toBeLessThan(20 * 150);
     expect((await errorOf(t.put('w', 1))).code).toBe('ECC_VALKEY_UNAVAILABLE');
+    // Past the cool-down the circuit is half-open: one probe may go, but until a
+    // command succeeds the store still says degraded.
+    await new Promise((r) => setTimeout(r, 1_100));
+    expect(store.valkeyReady()).toBe(false);
+    const probes = await Promise.all(Array.from({ length: 10 }, (_, i) => t.get(`half-${i}`)));
+    expect(probes.every((p) => p.source === 'source')).toBe(true);
     expect((await errorOf(t.invalidate('w'))).code).toBe('ECC_VALKEY_UNAVAILABLE');
-    expect(loads).toBe(23);
+    expect(loads).toBe(33);
 
     process.kill(pid, 'SIGCONT');
     resumed = true;

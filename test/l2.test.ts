@@ -177,7 +177,7 @@ describe('L2', () => {
     expect(loads).toBe(0);
   });
 
-  it('invalidate deletes the value key, the lease key and the L1 row', async () => {
+  it('invalidate replaces the value with a tombstone, deletes the lease key and the L1 row', async () => {
     const table = uniqueTable('l2-invalidate');
     let loads = 0;
     const store = await openStore({
@@ -195,7 +195,11 @@ describe('L2', () => {
     expect((await t.get('i')).source).toBe('l1');
 
     await t.invalidate('i');
-    expect(await raw.exists(valueKey(table, 'i'))).toBe(0);
+    const tombstone = JSON.parse((await raw.get(valueKey(table, 'i'))) as string);
+    expect(tombstone).toMatchObject({ v: 1, negative: true, softExpiresAt: 0, value: null });
+    const pttl = await raw.pttl(valueKey(table, 'i'));
+    expect(pttl).toBeGreaterThan(60_000);
+    expect(pttl).toBeLessThanOrEqual(65_000);
     expect(await raw.exists(leaseKey(table, 'i'))).toBe(0);
     expect(t.stats().l1_entries).toBe(0);
 

@@ -55,10 +55,13 @@ export class TableEvents {
   constructor(client: Redis, log: Logger) {
     this.#log = log;
     // Subscriptions are queued until connected and re-issued after a reconnect.
+    // The SUBSCRIBE waits in the offline queue until the connection is up, however
+    // long that takes (the main client's maxRetriesPerRequest: 0 would drop it).
     this.#sub = client.duplicate({
       enableOfflineQueue: true,
       autoResubscribe: true,
       commandTimeout: undefined,
+      maxRetriesPerRequest: null,
     });
     this.#sub.on('error', (err) => log.debug({ err }, 'valkey subscriber error'));
     this.#sub.on('message', (channel: string, message: string) => this.#deliver(channel, message));

@@ -11,7 +11,7 @@ import { encodeEvent, type TableEvents } from './events.js';
 import type { LoadGate } from './gate.js';
 import type { ValkeyHealth } from './health.js';
 import { eventsChannel, leaseKey, valueKey } from './keys.js';
-import { type LeaseAnswer, type LeaseScripts, readMark } from './lease.js';
+import { type EventTarget, type LeaseAnswer, type LeaseScripts, readMark } from './lease.js';
 import { asStoreError, hardTtlMs, loadEnvelope } from './loader.js';
 import type { TablePolicy } from './policy.js';
 import type { LoadFn, ReadResult } from './types.js';
@@ -62,6 +62,8 @@ export interface FlightContext {
 
 /** Longest pause between two looks at a contended lease when no event wakes the waiter. */
 const POLL_MS = 250;
+/** Shortest such pause: a lease about to expire is looked at again, but never in a tight loop. */
+const MIN_POLL_MS = 10;
 
 /**
  * One in-flight load of one id: the unit of single-flight.
@@ -122,7 +124,10 @@ async function flyPlain(ctx: FlightContext, flight: Flight): Promise<Outcome> {
     text = await ctx.valkey.get(valueKey(ctx.table, flight.id));
     ctx.health.succeeded();
   } catch (err) {
-    return loadDegraded(ctx, flight, err);
+    // A key of another type is garbage to overwrite, not a sick server.
+    if (!isReplyError(err)) return loadDegraded(ctx, flight, err);
+    ctx.metrics.badEnvelopes.inc();
+    text = null;
   }
   const cached = text === null ? undefined : decode(ctx, text);
   if (
@@ -132,9 +137,16 @@ async function flyPlain(ctx: FlightContext, flight: Flight): Promise<Outcome> {
   )
     return valueOutcome(flight, cached, 'l2');
   if (cached !== undefined && servableStale(cached)) serveStale(ctx, flight, cached);
-  const envelope = await loadEnvelope(ctx, flight);
-  const filled = await fillWithoutLease(ctx, flight, envelope, readMark(text));
-  return { kind: 'value', envelope, source: 'source', loaded: flight.loaded, refused: !filled };
+  const loaded = await loadEnvelope(ctx, flight);
+  const version = await fillWithoutLease(ctx, flight, loaded, readMark(text));
+  const envelope = version === undefined ? loaded : { ...loaded, version };
+  return {
+    kind: 'value',
+    envelope,
+    source: 'source',
+    loaded: flight.loaded,
+    refused: version === undefined,
+  };
 }
 
 /**
@@ -146,7 +158,7 @@ async function flyPlain(ctx: FlightContext, flight: Flight): Promise<Outcome> {
  */
 async function loadDegraded(ctx: FlightContext, flight: Flight, err: unknown): Promise<Outcome> {
   if (err !== undefined) {
-    ctx.health.failed();
+    ctx.health.failed(err);
     ctx.metrics.valkeyErrors(ctx.policy.coalescing === 'fleet' ? 'lease' : 'get').inc();
     ctx.log.debug({ err, table: ctx.table }, 'valkey read failed; loading from the source');
   }
@@ -155,29 +167,46 @@ async function loadDegraded(ctx: FlightContext, flight: Flight, err: unknown): P
   return valueOutcome(flight, envelope, 'source');
 }
 
-/** Writes a fill with `fillIfUnchanged`; true when written. Failures are counted, never thrown. */
+/**
+ * Writes a fill with `fillIfUnchanged`.
+ *
+ * @returns the version Valkey wrote it at, or undefined when it was refused or
+ *   failed (failures are counted, never thrown).
+ */
 async function fillWithoutLease(
   ctx: FlightContext,
   flight: Flight,
   envelope: Envelope,
   expected: string,
-): Promise<boolean> {
-  if (flight.superseded) return false;
+): Promise<number | undefined> {
+  if (flight.superseded) return undefined;
   try {
-    const written = await ctx.lease.fillIfUnchanged(
+    const version = await ctx.lease.fillIfUnchanged(
       valueKey(ctx.table, flight.id),
       expected,
       encodeEnvelope(envelope),
       hardTtlMs(envelope, Date.now()),
+      eventTarget(ctx, flight.id),
     );
     ctx.health.succeeded();
-    return written;
+    if (version !== undefined) ctx.clock.observe(version);
+    return version;
   } catch (err) {
-    ctx.health.failed();
+    ctx.health.failed(err);
     ctx.metrics.valkeyErrors('set').inc();
     ctx.log.debug({ err, table: ctx.table }, 'valkey fill failed; answering without L2');
-    return false;
+    return undefined;
   }
+}
+
+/** The table's channel and the JSON-encoded id, for the scripts' coherence messages. */
+export function eventTarget(ctx: FlightContext, id: string): EventTarget {
+  return { channel: eventsChannel(ctx.table), idJson: JSON.stringify(id) };
+}
+
+/** An error Valkey answered (WRONGTYPE, a script error): about the data, not the server's health. */
+export function isReplyError(err: unknown): boolean {
+  return err instanceof Error && err.name === 'ReplyError';
 }
 
 /**
@@ -251,7 +280,7 @@ async function flyLeased(ctx: FlightContext, flight: Flight): Promise<Outcome> {
           },
         );
       }
-      const pauseMs = Math.min(leftMs, answer.remainingMs + 2, POLL_MS);
+      const pauseMs = Math.min(leftMs, Math.max(MIN_POLL_MS, answer.remainingMs + 2), POLL_MS);
       if (watch !== undefined) await watch.wait(pauseMs);
       else await new Promise((r) => setTimeout(r, pauseMs));
     }
@@ -282,22 +311,25 @@ async function loadAndFill(
   }
   let refused = false;
   try {
-    const filled = await ctx.lease.fillAndRelease(
+    const version = await ctx.lease.fillAndRelease(
       vKey,
       lKey,
       token,
       encodeEnvelope(envelope),
       hardTtlMs(envelope, Date.now()),
-      eventsChannel(table),
-      encodeEvent({ k: 'fill', id: flight.id, v: envelope.version }),
+      eventTarget(ctx, flight.id),
     );
     ctx.health.succeeded();
-    if (!filled) {
+    if (version === undefined) {
       refused = true;
       metrics.lease('lost').inc();
+    } else {
+      // Valkey may have ordered it above a newer version it held: answer what it stored.
+      envelope = { ...envelope, version };
+      ctx.clock.observe(version);
     }
   } catch (err) {
-    ctx.health.failed();
+    ctx.health.failed(err);
     metrics.valkeyErrors('fill').inc();
     ctx.log.debug({ err, table }, 'valkey fill failed; answering without L2');
   }

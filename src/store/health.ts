@@ -14,7 +14,10 @@ export interface HealthOptions {
  * connection state and the outcome of recent commands. While it is open the
  * store is *degraded*: misses go straight to the source and writes fail fast,
  * so a dead or paused server costs a request nothing instead of a command
- * timeout. Transitions are logged once each way.
+ * timeout. After each cool-down exactly one command probes the server; the
+ * circuit closes only when a command succeeds. Transitions are logged once
+ * each way. Reply errors (WRONGTYPE, a script error) are about the data, not
+ * the server, and never count.
  */
 export class ValkeyHealth {
   readonly #client: Redis;
@@ -23,6 +26,7 @@ export class ValkeyHealth {
   readonly #coolDownMs: number;
   #failures = 0;
   #openUntil = 0;
+  #probing = false;
   #reported = false;
 
   constructor(client: Redis, log: Logger, options: HealthOptions = {}) {
@@ -34,28 +38,40 @@ export class ValkeyHealth {
     client.on('close', () => this.#report());
   }
 
-  /** True when a command may be sent: connected, and the circuit is closed or half-open. */
+  /**
+   * True when a command may be sent: connected and the circuit closed, or —
+   * once per cool-down while it is open — the one probe.
+   */
   usable(): boolean {
-    const ok = this.#client.status === 'ready' && Date.now() >= this.#openUntil;
-    if (!ok) this.#report();
-    return ok;
+    if (this.#client.status !== 'ready') {
+      this.#report();
+      return false;
+    }
+    if (this.#failures < this.#threshold) return true;
+    const now = Date.now();
+    if (now < this.#openUntil || this.#probing) return false;
+    this.#probing = true;
+    this.#openUntil = now + this.#coolDownMs;
+    return true;
   }
 
   /** True while the store runs degraded (`/readyz` and `echostore_valkey_degraded` show it). */
   get degraded(): boolean {
-    return this.#client.status !== 'ready' || Date.now() < this.#openUntil;
+    return this.#client.status !== 'ready' || this.#failures >= this.#threshold;
   }
 
   /** A command succeeded: closes the circuit. */
   succeeded(): void {
     this.#failures = 0;
-    this.#openUntil = 0;
+    this.#probing = false;
     if (this.#reported) this.#report();
   }
 
   /** A command failed or timed out: opens the circuit after `failureThreshold` in a row. */
-  failed(): void {
+  failed(err?: unknown): void {
+    if (err instanceof Error && err.name === 'ReplyError') return;
     this.#failures++;
+    this.#probing = false;
     if (this.#failures >= this.#threshold) {
       this.#openUntil = Date.now() + this.#coolDownMs;
       this.#report();

@@ -29,7 +29,7 @@ export async function loadEnvelope(ctx: FlightContext, flight: Flight): Promise<
   await ctx.gate.acquire(policy.leaseMs - policy.loadTimeoutMs, () => {
     metrics.shed.inc();
     return new ShedError(
-      `table ${table} runs ${policy.maxConcurrentLoads} loads and has ${policy.maxQueuedLoads} queued`,
+      `table ${table} runs ${policy.maxConcurrentLoads} loads; its queue (${policy.maxQueuedLoads}) is full or the wait ran out`,
       { table, id: flight.id },
     );
   });

@@ -32,6 +32,8 @@ export class TableOwner {
   readonly #flights = new Map<string, Flight>();
   readonly #writes = new Map<string, Message[]>();
   readonly #backoff = new RefreshBackoff();
+  /** Per id with a write in flight: the highest version another write of it was announced at meanwhile. */
+  readonly #newerDuringWrite = new Map<string, number>();
   #closed = false;
   #idle: (() => void) | undefined;
 
@@ -151,6 +153,10 @@ export class TableOwner {
   /** Coherence: drop this instance's L1 row when the event is newer than it (newer-wins). */
   #event(event: TableEvent): void {
     if (event.v === undefined || event.k === 'release') return;
+    if (this.#writes.has(event.id)) {
+      const seen = this.#newerDuringWrite.get(event.id) ?? 0;
+      if (event.v > seen) this.#newerDuringWrite.set(event.id, event.v);
+    }
     // A write or delete elsewhere, newer than a flight of ours: its fill is refused
     // (the lease was cancelled), and callers arriving now must not get its answer.
     const flight = this.#flights.get(event.id);
@@ -265,7 +271,13 @@ export class TableOwner {
     this.#writes.set(m.id, []);
     const { envelope, sent } = sendPut(this.#ctx, m.id, m.value, m.json);
     sent.then(
-      () => this.post({ kind: 'written', id: m.id, envelope, waiter: m.waiter }),
+      (version) =>
+        this.post({
+          kind: 'written',
+          id: m.id,
+          envelope: { ...envelope, version },
+          waiter: m.waiter,
+        }),
       (error: unknown) =>
         this.post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
     );
@@ -274,11 +286,15 @@ export class TableOwner {
   #written(m: Extract<Message, { kind: 'written' }>): void {
     if (m.error === undefined) {
       this.#ctx.health.succeeded();
-      // This instance's own acknowledged write wins in its L1, whatever version L1 held.
-      this.#l1.set(m.id, m.envelope, Date.now(), true);
+      this.#ctx.clock.observe(m.envelope.version);
+      // This instance's own acknowledged write goes into its L1 whatever version
+      // L1 held, unless Valkey already applied a later write of the id (its
+      // event arrived before this acknowledgement): then L1 must not hold ours.
+      if ((this.#newerDuringWrite.get(m.id) ?? 0) > m.envelope.version) this.#l1.delete(m.id);
+      else this.#l1.set(m.id, m.envelope, Date.now(), true);
       m.waiter.resolve({ version: m.envelope.version });
     } else {
-      this.#ctx.health.failed();
+      this.#ctx.health.failed(m.error);
       // The write may or may not have reached Valkey: drop L1 so the next read asks L2.
       this.#l1.delete(m.id);
       this.#ctx.metrics.valkeyErrors('put').inc();
@@ -296,7 +312,10 @@ export class TableOwner {
     }
     this.#writes.set(m.id, []);
     sendInvalidate(this.#ctx, m.id).then(
-      () => this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter }),
+      (version) => {
+        this.#ctx.clock.observe(version);
+        this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
+      },
       (error: unknown) => this.post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
     );
   }
@@ -308,7 +327,7 @@ export class TableOwner {
       this.#ctx.metrics.invalidations.inc();
       m.waiter.resolve();
     } else {
-      this.#ctx.health.failed();
+      this.#ctx.health.failed(m.error);
       this.#ctx.metrics.valkeyErrors('del').inc();
       m.waiter.reject(this.#valkeyError('delete', m.id, m.error));
     }
@@ -327,12 +346,17 @@ export class TableOwner {
   #unpark(id: string): void {
     const parked = this.#writes.get(id) ?? [];
     this.#writes.delete(id);
+    this.#newerDuringWrite.delete(id);
     for (const m of parked) this.#handle(m);
   }
 
   #valkeyError(op: string, id: string, cause: unknown): ValkeyUnavailableError {
     const { table } = this.#ctx;
-    return new ValkeyUnavailableError(`valkey did not accept the ${op}`, { table, id, cause });
+    const message =
+      cause === undefined
+        ? `valkey is unavailable: the ${op} was not sent`
+        : `valkey did not confirm the ${op}; it may or may not have been applied`;
+    return new ValkeyUnavailableError(message, { table, id, cause });
   }
 
   #closedError(id: string): ClosedError {

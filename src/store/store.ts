@@ -114,10 +114,20 @@ export async function createStore(options: StoreOptions): Promise<Store> {
     throw err;
   }
   // Without a listener ioredis prints every connection error; the metric and readiness report it instead.
-  valkey.on('error', (err) => log.debug({ err }, 'valkey connection error'));
+  let lastError: Error | undefined;
+  valkey.on('error', (err: Error) => {
+    lastError = err;
+    log.debug({ err }, 'valkey connection error');
+  });
 
   const ready = await waitReady(valkey, options.readyTimeoutMs ?? 2_000);
-  if (!ready) log.warn('valkey is not reachable: starting degraded, reads go to the source');
+  if (!ready) {
+    // The reason (refused, TLS certificate, auth) matters to an operator at start-up.
+    log.warn(
+      { reason: lastError?.message },
+      'valkey is not reachable: starting degraded, reads go to the source',
+    );
+  }
 
   return {
     registry,

@@ -24,7 +24,9 @@ export async function openStore(
 
 /** A plain ioredis client on the shared test server, for looking at keys behind the store's back. */
 export function rawValkey(url = valkeyUrl()): Redis {
-  return new Redis(url, { maxRetriesPerRequest: 0 });
+  const raw = new Redis(url, { maxRetriesPerRequest: 0 });
+  raw.on('error', () => {});
+  return raw;
 }
 
 /**
