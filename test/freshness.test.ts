@@ -90,6 +90,17 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     const r = await t.get('k');
     expect(r.stale).toBe(false);
     expect(r.found && r.value).toEqual({ n: 2 });
+    expect(await metricValue(store, 'echostore_invalidations_total', table)).toBe(1);
+  });
+
+  it('counts negative hits: "not found" answered from the cache', async () => {
+    const table = uniqueTable('neg-hits');
+    const store = await openStore({ [table]: { ...policy, load: () => undefined } });
+    const t = store.table(table);
+    for (let i = 0; i < 3; i++) expect((await t.get('nobody')).found).toBe(false);
+    // Every not-found answer counts as `negative`, whichever layer gave it; the source was read once.
+    expect(await metricValue(store, 'echostore_reads_total', table, { layer: 'negative' })).toBe(3);
+    expect(await metricValue(store, 'echostore_fills_total', table)).toBe(1);
   });
 });
 
