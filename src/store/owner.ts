@@ -1,7 +1,8 @@
 import { ClosedError, ShedError, ValkeyUnavailableError } from '../errors.js';
 import type { Envelope } from './envelope.js';
 import type { TableEvent } from './events.js';
-import { Flight, type FlightContext, fly, type Outcome, type Waiter } from './flight.js';
+import { Flight, type FlightContext, type Outcome, type Waiter } from './flight.js';
+import { fly } from './fly.js';
 import { RefreshBackoff } from './freshness.js';
 import type { LoadGate } from './gate.js';
 import type { L1 } from './l1.js';
