@@ -9,6 +9,7 @@ import type { L1 } from './l1.js';
 import { Mailbox } from './mailbox.js';
 import type { Message, OwnerCounters, RefreshReason } from './messages.js';
 import { resultOf } from './result.js';
+import { WriteOrder } from './write-order.js';
 import { sendInvalidate, sendPut } from './writes.js';
 
 /**
@@ -31,10 +32,8 @@ export class TableOwner {
   readonly #counters: OwnerCounters;
   readonly #mailbox: Mailbox<Message>;
   readonly #flights = new Map<string, Flight>();
-  readonly #writes = new Map<string, Message[]>();
+  readonly #writes = new WriteOrder();
   readonly #backoff = new RefreshBackoff();
-  /** Per id with a write in flight: the highest version another write of it was announced at meanwhile. */
-  readonly #newerDuringWrite = new Map<string, number>();
   #closed = false;
   #idle: (() => void) | undefined;
 
@@ -154,10 +153,7 @@ export class TableOwner {
   /** Coherence: drop this instance's L1 row when the event is newer than it (newer-wins). */
   #event(event: TableEvent): void {
     if (event.v === undefined || event.k === 'release') return;
-    if (this.#writes.has(event.id)) {
-      const seen = this.#newerDuringWrite.get(event.id) ?? 0;
-      if (event.v > seen) this.#newerDuringWrite.set(event.id, event.v);
-    }
+    this.#writes.noteEvent(event.id, event.v);
     // A write or delete elsewhere, newer than a flight of ours: its fill is refused
     // (the lease was cancelled), and callers arriving now must not get its answer.
     const flight = this.#flights.get(event.id);
@@ -269,7 +265,7 @@ export class TableOwner {
       return;
     }
     this.#supersede(m.id);
-    this.#writes.set(m.id, []);
+    this.#writes.begin(m.id);
     const { envelope, sent } = sendPut(this.#ctx, m.id, m.value, m.json);
     sent.then(
       (version) =>
@@ -291,7 +287,7 @@ export class TableOwner {
       // This instance's own acknowledged write goes into its L1 whatever version
       // L1 held, unless Valkey already applied a later write of the id (its
       // event arrived before this acknowledgement): then L1 must not hold ours.
-      if ((this.#newerDuringWrite.get(m.id) ?? 0) > m.envelope.version) this.#l1.delete(m.id);
+      if (this.#writes.overtaken(m.id, m.envelope.version)) this.#l1.delete(m.id);
       else this.#l1.set(m.id, m.envelope, Date.now(), true);
       m.waiter.resolve({ version: m.envelope.version });
     } else {
@@ -311,7 +307,7 @@ export class TableOwner {
       m.waiter.reject(this.#valkeyError('delete', m.id, undefined));
       return;
     }
-    this.#writes.set(m.id, []);
+    this.#writes.begin(m.id);
     sendInvalidate(this.#ctx, m.id).then(
       (version) => {
         this.#ctx.clock.observe(version);
@@ -337,18 +333,12 @@ export class TableOwner {
 
   /** Parks `m` behind a pending write of `id`; true when parked. */
   #park(id: string, m: Message): boolean {
-    const parked = this.#writes.get(id);
-    if (parked === undefined) return false;
-    parked.push(m);
-    return true;
+    return this.#writes.park(id, m);
   }
 
   /** The write of `id` is acknowledged: replay what arrived meanwhile, in order. */
   #unpark(id: string): void {
-    const parked = this.#writes.get(id) ?? [];
-    this.#writes.delete(id);
-    this.#newerDuringWrite.delete(id);
-    for (const m of parked) this.#handle(m);
+    for (const m of this.#writes.end(id)) this.#handle(m);
   }
 
   #valkeyError(op: string, id: string, cause: unknown): ValkeyUnavailableError {
@@ -389,10 +379,9 @@ export class TableOwner {
       flight.waiters.length = 0;
     }
     this.#flights.clear();
-    for (const [id, parked] of this.#writes) {
+    for (const [id, parked] of this.#writes.drain()) {
       for (const m of parked) if ('waiter' in m) m.waiter.reject(this.#closedError(id));
     }
-    this.#writes.clear();
   }
 
   #busy(): boolean {
