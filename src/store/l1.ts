@@ -32,9 +32,14 @@ export class L1 {
     });
   }
 
-  /** The row, if present and not past its L1 TTL. Never touches Valkey. */
-  get(id: string): L1Row | undefined {
-    return this.#cache.get(id);
+  /**
+   * The row, if present, not past its L1 TTL and not past its hard TTL at
+   * `now` (epoch ms). lru-cache reads a cached clock (`ttlResolution`), so the
+   * hard TTL is checked here against the caller's clock too. Never touches Valkey.
+   */
+  get(id: string, now: number): L1Row | undefined {
+    const row = this.#cache.get(id);
+    return row !== undefined && now < row.hardExpiresAt ? row : undefined;
   }
 
   /**

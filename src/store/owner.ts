@@ -176,9 +176,9 @@ export class TableOwner {
       return;
     }
     if (this.#park(id, { kind: 'fill', id, waiter })) return;
-    const row = this.#l1.get(id);
     const now = Date.now();
-    if (row !== undefined && now < row.hardExpiresAt) {
+    const row = this.#l1.get(id, now);
+    if (row !== undefined) {
       const stale = now >= row.softExpiresAt;
       this.#counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1']++;
       waiter.resolve(resultOf(row, 'l1', false, now));
@@ -230,8 +230,8 @@ export class TableOwner {
         this.#backoff.failed(flight.id, now);
       }
       // Stale-if-error: a row still within its hard TTL answers instead of the error.
-      const row = flight.superseded ? undefined : this.#l1.get(flight.id);
-      if (row !== undefined && !row.negative && now < row.hardExpiresAt) {
+      const row = flight.superseded ? undefined : this.#l1.get(flight.id, now);
+      if (row !== undefined && !row.negative) {
         this.#counters.reads.stale += flight.waiters.length;
         flight.waiters.forEach((w, i) => {
           w.resolve(resultOf(row, 'l1', i > 0, now));

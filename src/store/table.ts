@@ -63,10 +63,9 @@ export class Table {
     } catch (err) {
       return Promise.reject(err);
     }
-    const row = this.#l1.get(id);
     const now = Date.now();
-    // L1's own TTL clock is coarse (lru-cache caches "now"): the hard TTL is checked here too.
-    if (row !== undefined && now < row.hardExpiresAt) {
+    const row = this.#l1.get(id, now);
+    if (row !== undefined) {
       this.#counters.hits++;
       if (now < row.softExpiresAt) {
         this.#counters.reads[row.negative ? 'negative' : 'l1']++;
