@@ -16,7 +16,7 @@ import autocannon from 'autocannon';
 import Fastify from 'fastify';
 import { LRUCache } from 'lru-cache';
 import { pino } from 'pino';
-import { table } from '../drills/lib/report.js';
+import { percentile, table } from '../drills/lib/report.js';
 import { buildServer } from '../src/http/server.js';
 import { createStore } from '../src/store/store.js';
 
@@ -174,15 +174,14 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
         ),
       ),
     );
-    latencies.sort((a, b) => a - b);
-    const p99 = latencies[Math.ceil(latencies.length * 0.99) - 1] as number;
+    const p99 = percentile(latencies, 99);
     p99s.push(p99);
     overheads.push(p99 - loaderMs);
     await all[0]?.table(tableName).invalidate(id);
   }
   await Promise.all(all.map((s) => s.close()));
-  const median = (xs: number[]) =>
-    [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+  // rounds is odd, so the nearest-rank 50th percentile is the middle round.
+  const median = (xs: number[]) => percentile(xs, 50);
   return [
     ['instances × readers, rounds', `${stores} × ${readers}, ${rounds}`],
     ['source reads per round (law: 1)', `${(loads / rounds).toFixed(2)}`],

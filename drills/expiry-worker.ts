@@ -13,6 +13,7 @@ import { httpSource } from '../src/sources/http.js';
 import { createStore } from '../src/store/store.js';
 import type { Table } from '../src/store/table.js';
 import { ReadLog, type ReadSummary, summarize } from './lib/expiry-reads.js';
+import { fromParent, sendToParent } from './lib/workers.js';
 
 /** The freshness policy under test; the same in every instance (and in the parent's warm-up). */
 export interface ExpiryPolicy {
@@ -109,24 +110,11 @@ async function clientLoop(t: Table, setup: Setup, stopAtMs: number, log: ReadLog
   }
 }
 
-/** Resolves once the message is handed to the IPC channel, so an exit right after cannot lose it. */
-function send(message: FromWorker): Promise<void> {
-  return new Promise((resolve) => {
-    if (process.send === undefined || !process.connected) resolve();
-    else process.send(message, undefined, {}, () => resolve());
-  });
-}
+/** The first message of `kind` from the parent. */
+const waitFor = <K extends ToWorker['kind']>(kind: K) => fromParent<ToWorker, K>(kind);
 
-function waitFor<K extends ToWorker['kind']>(kind: K): Promise<Extract<ToWorker, { kind: K }>> {
-  return new Promise((resolve) => {
-    const onMessage = (m: ToWorker) => {
-      if (m.kind !== kind) return;
-      process.off('message', onMessage);
-      resolve(m as Extract<ToWorker, { kind: K }>);
-    };
-    process.on('message', onMessage);
-  });
-}
+/** Sends one of this worker's messages; resolves once it is handed to the IPC channel. */
+const send = (message: FromWorker): Promise<void> => sendToParent(message);
 
 async function main(): Promise<void> {
   if (process.send === undefined) throw new Error('run me with child_process.fork (IPC)');

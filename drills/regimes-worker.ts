@@ -8,6 +8,7 @@
  */
 import { httpSource } from '../src/sources/http.js';
 import { createStore, type Store } from '../src/store/store.js';
+import { fromParent, sendToParent } from './lib/workers.js';
 
 /** What the worker is told to do: the first message from the parent. */
 export interface Setup {
@@ -54,14 +55,6 @@ export interface RegimePolicy {
 }
 
 type Read = () => Promise<string>;
-
-/** Resolves once the message is handed to the IPC channel, so an exit right after cannot lose it. */
-function send(message: FromWorker): Promise<void> {
-  return new Promise((resolve) => {
-    if (process.send === undefined || !process.connected) resolve();
-    else process.send(message, undefined, {}, () => resolve());
-  });
-}
 
 async function prepare(setup: Setup): Promise<{ read: Read; close: () => Promise<void> }> {
   if (setup.via === 'inproc') {
@@ -138,16 +131,11 @@ async function burst(read: Read, readers: number): Promise<BurstResult> {
   return { kind: 'result', latenciesMs, failures, errorCodes, answers: [...answers] };
 }
 
-function waitFor<K extends ToWorker['kind']>(kind: K): Promise<Extract<ToWorker, { kind: K }>> {
-  return new Promise((resolve) => {
-    const onMessage = (m: ToWorker) => {
-      if (m.kind !== kind) return;
-      process.off('message', onMessage);
-      resolve(m as Extract<ToWorker, { kind: K }>);
-    };
-    process.on('message', onMessage);
-  });
-}
+/** The first message of `kind` from the parent. */
+const waitFor = <K extends ToWorker['kind']>(kind: K) => fromParent<ToWorker, K>(kind);
+
+/** Sends one of this worker's messages; resolves once it is handed to the IPC channel. */
+const send = (message: FromWorker): Promise<void> => sendToParent(message);
 
 async function main(): Promise<void> {
   if (process.send === undefined) throw new Error('run me with child_process.fork (IPC)');

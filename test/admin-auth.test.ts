@@ -2,36 +2,20 @@
  * Admin auth: with `adminToken` set, writes and warm-up need
  * `Authorization: Bearer <token>`; reads and operator routes stay open.
  */
-import type { FastifyInstance, InjectOptions } from 'fastify';
+import type { InjectOptions } from 'fastify';
 import { pino } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { buildServer } from '../src/http/server.js';
-import type { Store } from '../src/index.js';
+import { serveApp } from './helpers/http.js';
 import { openStore } from './helpers/probe.js';
 import { uniqueTable } from './helpers/store.js';
 
 const TOKEN = 'admin-5d0e8c';
 
-let app: FastifyInstance | undefined;
-afterEach(async () => {
-  await app?.close();
-  app = undefined;
-});
-
-async function serve(store: Store, adminToken?: string): Promise<FastifyInstance> {
-  app = buildServer({
-    store,
-    logger: pino({ level: 'silent' }),
-    ...(adminToken === undefined ? {} : { adminToken }),
-  });
-  await app.ready();
-  return app;
-}
-
 describe('admin auth', () => {
   it('answers 401 ECC_UNAUTHORIZED with a Bearer challenge to unauthenticated writes', async () => {
     const table = uniqueTable('auth');
-    const server = await serve(await openStore({ [table]: { load: (id) => ({ id }) } }), TOKEN);
+    const server = await serveApp(await openStore({ [table]: { load: (id) => ({ id }) } }), TOKEN);
     const url = `/v1/tables/${table}/items/1`;
     const attempts: InjectOptions[] = [
       { method: 'PUT', url, payload: { a: 1 } },
@@ -62,7 +46,7 @@ describe('admin auth', () => {
 
   it('keeps reads and operator routes open', async () => {
     const table = uniqueTable('auth-open');
-    const server = await serve(await openStore({ [table]: { load: (id) => ({ id }) } }), TOKEN);
+    const server = await serveApp(await openStore({ [table]: { load: (id) => ({ id }) } }), TOKEN);
     const open: InjectOptions[] = [
       { url: `/v1/tables/${table}/items/1` },
       { method: 'HEAD', url: `/v1/tables/${table}/items/1` },
@@ -80,7 +64,7 @@ describe('admin auth', () => {
 
   it('leaves writes open when no token is set', async () => {
     const table = uniqueTable('auth-none');
-    const server = await serve(await openStore({ [table]: { load: (id) => ({ id }) } }));
+    const server = await serveApp(await openStore({ [table]: { load: (id) => ({ id }) } }));
     const r = await server.inject({
       method: 'PUT',
       url: `/v1/tables/${table}/items/1`,

@@ -1,9 +1,7 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { withPolicy } from '../src/index.js';
 import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
-import { deferred, uniqueTable } from './helpers/store.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { deferred, delay, uniqueTable } from './helpers/store.js';
 
 /** A loader that counts calls and answers `{ n }` (n = call number). */
 function counting(delayMs = 0) {
@@ -11,7 +9,7 @@ function counting(delayMs = 0) {
   return {
     load: async () => {
       const n = ++calls;
-      if (delayMs > 0) await sleep(delayMs);
+      if (delayMs > 0) await delay(delayMs);
       return { n };
     },
     calls: () => calls,
@@ -33,11 +31,11 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     const store = await openStore({ [table]: { ...policy, load: source.load } });
     const t = store.table(table);
     await t.get('k');
-    await sleep(250);
+    await delay(250);
     const reads = await Promise.all(Array.from({ length: 100 }, () => t.get('k')));
     expect(reads.every((r) => r.found && r.stale && (r.value as { n: number }).n === 1)).toBe(true);
     expect(reads.every((r) => r.ttlMs < 0)).toBe(true);
-    await sleep(150);
+    await delay(150);
     expect(source.calls()).toBe(2);
     const fresh = await t.get('k');
     expect(fresh.found && fresh.value).toEqual({ n: 2 });
@@ -53,14 +51,14 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     const source = counting(50);
     const a = await openStore({ [table]: { ...policy, load: source.load } });
     await a.table(table).get('k');
-    await sleep(250);
+    await delay(250);
     const b = await openStore({ [table]: { ...policy, load: source.load } });
     const c = await openStore({ [table]: { ...policy, load: source.load } });
     const reads = await Promise.all(
       [b, c].flatMap((s) => Array.from({ length: 50 }, () => s.table(table).get('k'))),
     );
     expect(reads.every((r) => r.found && r.stale && (r.value as { n: number }).n === 1)).toBe(true);
-    await sleep(200);
+    await delay(200);
     expect(source.calls()).toBe(2);
   });
 
@@ -71,7 +69,7 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     const store = await openStore({ [table]: { ...policy, staleMs: 100, load: source.load } });
     const t = store.table(table);
     await t.get('k');
-    await sleep(350);
+    await delay(350);
     expect(await raw.exists(`ecc:${table}:{k}`)).toBe(0);
     const r = await t.get('k');
     expect(r.source).toBe('source');
@@ -85,7 +83,7 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     const store = await openStore({ [table]: { ...policy, load: source.load } });
     const t = store.table(table);
     await t.get('k');
-    await sleep(250);
+    await delay(250);
     await t.invalidate('k');
     const r = await t.get('k');
     expect(r.stale).toBe(false);
@@ -129,17 +127,17 @@ describe('stale-if-error', () => {
     const t = store.table(table);
     await t.get('k');
     failing = true;
-    await sleep(250);
+    await delay(250);
     for (let i = 0; i < 40; i++) {
       const r = await t.get('k');
       expect(r.found && r.stale && r.value).toEqual({ ok: 1 });
-      await sleep(10);
+      await delay(10);
     }
     // 400 ms of stale reads: the first refresh fails, the next waits out a 1 s back-off.
     expect(calls).toBe(2);
     expect(await raw.exists(`ecc:${table}:{k}`)).toBe(1);
     expect(await metricValue(store, 'echostore_refresh_failures_total', table)).toBe(1);
-    await sleep(50);
+    await delay(50);
     expect(unhandled).toEqual([]);
   });
 
@@ -147,7 +145,7 @@ describe('stale-if-error', () => {
     const table = uniqueTable('sie-l2');
     const good = await openStore({ [table]: { ...policy, load: () => ({ v: 'old' }) } });
     await good.table(table).get('k');
-    await sleep(250);
+    await delay(250);
     const bad = await openStore({
       [table]: {
         ...policy,
@@ -175,7 +173,7 @@ describe('XFetch early refresh', () => {
       const until = Date.now() + 350;
       while (Date.now() < until) {
         if ((await t.get('hot')).stale) staleReads++;
-        await sleep(5);
+        await delay(5);
       }
       const early = await metricValue(store, 'echostore_refreshes_total', table, {
         reason: 'early',
@@ -233,10 +231,10 @@ describe('invalidation that wins races', () => {
     const a = await openStore({ [table]: { load } });
     const b = await openStore({ [table]: { load } });
     const early = a.table(table).get('k');
-    await sleep(50);
+    await delay(50);
     version = 'new';
     await b.table(table).invalidate('k');
-    await sleep(50);
+    await delay(50);
     // A learnt of the DELETE: a caller arriving now starts a new flight, it does not get "old".
     const afterOnA = a.table(table).get('k');
     gate.resolve();
@@ -257,7 +255,7 @@ describe('coherent L1s', () => {
     await a.table(table).get('k');
     await b.table(table).get('k');
     await a.table(table).put('k', { v: 'put' });
-    await sleep(50);
+    await delay(50);
     const r = await b.table(table).get('k');
     expect(r.found && r.value).toEqual({ v: 'put' });
     expect(await metricValue(b, 'echostore_coherence_total', table, { result: 'applied' })).toBe(1);
@@ -271,14 +269,14 @@ describe('coherent L1s', () => {
     const row = await t.get('k');
     const channel = `ecc:events:${table}`;
     const send = (v: number) => raw.publish(channel, JSON.stringify({ k: 'put', id: 'k', v }));
-    await sleep(50);
+    await delay(50);
     // This instance's own fill echo is already counted as "stale" (not newer than its row).
     const echoes = await metricValue(store, 'echostore_coherence_total', table, {
       result: 'stale',
     });
     await send(row.version - 10);
     await send(row.version);
-    await sleep(50);
+    await delay(50);
     expect(t.stats().l1_entries).toBe(1);
     expect(await metricValue(store, 'echostore_coherence_total', table, { result: 'stale' })).toBe(
       echoes + 2,
@@ -286,14 +284,14 @@ describe('coherent L1s', () => {
     await send(row.version + 10);
     await send(row.version + 10);
     await send(row.version + 5);
-    await sleep(50);
+    await delay(50);
     expect(t.stats().l1_entries).toBe(0);
     expect(
       await metricValue(store, 'echostore_coherence_total', table, { result: 'applied' }),
     ).toBe(1);
     await send(Number.NaN);
     await raw.publish(channel, 'not json');
-    await sleep(20);
+    await delay(20);
     expect((await t.get('k')).found).toBe(true);
   });
 
@@ -317,7 +315,7 @@ describe('coherent L1s', () => {
     const id = /id=(\d+)/.exec(subscriber as string)?.[1];
     await raw.client('KILL', 'ID', id as string);
     const deadline = Date.now() + 5_000;
-    while (t.stats().l1_entries > 0 && Date.now() < deadline) await sleep(50);
+    while (t.stats().l1_entries > 0 && Date.now() < deadline) await delay(50);
     expect(t.stats().l1_entries).toBe(0);
     expect(await metricValue(store, 'echostore_l1_flushes_total', table)).toBe(1);
     expect((await errorOf(Promise.reject(Object.assign(new Error('x'), { code: 'X' })))).code).toBe(
@@ -344,16 +342,16 @@ describe('refresh discipline', () => {
     const b = await openStore({ [table]: { ...policy, load: () => ({ n: 'b' }) } });
     await a.table(table).get('k');
     await b.table(table).get('k');
-    await sleep(250);
+    await delay(250);
     await a.table(table).get('k'); // stale: A's refresh takes the lease and blocks in the loader
-    await sleep(50);
+    await delay(50);
     for (let i = 0; i < 30; i++) {
       expect((await b.table(table).get('k')).stale).toBe(true);
-      await sleep(5);
+      await delay(5);
     }
     expect(await metricValue(b, 'echostore_refreshes_total', table, { reason: 'stale' })).toBe(1);
     gate.resolve();
-    await sleep(100);
+    await delay(100);
     const r = await b.table(table).get('k');
     expect(r.found && r.value).toEqual({ n: 2 });
   });
@@ -364,7 +362,7 @@ describe('refresh discipline', () => {
     const store = await openStore({ [table]: { ...policy, staleMs: 0, load: source.load } });
     const t = store.table(table);
     await t.get('k');
-    await sleep(210);
+    await delay(210);
     const r = await t.get('k');
     expect(r.stale).toBe(false);
     expect(r.found && r.value).toEqual({ n: 2 });

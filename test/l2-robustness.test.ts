@@ -4,9 +4,7 @@ import { freePort } from '../drills/lib/service.js';
 import { serverBinary } from '../drills/lib/valkey-server.js';
 import { createStore } from '../src/index.js';
 import { metricValue, openStore, scopedValkey } from './helpers/probe.js';
-import { deferred, uniqueTable } from './helpers/store.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { deferred, delay, uniqueTable } from './helpers/store.js';
 
 describe('foreign and broken data in L2', () => {
   it('a planted version beyond 2^53 is garbage: one load overwrites it, no flight is left spinning', async () => {
@@ -28,7 +26,7 @@ describe('foreign and broken data in L2', () => {
     const r = await store.table(table).get('k');
     expect(r.found && r.value).toEqual({ fine: true });
     expect(loads).toBe(1);
-    await sleep(50);
+    await delay(50);
     expect(store.table(table).stats().flights).toBe(0);
     expect(JSON.parse((await raw.get(`ecc:${table}:{k}`)) as string).value).toEqual({ fine: true });
   });
@@ -84,7 +82,7 @@ describe('ordered writes', () => {
     });
     const { version } = await a.table(table).put('k', { from: 'put' });
     expect(version).toBeGreaterThan(future);
-    await sleep(50);
+    await delay(50);
     // B held the planted row: the PUT's event is newer, so B drops it and reads the PUT.
     expect(((await b.table(table).get('k')) as { value: unknown }).value).toEqual({ from: 'put' });
   });
@@ -104,7 +102,7 @@ describe('ordered writes', () => {
     });
     const b = await openStore({ [table]: { coalescing: 'process', load: () => ({ gen: 2 }) } });
     const loading = a.table(table).get('k');
-    await sleep(50);
+    await delay(50);
     await b.table(table).invalidate('k');
     gate.resolve();
     await loading;
@@ -147,13 +145,13 @@ describe('coherence after a cold start', () => {
         .catch(() => [])) as string[];
       if (channels.length === 1 && early.valkeyReady()) break;
       if (Date.now() > deadline) throw new Error('never subscribed');
-      await sleep(100);
+      await delay(100);
     }
     await early.table(table).get('k');
     const late = await createStore({ valkey: url, tables: { [table]: { load: () => ({}) } } });
     onTestFinished(() => late.close(100));
     await late.table(table).put('k', { from: 'put' });
-    await sleep(100);
+    await delay(100);
     expect(((await early.table(table).get('k')) as { value: unknown }).value).toEqual({
       from: 'put',
     });

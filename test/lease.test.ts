@@ -2,23 +2,9 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import type { LoadFn } from '../src/index.js';
 import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
-import { deferred, uniqueTable } from './helpers/store.js';
-
-/** A loader that counts its calls and answers `{ id, n }` after `ms`. */
-function countingLoader(ms = 30): { load: LoadFn; calls: () => number } {
-  let n = 0;
-  return {
-    load: async (id) => {
-      const mine = ++n;
-      await new Promise((r) => setTimeout(r, ms));
-      return { id, n: mine };
-    },
-    calls: () => n,
-  };
-}
+import { countingLoader, deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
 
 describe('fleet lease', () => {
   it('two stores with separate connections reading one cold key cause one load', async () => {
@@ -76,7 +62,7 @@ describe('fleet lease', () => {
     const built = fileURLToPath(new URL('../dist/src/index.js', import.meta.url));
     expect(existsSync(built), 'run `npm run build` before the tests').toBe(true);
     const table = uniqueTable('takeover');
-    const url = (await import('./helpers/store.js')).valkeyUrl();
+    const url = valkeyUrl();
     const child = fork(holder, [url, table, 'hot'], { stdio: 'ignore' });
     onTestFinished(() => {
       if (child.exitCode === null) child.kill('SIGKILL');
@@ -149,7 +135,7 @@ describe('fleet lease', () => {
     const table = uniqueTable('wait');
     const raw = scopedValkey();
     await raw.set(`ecc:${table}:{w}:lease`, 'someone-else', 'PX', 20_000);
-    const source = countingLoader();
+    const source = countingLoader(30);
     const s = await openStore({ [table]: { waitTimeoutMs: 300, load: source.load } });
     const started = performance.now();
     const errors = await Promise.all(

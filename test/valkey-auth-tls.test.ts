@@ -13,10 +13,10 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'v
 import { freePort } from '../drills/lib/service.js';
 import { serverBinary } from '../drills/lib/valkey-server.js';
 import { loadConfig } from '../src/config/load.js';
-import { createStore, type LoadFn, type Store } from '../src/index.js';
+import { createStore, type Store } from '../src/index.js';
 import { redactUrl, type ValkeyOptions } from '../src/valkey.js';
 import { errorOf, openStore } from './helpers/probe.js';
-import { uniqueTable, valkeyUrl } from './helpers/store.js';
+import { countingLoader, uniqueTable, valkeyUrl } from './helpers/store.js';
 
 const PASSWORD = 'pw-1d3a-never-logged';
 const ALICE_PASSWORD = 'alice-9c2e-never-logged';
@@ -130,19 +130,6 @@ function capturedLog() {
   const lines: string[] = [];
   const logger = pino({ level: 'debug' }, { write: (line: string) => lines.push(line) });
   return { logger, text: () => lines.join('') };
-}
-
-/** A loader that counts its calls and answers `{ id, n }` after `ms`. */
-function countingLoader(ms = 0): { load: LoadFn; calls: () => number } {
-  let n = 0;
-  return {
-    load: async (id) => {
-      const mine = ++n;
-      await new Promise((r) => setTimeout(r, ms));
-      return { id, n: mine };
-    },
-    calls: () => n,
-  };
 }
 
 /** Two stores on `valkey` sharing one table and one counting loader, both connected. */

@@ -1,31 +1,8 @@
-/**
- * `POST /v1/tables/:table/warm`: reads each id into the cache, at most 8 at a
- * time, and counts every id once as warmed, not found, or failed.
- */
-import type { FastifyInstance } from 'fastify';
-import { pino } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
-import { buildServer } from '../src/http/server.js';
+import { describe, expect, it } from 'vitest';
 import { WARM_CONCURRENCY } from '../src/http/warm.js';
-import type { Store } from '../src/index.js';
+import { serveApp } from './helpers/http.js';
 import { openStore } from './helpers/probe.js';
 import { delay, uniqueTable } from './helpers/store.js';
-
-let app: FastifyInstance | undefined;
-afterEach(async () => {
-  await app?.close();
-  app = undefined;
-});
-
-async function serve(store: Store, adminToken?: string): Promise<FastifyInstance> {
-  app = buildServer({
-    store,
-    logger: pino({ level: 'silent' }),
-    ...(adminToken === undefined ? {} : { adminToken }),
-  });
-  await app.ready();
-  return app;
-}
 
 const warmRequest = (table: string, ids: unknown[], headers: Record<string, string> = {}) => ({
   method: 'POST' as const,
@@ -46,7 +23,7 @@ describe('warm-up', () => {
         },
       },
     });
-    const server = await serve(store);
+    const server = await serveApp(store);
     const ids = Array.from({ length: 20 }, (_, i) => `p${i}`);
     const r = await server.inject(warmRequest(table, ids));
     expect(r.statusCode).toBe(200);
@@ -73,7 +50,7 @@ describe('warm-up', () => {
         },
       },
     });
-    const server = await serve(store);
+    const server = await serveApp(store);
     const ids = Array.from({ length: 40 }, (_, i) => `c${i}`);
     const r = await server.inject(warmRequest(table, ids));
     expect(r.json().warmed).toBe(40);
@@ -92,7 +69,7 @@ describe('warm-up', () => {
         },
       },
     });
-    const server = await serve(store);
+    const server = await serveApp(store);
     const ids = ['a', 'gone1', 'BAD', 'boom', 'b', 'gone2', 'a'];
     const r = await server.inject(warmRequest(table, ids));
     expect(r.statusCode).toBe(200);
@@ -108,7 +85,7 @@ describe('warm-up', () => {
 
   it('answers 404 ECC_UNKNOWN_TABLE for an unknown table, even with a bad body', async () => {
     const store = await openStore({ [uniqueTable('warm-known')]: { load: (id) => ({ id }) } });
-    const server = await serve(store);
+    const server = await serveApp(store);
     const r = await server.inject(warmRequest('nope', [1]));
     expect(r.statusCode).toBe(404);
     expect(r.json().error.code).toBe('ECC_UNKNOWN_TABLE');
@@ -117,7 +94,7 @@ describe('warm-up', () => {
   it('needs the admin token when one is set', async () => {
     const table = uniqueTable('warm-auth');
     const store = await openStore({ [table]: { load: (id) => ({ id }) } });
-    const server = await serve(store, 'warm-token');
+    const server = await serveApp(store, 'warm-token');
     const denied = await server.inject(warmRequest(table, ['1']));
     expect(denied.statusCode).toBe(401);
     expect(denied.json().error.code).toBe('ECC_UNAUTHORIZED');

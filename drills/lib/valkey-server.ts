@@ -75,7 +75,7 @@ export async function spawnValkey(
   const launch = async (): Promise<ChildProcess> => {
     const child = spawn(binary, argv, { stdio: 'ignore' });
     track(child);
-    await waitForPing(url, child, readyTimeoutMs);
+    await waitForPing(url, readyTimeoutMs, child);
     return child;
   };
   let child = await launch();
@@ -103,10 +103,23 @@ export async function spawnValkey(
   };
 }
 
-async function waitForPing(url: string, child: ChildProcess, timeoutMs: number): Promise<void> {
+/**
+ * Resolves once the server at `url` answers PING, trying every 50 ms.
+ *
+ * @param child the server process, when this code started it: its exit fails
+ *   the wait at once, and it is SIGKILLed when the wait times out.
+ * @throws {Error} when it does not answer within `timeoutMs`.
+ */
+export async function waitForPing(
+  url: string,
+  timeoutMs: number,
+  child?: ChildProcess,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`the server at ${url} exited (${child.exitCode})`);
+    if (child !== undefined && child.exitCode !== null) {
+      throw new Error(`the server at ${url} exited (${child.exitCode})`);
+    }
     const client = new Redis(url, {
       lazyConnect: true,
       maxRetriesPerRequest: 0,
@@ -122,7 +135,7 @@ async function waitForPing(url: string, child: ChildProcess, timeoutMs: number):
     } catch (err) {
       client.disconnect();
       if (Date.now() > deadline) {
-        child.kill('SIGKILL');
+        child?.kill('SIGKILL');
         throw new Error(`the server at ${url} did not answer PING: ${(err as Error).message}`);
       }
       await sleep(50);

@@ -63,3 +63,25 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   });
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
+
+/** Worker side: resolves once `message` is handed to the IPC channel, so an exit right after cannot lose it. */
+export function sendToParent(message: object): Promise<void> {
+  return new Promise((resolve) => {
+    if (process.send === undefined || !process.connected) resolve();
+    else process.send(message, undefined, {}, () => resolve());
+  });
+}
+
+/** Worker side: the first message of `kind` from the parent (`M` is the worker's message union). */
+export function fromParent<M extends { kind: string }, K extends M['kind']>(
+  kind: K,
+): Promise<Extract<M, { kind: K }>> {
+  return new Promise((resolve) => {
+    const onMessage = (m: M) => {
+      if (m.kind !== kind) return;
+      process.off('message', onMessage);
+      resolve(m as Extract<M, { kind: K }>);
+    };
+    process.on('message', onMessage);
+  });
+}

@@ -4,6 +4,11 @@
  * header limit, a missing Host.
  */
 import { connect } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { pino } from 'pino';
+import { onTestFinished } from 'vitest';
+import { buildServer } from '../../src/http/server.js';
+import type { Store } from '../../src/index.js';
 
 /** What the server wrote back on one connection. */
 export interface RawAnswer {
@@ -67,4 +72,19 @@ function dechunk(text: string): string {
     out += rest.slice(eol + 2, eol + 2 + size);
     rest = rest.slice(eol + 2 + size + 2);
   }
+}
+
+/**
+ * A ready fastify app (not listening) over `store`, silent, with the admin
+ * token when given; closed when the test ends.
+ */
+export async function serveApp(store: Store, adminToken?: string): Promise<FastifyInstance> {
+  const app = buildServer({
+    store,
+    logger: pino({ level: 'silent' }),
+    ...(adminToken === undefined ? {} : { adminToken }),
+  });
+  onTestFinished(() => app.close());
+  await app.ready();
+  return app;
 }

@@ -7,9 +7,7 @@
  * else it fails with a message that says what to install.
  */
 import type { ChildProcess } from 'node:child_process';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
-import { serverBinary, spawnValkey } from '../../drills/lib/valkey-server.js';
+import { serverBinary, spawnValkey, waitForPing } from '../../drills/lib/valkey-server.js';
 
 /** A server the tests may use, and how to stop it. */
 export interface TestServer {
@@ -33,29 +31,6 @@ export async function spawnServer(): Promise<TestServer> {
     process: server.process,
     stop: () => server.stop(),
   };
-}
-
-async function waitForPing(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const client = new Redis(url, {
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-    });
-    client.on('error', () => {});
-    try {
-      await client.connect();
-      await client.ping();
-      client.disconnect();
-      return;
-    } catch (err) {
-      client.disconnect();
-      if (Date.now() > deadline)
-        throw new Error(`server at ${url} did not answer PING: ${(err as Error).message}`);
-      await sleep(50);
-    }
-  }
 }
 
 async function startContainer(): Promise<TestServer> {

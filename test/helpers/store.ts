@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
+import type { LoadFn } from '../../src/index.js';
 
 /** The shared test server's URL (see `server.ts`). */
 export function valkeyUrl(): string {
@@ -29,4 +30,17 @@ export function deferred<T>(): {
     reject = rej;
   });
   return { promise, resolve, reject };
+}
+
+/** A loader that counts its calls and answers `{ id, n }` (n = its call number) after `ms`. */
+export function countingLoader(ms = 0): { load: LoadFn; calls: () => number } {
+  let n = 0;
+  return {
+    load: async (id) => {
+      const mine = ++n;
+      await new Promise((r) => setTimeout(r, ms));
+      return { id, n: mine };
+    },
+    calls: () => n,
+  };
 }
