@@ -1,6 +1,7 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { withPolicy } from '../src/index.js';
 import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
+import { spawnServer } from './helpers/server.js';
 import { deferred, delay, uniqueTable } from './helpers/store.js';
 
 /** A loader that counts calls and answers `{ n }` (n = call number). */
@@ -325,6 +326,40 @@ describe('coherent L1s', () => {
 });
 
 describe('refresh discipline', () => {
+  it('a caller that joins a background refresh is answered by it, even when another instance holds the lease', async () => {
+    const server = await spawnServer();
+    onTestFinished(() => server.stop());
+    const raw = scopedValkey(server.url);
+    const table = uniqueTable('join-refresh');
+    const source = counting();
+    const store = await openStore(
+      { [table]: { ...policy, staleMs: 300, waitTimeoutMs: 4_000, load: source.load } },
+      { valkey: server.url },
+    );
+    const t = store.table(table);
+    await t.get('k');
+    await delay(300);
+    // Another instance is refreshing: its lease ends in 1.5 s without a fill.
+    await raw.set(`ecc:${table}:{k}:lease`, 'someone-else', 'PX', 1_500);
+    const pid = server.process?.pid as number;
+    process.kill(pid, 'SIGSTOP');
+    let resumed = false;
+    onTestFinished(() => {
+      if (!resumed) process.kill(pid, 'SIGCONT');
+    });
+    // Stale: answered at once, and a background refresh is sent (held up by the pause).
+    expect((await t.get('k')).stale).toBe(true);
+    await delay(250);
+    // Past the hard TTL: this caller misses L1 and joins the running refresh flight.
+    const joined = t.get('k');
+    await delay(20);
+    process.kill(pid, 'SIGCONT');
+    resumed = true;
+    const r = await joined;
+    expect(r.found && r.value).toEqual({ n: 2 });
+    expect(source.calls()).toBe(2);
+  });
+
   it('an instance whose refresh finds another instance refreshing does not retry until that lease ends', async () => {
     const table = uniqueTable('pause');
     const gate = deferred<void>();
