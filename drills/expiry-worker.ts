@@ -97,7 +97,7 @@ async function clientLoop(t: Table, setup: Setup, stopAtMs: number, log: ReadLog
     try {
       const r = await t.get(setup.id);
       const ms = performance.now() - started;
-      log.add(atMs, ms, r, r.source === 'source' || ms >= setup.waitedAtMs);
+      log.add(atMs, ms, r, r.layer === 'origin' || ms >= setup.waitedAtMs);
     } catch (err) {
       const ms = performance.now() - started;
       const e = err as { code?: unknown; name?: unknown };

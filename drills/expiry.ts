@@ -29,8 +29,8 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { httpSource } from '../src/sources/http.js';
-import { leaseKey, valueKey } from '../src/store/keys.js';
 import { createStore } from '../src/store/store.js';
+import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
 import type { ExpiryPolicy, FromWorker, Setup, ToWorker, WorkerResult } from './expiry-worker.js';
 import { drillArgs, emitJson } from './lib/args.js';
 import { type ExpiryPlan, judgeExpiry, renderExpiry } from './lib/expiry-report.js';
@@ -80,7 +80,7 @@ async function warm(valkey: string, origin: Origin, policy: ExpiryPolicy, id: st
   });
   try {
     const r = await store.table(TABLE).get(id);
-    if (r.source !== 'source') throw new Error(`warm-up answered from ${r.source}, not the source`);
+    if (r.layer !== 'origin') throw new Error(`warm-up answered from ${r.layer}, not the source`);
   } finally {
     await store.close();
     source.close();

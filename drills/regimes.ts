@@ -24,7 +24,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { leaseKey, valueKey } from '../src/store/keys.js';
+import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
 import { drillArgs, emitJson } from './lib/args.js';
 import { columns } from './lib/columns.js';
 import { type Origin, startOrigin } from './lib/origin.js';

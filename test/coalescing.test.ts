@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { valueKey } from '../src/index.js';
-import { errorOf, openStore, rawValkey } from './helpers/probe.js';
+import { errorOf, openStore, rawValkey, readEnvelope } from './helpers/probe.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
 describe('single-flight', () => {
@@ -34,7 +34,7 @@ describe('single-flight', () => {
     const answers = new Set(results.map((r) => (r.found ? r.json : 'missing')));
     expect(answers.size).toBe(1);
     expect(results.filter((r) => r.coalesced)).toHaveLength(199);
-    expect(results.every((r) => r.source === 'source')).toBe(true);
+    expect(results.every((r) => r.layer === 'origin')).toBe(true);
   });
 
   it('a loader that throws synchronously fails every waiter with ECC_LOAD_FAILED', async () => {
@@ -88,7 +88,7 @@ describe('single-flight', () => {
 
     const retry = await t.get('r1');
     expect(loads).toBe(2);
-    expect(retry).toMatchObject({ found: true, value: { id: 'r1', ok: true }, source: 'source' });
+    expect(retry).toMatchObject({ found: true, value: { id: 'r1', ok: true }, layer: 'origin' });
   });
 
   it.each([
@@ -150,7 +150,7 @@ describe('single-flight', () => {
     // The superseded flight wrote nothing: neither L1 nor L2.
     expect(t.stats().l1_entries).toBe(0);
     // L2 holds only the DELETE's tombstone: a "not found" that is never fresh.
-    expect(JSON.parse((await raw.get(valueKey(table, 'k'))) as string)).toMatchObject({
+    expect(await readEnvelope(raw, table, 'k')).toMatchObject({
       negative: true,
       softExpiresAt: 0,
       value: null,
@@ -167,6 +167,6 @@ describe('single-flight', () => {
     expect(t.stats().flights).toBe(0);
 
     const after = await t.get('k');
-    expect(after).toMatchObject({ found: true, value: { n: 1 }, source: 'l1' });
+    expect(after).toMatchObject({ found: true, value: { n: 1 }, layer: 'l1' });
   });
 });

@@ -40,7 +40,7 @@ describe('degraded mode (circuit breaker)', () => {
     expect(await degradedGauge()).toBe(1);
 
     const started = performance.now();
-    for (let i = 0; i < 20; i++) expect((await t.get(`fast-${i}`)).source).toBe('source');
+    for (let i = 0; i < 20; i++) expect((await t.get(`fast-${i}`)).layer).toBe('origin');
     // 20 misses while open cost no command timeout at all (each would cost 150 ms).
     expect(performance.now() - started).toBeLessThan(20 * 150);
     expect((await errorOf(t.put('w', 1))).code).toBe('ECC_VALKEY_UNAVAILABLE');
@@ -49,7 +49,7 @@ describe('degraded mode (circuit breaker)', () => {
     await new Promise((r) => setTimeout(r, 1_100));
     expect(store.valkeyReady()).toBe(false);
     const probes = await Promise.all(Array.from({ length: 10 }, (_, i) => t.get(`half-${i}`)));
-    expect(probes.every((p) => p.source === 'source')).toBe(true);
+    expect(probes.every((p) => p.layer === 'origin')).toBe(true);
     expect((await errorOf(t.invalidate('w'))).code).toBe('ECC_VALKEY_UNAVAILABLE');
     expect(loads).toBe(33);
 

@@ -44,6 +44,6 @@ describe('client disconnects', () => {
     expect(await answer.json()).toEqual({ id: 'k' });
     expect(aborted).toBe(false);
     expect(loads).toBe(1);
-    expect((await store.table(table).get('k')).source).toBe('l1');
+    expect((await store.table(table).get('k')).layer).toBe('l1');
   });
 });

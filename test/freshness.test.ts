@@ -73,7 +73,7 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     await delay(350);
     expect(await raw.exists(`ecc:${table}:{k}`)).toBe(0);
     const r = await t.get('k');
-    expect(r.source).toBe('source');
+    expect(r.layer).toBe('origin');
     expect(r.stale).toBe(false);
     expect(source.calls()).toBe(2);
   });

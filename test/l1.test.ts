@@ -20,14 +20,14 @@ describe('L1', () => {
 
     const hit = t.get('warm');
     expect(t.stats().mailbox_depth).toBe(0);
-    expect(await hit).toMatchObject({ found: true, value: { id: 'warm' }, source: 'l1' });
+    expect(await hit).toMatchObject({ found: true, value: { id: 'warm' }, layer: 'l1' });
     expect(t.stats().misses).toBe(before.misses);
     expect(t.stats().hits).toBe(before.hits + 1);
     expect(loads).toBe(1);
 
     const cold = t.get('cold');
     expect(t.stats().mailbox_depth).toBe(1);
-    expect(await cold).toMatchObject({ found: true, value: { id: 'cold' }, source: 'source' });
+    expect(await cold).toMatchObject({ found: true, value: { id: 'cold' }, layer: 'origin' });
     expect(t.stats().misses).toBe(before.misses + 1);
   });
 
@@ -50,12 +50,12 @@ describe('L1', () => {
     for (const r of results) expect(r).toMatchObject({ found: true, value: big });
     expect(t.stats().l1_entries).toBe(0);
     expect(t.stats().l1_bytes).toBe(0);
-    expect((await t.get('big')).source).toBe('l2');
+    expect((await t.get('big')).layer).toBe('l2');
 
     // Control: a small value is kept.
     await t.get('small');
     expect(t.stats().l1_entries).toBe(1);
-    expect((await t.get('small')).source).toBe('l1');
+    expect((await t.get('small')).layer).toBe('l1');
   });
 
   it('l1.maxBytes counts UTF-8 bytes, not UTF-16 code units', async () => {
@@ -78,8 +78,8 @@ describe('L1', () => {
     const t = store.table(table);
     for (let i = 0; i < 10; i++) await t.get(`id-${i}`);
     expect(t.stats().l1_entries).toBeLessThanOrEqual(3);
-    expect((await t.get('id-9')).source).toBe('l1');
-    expect((await t.get('id-0')).source).toBe('l2');
+    expect((await t.get('id-9')).layer).toBe('l1');
+    expect((await t.get('id-0')).layer).toBe('l2');
   });
 
   it('the L1 TTL never exceeds l1.ttlMs × (1 + jitter)', async () => {

@@ -3,7 +3,14 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { freePort } from '../drills/lib/service.js';
 import { serverBinary } from '../drills/lib/valkey-server.js';
 import { createStore } from '../src/index.js';
-import { metricValue, openStore, scopedValkey } from './helpers/probe.js';
+import {
+  metricValue,
+  openStore,
+  plantEnvelope,
+  readEnvelope,
+  scopedValkey,
+  storedValue,
+} from './helpers/probe.js';
 import { deferred, delay, uniqueTable } from './helpers/store.js';
 
 describe('foreign and broken data in L2', () => {
@@ -19,16 +26,14 @@ describe('foreign and broken data in L2', () => {
         },
       },
     });
-    await raw.set(
-      `ecc:${table}:{k}`,
-      `{"v":1,"version":99999999999999999999,"softExpiresAt":${Date.now() + 60_000},"hardExpiresAt":${Date.now() + 60_000},"deltaMs":1,"value":{}}`,
-    );
+    const soft = Date.now() + 60_000;
+    await raw.set(`ecc:${table}:{k}`, `E2|99999999999999999999|${soft}|${soft}|1|0|{}`);
     const r = await store.table(table).get('k');
     expect(r.found && r.value).toEqual({ fine: true });
     expect(loads).toBe(1);
     await delay(50);
     expect(store.table(table).stats().flights).toBe(0);
-    expect(JSON.parse((await raw.get(`ecc:${table}:{k}`)) as string).value).toEqual({ fine: true });
+    expect(await storedValue(raw, table, 'k')).toEqual({ fine: true });
   });
 
   it('a lease without an expiry, or of another type, is taken over instead of blocking the id', async () => {
@@ -39,7 +44,7 @@ describe('foreign and broken data in L2', () => {
     await raw.hset(`ecc:${table}:{b}:lease`, 'x', 'y');
     for (const id of ['a', 'b']) {
       const r = await store.table(table).get(id);
-      expect(r.found && r.source).toBe('source');
+      expect(r.found && r.layer).toBe('origin');
     }
   });
 
@@ -73,10 +78,7 @@ describe('ordered writes', () => {
     const a = await openStore({ [table]: { load: () => ({ from: 'source' }) } });
     const b = await openStore({ [table]: { load: () => ({ from: 'source' }) } });
     const future = (Date.now() + 10 * 365 * 24 * 3600 * 1000) * 1000;
-    await raw.set(
-      `ecc:${table}:{k}`,
-      `{"v":1,"version":${future},"softExpiresAt":${Date.now() + 60_000},"hardExpiresAt":${Date.now() + 60_000},"deltaMs":1,"value":{"planted":true}}`,
-    );
+    await plantEnvelope(raw, table, 'k', { version: future, value: { planted: true } });
     expect(((await b.table(table).get('k')) as { value: unknown }).value).toEqual({
       planted: true,
     });
@@ -106,8 +108,7 @@ describe('ordered writes', () => {
     await b.table(table).invalidate('k');
     gate.resolve();
     await loading;
-    const stored = JSON.parse((await raw.get(`ecc:${table}:{k}`)) as string);
-    expect(stored).toMatchObject({ negative: true, softExpiresAt: 0 });
+    expect(await readEnvelope(raw, table, 'k')).toMatchObject({ negative: true, softExpiresAt: 0 });
     const fresh = await b.table(table).get('k');
     expect(fresh.found && fresh.value).toEqual({ gen: 2 });
   });

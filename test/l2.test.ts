@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createStore, leaseKey, valueKey } from '../src/index.js';
-import { metricValue, openStore, rawValkey } from './helpers/probe.js';
+import type { Envelope } from '../src/store/envelope.js';
+import { metricValue, openStore, rawValkey, readEnvelope } from './helpers/probe.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 describe('L2', () => {
@@ -18,7 +19,7 @@ describe('L2', () => {
       tables: { [table]: { load: (id) => ({ id, from: 'source' }) } },
     });
     const loaded = await first.table(table).get('p1');
-    expect(loaded.source).toBe('source');
+    expect(loaded.layer).toBe('origin');
     await first.close();
 
     let loads = 0;
@@ -32,7 +33,7 @@ describe('L2', () => {
     });
     const t = second.table(table);
     const r = await t.get('p1');
-    expect(r).toMatchObject({ found: true, source: 'l2', value: { id: 'p1', from: 'source' } });
+    expect(r).toMatchObject({ found: true, layer: 'l2', value: { id: 'p1', from: 'source' } });
     expect(r.version).toBe(loaded.version);
     expect(loads).toBe(0);
     expect(t.stats().l2_hits).toBe(1);
@@ -73,23 +74,24 @@ describe('L2', () => {
     expect(pttl).toBeGreaterThanOrEqual(15_000 - 250);
   });
 
-  it('the stored envelope is { v: 1, value, version, softExpiresAt, hardExpiresAt, deltaMs }', async () => {
+  it('the stored value is the E2 header (version, soft and hard expiry, deltaMs, flags) and the JSON', async () => {
     const table = uniqueTable('l2-envelope');
     const store = await openStore({
       [table]: { ttlMs: 60_000, load: (id) => ({ id, tags: ['a', 'b'] }) },
     });
     const before = Date.now();
     const r = await store.table(table).get('e1');
-    const text = await raw.get(valueKey(table, 'e1'));
-    expect(text).not.toBeNull();
-    const envelope = JSON.parse(text as string);
+    const text = (await raw.get(valueKey(table, 'e1'))) as string;
+    expect(text).toMatch(/^E2\|\d+\|\d+\|\d+\|\d+\|0\|\{"id":"e1","tags":\["a","b"\]\}$/);
+    const envelope = (await readEnvelope(raw, table, 'e1')) as Envelope;
     expect(envelope).toEqual({
-      v: 1,
       value: { id: 'e1', tags: ['a', 'b'] },
+      json: '{"id":"e1","tags":["a","b"]}',
       version: r.version,
       softExpiresAt: expect.any(Number),
       hardExpiresAt: expect.any(Number),
       deltaMs: expect.any(Number),
+      negative: false,
     });
     expect(envelope.softExpiresAt).toBeGreaterThan(before + 50_000);
     // hard = soft + staleMs (60 s) × the same jitter factor (1 to 1.2)
@@ -111,27 +113,34 @@ describe('L2', () => {
     });
     const t = store.table(table);
     await raw.set(valueKey(table, 'garbage'), 'not json {', 'PX', 60_000);
+    // The JSON envelope of the format before E2: a miss, reloaded, never a crash.
     await raw.set(
-      valueKey(table, 'future'),
+      valueKey(table, 'older'),
       JSON.stringify({
-        v: 99,
-        value: { id: 'future' },
+        v: 1,
         version: 1,
         softExpiresAt: Date.now() + 60_000,
         deltaMs: 1,
+        value: { id: 'older' },
       }),
       'PX',
       60_000,
     );
+    await raw.set(
+      valueKey(table, 'bad-json'),
+      `E2|1|${Date.now() + 60_000}|0|1|0|{oops`,
+      'PX',
+      60_000,
+    );
 
-    for (const id of ['garbage', 'future']) {
+    for (const id of ['garbage', 'older', 'bad-json']) {
       const r = await t.get(id);
-      expect(r).toMatchObject({ found: true, source: 'source', value: { id, fresh: true } });
-      const stored = JSON.parse((await raw.get(valueKey(table, id))) as string);
-      expect(stored).toMatchObject({ v: 1, value: { id, fresh: true }, version: r.version });
+      expect(r).toMatchObject({ found: true, layer: 'origin', value: { id, fresh: true } });
+      const stored = await readEnvelope(raw, table, id);
+      expect(stored).toMatchObject({ value: { id, fresh: true }, version: r.version });
     }
-    expect(loads).toBe(2);
-    expect(await metricValue(store, 'echostore_bad_envelopes_total', table)).toBe(2);
+    expect(loads).toBe(3);
+    expect(await metricValue(store, 'echostore_bad_envelopes_total', table)).toBe(3);
   });
 
   it('negative caching: undefined from the loader is "not found", answered from L1 next time', async () => {
@@ -146,11 +155,10 @@ describe('L2', () => {
       },
     });
     const t = store.table(table);
-    expect(await t.get('ghost')).toMatchObject({ found: false, source: 'source' });
-    expect(await t.get('ghost')).toMatchObject({ found: false, source: 'l1' });
+    expect(await t.get('ghost')).toMatchObject({ found: false, layer: 'origin' });
+    expect(await t.get('ghost')).toMatchObject({ found: false, layer: 'l1' });
     expect(loads).toBe(1);
-    const stored = JSON.parse((await raw.get(valueKey(table, 'ghost'))) as string);
-    expect(stored).toMatchObject({ v: 1, value: null, negative: true });
+    expect(await readEnvelope(raw, table, 'ghost')).toMatchObject({ value: null, negative: true });
   });
 
   it('put writes the envelope to L2 with the returned version, and to L1', async () => {
@@ -166,11 +174,10 @@ describe('L2', () => {
     });
     const t = store.table(table);
     const { version } = await t.put('p', { from: 'put' });
-    const stored = JSON.parse((await raw.get(valueKey(table, 'p'))) as string);
-    expect(stored).toMatchObject({ v: 1, value: { from: 'put' }, version });
+    expect(await readEnvelope(raw, table, 'p')).toMatchObject({ value: { from: 'put' }, version });
     expect(await t.get('p')).toMatchObject({
       found: true,
-      source: 'l1',
+      layer: 'l1',
       value: { from: 'put' },
       version,
     });
@@ -192,11 +199,11 @@ describe('L2', () => {
     await t.get('i');
     await raw.set(leaseKey(table, 'i'), 'someone-elses-token', 'PX', 60_000);
     expect(await raw.exists(valueKey(table, 'i'), leaseKey(table, 'i'))).toBe(2);
-    expect((await t.get('i')).source).toBe('l1');
+    expect((await t.get('i')).layer).toBe('l1');
 
     await t.invalidate('i');
-    const tombstone = JSON.parse((await raw.get(valueKey(table, 'i'))) as string);
-    expect(tombstone).toMatchObject({ v: 1, negative: true, softExpiresAt: 0, value: null });
+    const tombstone = await readEnvelope(raw, table, 'i');
+    expect(tombstone).toMatchObject({ negative: true, softExpiresAt: 0, value: null });
     const pttl = await raw.pttl(valueKey(table, 'i'));
     expect(pttl).toBeGreaterThan(60_000);
     expect(pttl).toBeLessThanOrEqual(65_000);
@@ -205,7 +212,7 @@ describe('L2', () => {
 
     expect(await t.get('i')).toMatchObject({
       found: true,
-      source: 'source',
+      layer: 'origin',
       value: { id: 'i', n: 2 },
     });
     expect(loads).toBe(2);

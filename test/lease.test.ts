@@ -2,7 +2,7 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
+import { errorOf, metricValue, openStore, scopedValkey, storedValue } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { countingLoader, deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
 
@@ -25,8 +25,8 @@ describe('fleet lease', () => {
     expect(await count('acquired')).toBe(1);
     expect(await count('contended')).toBe(1);
     expect(await count('takeover')).toBe(0);
-    const sources = new Set(results.map((r) => r.source));
-    expect(sources).toEqual(new Set(['source', 'l2']));
+    const sources = new Set(results.map((r) => r.layer));
+    expect(sources).toEqual(new Set(['origin', 'l2']));
   });
 
   it('a failed load releases the lease so the other instance loads at once, not after leaseMs', async () => {
@@ -123,8 +123,7 @@ describe('fleet lease', () => {
     slowGate.resolve();
     const slowAnswer = await slowRead;
     expect(slowAnswer.found && slowAnswer.value).toEqual({ from: 'slow' });
-    const stored = JSON.parse((await raw.get(`ecc:${table}:{k}`)) as string);
-    expect(stored.value).toEqual({ from: 'fast' });
+    expect(await storedValue(raw, table, 'k')).toEqual({ from: 'fast' });
     expect(await metricValue(slow, 'echostore_lease_total', table, { outcome: 'lost' })).toBe(1);
     // The refused value was not kept in L1 either: the next read is the newer value.
     const again = await slow.table(table).get('k');
@@ -165,7 +164,7 @@ describe('fleet lease', () => {
       if (!resumed) process.kill(pid, 'SIGCONT');
     });
     const r = await a.table(table).get('p');
-    expect(r.found && r.source).toBe('source');
+    expect(r.found && r.layer).toBe('origin');
     expect(source.calls()).toBe(1);
     process.kill(pid, 'SIGCONT');
     resumed = true;

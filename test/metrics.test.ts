@@ -60,7 +60,7 @@ describe('/metrics', () => {
     const text = res.body;
     expect(sample(text, 'echostore_fills_total', { table })).toBe(1);
     expect(sample(text, 'echostore_coalesced_total', { table })).toBe(199);
-    expect(sample(text, 'echostore_reads_total', { table, layer: 'source' })).toBe(200);
+    expect(sample(text, 'echostore_reads_total', { table, layer: 'origin' })).toBe(200);
     expect(sample(text, 'echostore_reads_total', { table, layer: 'l1' })).toBe(1);
     expect(sample(text, 'echostore_load_duration_seconds_count', { table })).toBe(1);
     expect(sample(text, 'echostore_flights', { table })).toBe(0);

@@ -116,7 +116,7 @@ describe('shedding and bounded waiting', () => {
     expect(elapsedMs).toBeLessThan(390);
     await new Promise((r) => setTimeout(r, 400));
     const later = await t.get('slow');
-    expect(later.found && later.source).toBe('l1');
+    expect(later.found && later.layer).toBe('l1');
     expect(loads).toBe(1);
   });
 });

@@ -70,7 +70,7 @@ describe('load timeouts, shedding and close', () => {
 
     expect(await t.get('l')).toMatchObject({
       found: true,
-      source: 'source',
+      layer: 'origin',
       value: { fresh: true },
     });
     expect(loads).toBe(2);

@@ -151,9 +151,9 @@ async function storePair(valkey: ValkeyOptions, loadMs = 0) {
  */
 async function expectCoherentPair(valkey: ValkeyOptions): Promise<void> {
   const { a, b, source } = await storePair(valkey);
-  expect(await a.get('1')).toMatchObject({ source: 'source', value: { id: '1', n: 1 } });
-  expect(await b.get('1')).toMatchObject({ source: 'l2', value: { id: '1', n: 1 } });
-  expect(await a.get('1')).toMatchObject({ source: 'l1' });
+  expect(await a.get('1')).toMatchObject({ layer: 'origin', value: { id: '1', n: 1 } });
+  expect(await b.get('1')).toMatchObject({ layer: 'l2', value: { id: '1', n: 1 } });
+  expect(await a.get('1')).toMatchObject({ layer: 'l1' });
 
   await b.put('1', { id: '1', written: true });
   await vi.waitFor(
@@ -162,7 +162,7 @@ async function expectCoherentPair(valkey: ValkeyOptions): Promise<void> {
   );
 
   await b.invalidate('1');
-  await vi.waitFor(async () => expect(await a.get('1')).toMatchObject({ source: 'source' }), {
+  await vi.waitFor(async () => expect(await a.get('1')).toMatchObject({ layer: 'origin' }), {
     timeout: 2_000,
   });
   expect(source.calls()).toBe(2);
@@ -212,7 +212,7 @@ describe('Valkey URL with credentials', () => {
         },
       );
       expect(store.valkeyReady()).toBe(false);
-      expect(await store.table(table).get('1')).toMatchObject({ source: 'source' });
+      expect(await store.table(table).get('1')).toMatchObject({ layer: 'origin' });
 
       const [err] = (await once(store.valkey, 'error')) as [Error & { command?: unknown }];
       expect(err.message).toMatch(/^WRONGPASS/);
@@ -250,14 +250,14 @@ describe('Valkey over TLS (rediss://)', () => {
 
     const first = await createStore({ valkey, tables: { [table]: { load: source.load } } });
     expect(first.valkeyReady()).toBe(true);
-    expect(await first.table(table).get('a')).toMatchObject({ source: 'source' });
+    expect(await first.table(table).get('a')).toMatchObject({ layer: 'origin' });
     await first.close(100);
 
     const [a, b] = await Promise.all(
       [1, 2].map(() => openStore({ [table]: { load: source.load } }, { valkey })),
     );
     expect(await (a as Store).table(table).get('a')).toMatchObject({
-      source: 'l2',
+      layer: 'l2',
       value: { n: 1 },
     });
 
@@ -266,7 +266,7 @@ describe('Valkey over TLS (rediss://)', () => {
     );
     const results = await Promise.all(reads);
     expect(source.calls()).toBe(2);
-    expect(new Set(results.map((r) => r.source))).toEqual(new Set(['source', 'l2']));
+    expect(new Set(results.map((r) => r.layer))).toEqual(new Set(['origin', 'l2']));
   });
 
   it('with the CA: put and invalidate work, and the subscriber connection is on TLS too', async () => {
@@ -289,7 +289,7 @@ describe('Valkey over TLS (rediss://)', () => {
     );
     expect(performance.now() - started).toBeLessThan(CONNECT_TIMEOUT_MS + 1_000);
     expect(store.valkeyReady()).toBe(false);
-    expect(await store.table(table).get('1')).toMatchObject({ source: 'source' });
+    expect(await store.table(table).get('1')).toMatchObject({ layer: 'origin' });
     // Refused for its certificate, not for anything else.
     // (Redis sends its CA in the chain, a server that does not gets the second code.)
     expect(log.text()).toMatch(

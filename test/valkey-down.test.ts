@@ -39,16 +39,16 @@ describe('Valkey down', () => {
   }, async () => {
     const server = await ownServer();
     const { store, t, calls } = await storeOn(server);
-    expect(await t.get('warm')).toMatchObject({ found: true, source: 'source' });
+    expect(await t.get('warm')).toMatchObject({ found: true, layer: 'origin' });
     expect(store.valkeyReady()).toBe(true);
 
     await server.stop();
     await vi.waitFor(() => expect(store.valkeyReady()).toBe(false), { timeout: 5_000 });
 
-    expect(await t.get('warm')).toMatchObject({ found: true, source: 'l1', value: { id: 'warm' } });
+    expect(await t.get('warm')).toMatchObject({ found: true, layer: 'l1', value: { id: 'warm' } });
     expect(await t.get('cold')).toMatchObject({
       found: true,
-      source: 'source',
+      layer: 'origin',
       value: { id: 'cold' },
     });
     expect(calls.loads).toBe(2);
@@ -66,13 +66,13 @@ describe('Valkey down', () => {
   }, async () => {
     const server = await ownServer();
     const { t, calls } = await storeOn(server);
-    expect(await t.get('warm')).toMatchObject({ found: true, source: 'source' });
+    expect(await t.get('warm')).toMatchObject({ found: true, layer: 'origin' });
 
     server.process?.kill('SIGSTOP');
-    expect(await t.get('warm')).toMatchObject({ found: true, source: 'l1' });
+    expect(await t.get('warm')).toMatchObject({ found: true, layer: 'l1' });
     expect(await t.get('cold')).toMatchObject({
       found: true,
-      source: 'source',
+      layer: 'origin',
       value: { id: 'cold' },
     });
     expect(calls.loads).toBe(2);

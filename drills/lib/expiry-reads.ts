@@ -2,7 +2,7 @@
  * The expiry drill's record of reads: every read an instance makes, column by
  * column, and its summary per value generation (what `expiry-worker` reports).
  */
-import type { ReadResult, ReadSource } from '../../src/store/types.js';
+import type { ReadLayer, ReadResult } from '../../src/store/types.js';
 import { percentile } from './report.js';
 
 /** What one instance's reads saw of one value (a generation: the origin's read number `gen`). */
@@ -12,7 +12,7 @@ export interface GenerationSeen {
   /** Soft expiry of this value, epoch ms (as its readers computed it: answer time + ttlMs). */
   softAtMs: number;
   reads: number;
-  bySource: Record<ReadSource, number>;
+  bySource: Record<ReadLayer, number>;
   stale: number;
   waited: number;
   firstAtMs: number;
@@ -27,7 +27,7 @@ export interface GenerationSeen {
 export interface SlowRead {
   atMs: number;
   ms: number;
-  source: ReadSource | 'error';
+  source: ReadLayer | 'error';
   /** The value's generation; 0 for a failed read. */
   gen: number;
   stale: boolean;
@@ -57,7 +57,7 @@ export class ReadLog {
   gen: number[] = [];
   version: number[] = [];
   softAtMs: number[] = [];
-  source: Array<ReadSource | 'error'> = [];
+  source: Array<ReadLayer | 'error'> = [];
   stale: boolean[] = [];
   waited: boolean[] = [];
   codes = new Map<number, string>();
@@ -70,7 +70,7 @@ export class ReadLog {
     this.gen.push(typeof read === 'number' ? read : 0);
     this.version.push(r?.version ?? 0);
     this.softAtMs.push(r === undefined ? 0 : Math.round(atMs + ms + r.ttlMs));
-    this.source.push(r?.source ?? 'error');
+    this.source.push(r?.layer ?? 'error');
     this.stale.push(r?.stale ?? false);
     this.waited.push(waited);
     if (code !== undefined) this.codes.set(i, code);
@@ -86,7 +86,7 @@ export function summarize(log: ReadLog, maxSlowReads: number): ReadSummary {
   for (let i = 0; i < log.atMs.length; i++) {
     const atMs = log.atMs[i] as number;
     const ms = log.ms[i] as number;
-    const source = log.source[i] as ReadSource | 'error';
+    const source = log.source[i] as ReadLayer | 'error';
     const stale = log.stale[i] as boolean;
     const gen = log.gen[i] as number;
     const code = log.codes.get(i);
@@ -114,7 +114,7 @@ export function summarize(log: ReadLog, maxSlowReads: number): ReadSummary {
         version: log.version[i] as number,
         softAtMs: log.softAtMs[i] as number,
         reads: 0,
-        bySource: { l1: 0, l2: 0, source: 0 },
+        bySource: { l1: 0, l2: 0, origin: 0 },
         stale: 0,
         waited: 0,
         firstAtMs: atMs,

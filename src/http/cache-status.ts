@@ -17,15 +17,15 @@ export const CACHE_NAME = 'echostore';
 export function cacheStatus(result: ReadResult): string {
   // Whole seconds, toward zero: a value stale for 0.2 s says ttl=0, not -1.
   const ttl = Math.trunc(result.ttlMs / 1000);
-  if (result.source === 'source') {
+  if (result.layer === 'origin') {
     const status = result.found ? 200 : 404;
     const collapsed = result.coalesced ? '; collapsed' : '';
     return `${CACHE_NAME}; fwd=miss; fwd-status=${status}; stored; ttl=${ttl}${collapsed}`;
   }
   const detail = !result.found
-    ? `${result.source}-negative`
+    ? `${result.layer}-negative`
     : result.stale
-      ? `${result.source}-stale`
-      : result.source;
+      ? `${result.layer}-stale`
+      : result.layer;
   return `${CACHE_NAME}; hit; ttl=${ttl}; detail=${detail}`;
 }

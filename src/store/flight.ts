@@ -1,19 +1,16 @@
 /**
- * A flight: one in-flight read-or-load of one id, run outside the owner.
- * Every waiter of the flight gets its one outcome (single-flight).
+ * What a flight is: one in-flight read-or-load of one id, the unit of
+ * single-flight, and what its waiters receive. How it runs is `run-flight.ts`.
  */
-import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { EchoStoreError } from '../errors.js';
-import type { TableMetrics } from '../metrics.js';
-import { decodeEnvelope, type Envelope, type VersionClock } from './envelope.js';
-import type { TableEvents } from './events.js';
+import type { TableCounters, TableHistograms } from '../metrics.js';
+import type { Envelope, VersionClock } from './envelope.js';
 import type { LoadGate } from './gate.js';
-import type { ValkeyHealth } from './health.js';
-import { eventsChannel } from './keys.js';
-import type { EventTarget, LeaseScripts } from './lease.js';
 import type { TablePolicy } from './policy.js';
-import type { LoadFn, ReadResult } from './types.js';
+import type { LoadFn, ReadLayer, ReadResult } from './types.js';
+import type { TableEvents } from './valkey/events.js';
+import type { L2 } from './valkey/scripts.js';
 
 /** A caller waiting for a flight's answer. Settled exactly once, by the owner. */
 export interface Waiter {
@@ -22,68 +19,44 @@ export interface Waiter {
 }
 
 /**
- * What a flight reports to its owner in its `landed` message. `refused` means
- * the fill lost its lease (expired, or cancelled by a write or delete): the
- * value answers this flight's waiters but is not kept in L1.
+ * What a flight reports to its owner in its `landed` message.
+ * - `value`: the answer; `refused` means the fill lost its lease (expired, or
+ *   cancelled by a write or delete): it answers this flight's waiters but is
+ *   not kept in L1.
+ * - `error`: every waiter gets this one error (or a stale value, stale-if-error).
+ * - `skipped`: a background refresh found another instance refreshing.
  */
 export type Outcome =
-  | {
-      kind: 'value';
-      envelope: Envelope;
-      source: 'l2' | 'source';
-      loaded: boolean;
-      refused: boolean;
-    }
-  | { kind: 'error'; error: EchoStoreError; loaded: boolean }
-  /** A background refresh found another instance refreshing: nothing to do. */
-  | { kind: 'skipped'; loaded: false; retryAfterMs: number };
-
-/** Everything a flight needs; built once per table. */
-export interface FlightContext {
-  table: string;
-  policy: TablePolicy;
-  load: LoadFn;
-  valkey: Redis;
-  lease: LeaseScripts;
-  health: ValkeyHealth;
-  /** Wakes waiters on another instance's fill; undefined when the table does not use the lease. */
-  events: TableEvents | undefined;
-  metrics: TableMetrics;
-  clock: VersionClock;
-  gate: LoadGate;
-  log: Logger;
-  /**
-   * The flight found a stale value it may serve and will load behind it:
-   * the owner answers the waiters with `envelope` now (stale-while-revalidate).
-   */
-  early(flight: Flight, envelope: Envelope): void;
-}
+  | { kind: 'value'; envelope: Envelope; layer: 'l2' | 'origin'; refused: boolean }
+  | { kind: 'error'; error: EchoStoreError }
+  | { kind: 'skipped'; retryAfterMs: number };
 
 /**
- * One in-flight load of one id: the unit of single-flight.
- *
- * Ownership of fields: `id` and `abort` are fixed at creation; `waiters` is
- * appended to and read only by the owner; `superseded` is set only by the
- * owner (on `put`/`invalidate`) and read by the flight before it writes L2;
- * `loaded` is set by the flight when it calls the loader.
+ * One in-flight load of one id. Who writes each field, and when:
+ * - `id`, `abort`: fixed at creation.
+ * - `waiters`: appended to and emptied only by the owner (on `fill`,
+ *   `serveStale`, `landed`, close); the runner only reads its length.
+ * - `background`: set at creation (no first waiter), and by the owner when it
+ *   answered every waiter stale (`serveStale`).
+ * - `superseded`: set only by the owner (a PUT, DELETE or newer event of the
+ *   id), read by the runner before it writes L2 and by the owner on landing.
+ * - `replaceUpTo`, `startVersion`: set by the owner before launch; read-only after.
  */
 export class Flight {
   readonly id: string;
   readonly waiters: Waiter[];
   /** Aborted on load timeout or forced close; the loader's `signal`. */
   readonly abort = new AbortController();
-  /** A write or invalidation of this id came after the flight started: it must write nothing. */
-  superseded = false;
-  /** The flight called the loader (a source read). */
-  loaded = false;
   /**
    * Nobody waits for this flight's answer (a background refresh, or a flight
    * whose waiters were already answered stale): it never waits on another
    * instance's lease, and its failure is a refresh failure.
    */
-  background = false;
-  /** For a refresh: the version to replace (a fresh L2 value no newer than this still needs the load); 0 otherwise. */
-  replaceVersion = 0;
+  background: boolean;
+  /** A write or invalidation of this id came after the flight started: it must write nothing. */
+  superseded = false;
+  /** A fresh L2 value at or below this version still needs the load (an early refresh replaces it); 0 otherwise. */
+  replaceUpTo = 0;
   /** A version minted when the flight started: writes and deletes newer than it supersede it. */
   startVersion = 0;
 
@@ -95,35 +68,49 @@ export class Flight {
   }
 }
 
-/** The table's channel and the JSON-encoded id, for the scripts' coherence messages. */
-export function eventTarget(ctx: FlightContext, id: string): EventTarget {
-  return { channel: eventsChannel(ctx.table), idJson: JSON.stringify(id) };
+/** Everything a table's flights and writes need; built once per table. */
+export interface TableContext {
+  table: string;
+  policy: TablePolicy;
+  load: LoadFn;
+  /** The table's Valkey commands, each through the breaker. */
+  l2: L2;
+  /** Wakes waiters on another instance's fill (fleet lease only). */
+  events: TableEvents | undefined;
+  /** The table's plain counters (mirrored to Prometheus at scrape time). */
+  counters: TableCounters;
+  /** The table's histograms. */
+  metrics: TableHistograms;
+  clock: VersionClock;
+  gate: LoadGate;
+  log: Logger;
+  /** Epoch milliseconds (injected in tests). */
+  now(): number;
 }
 
-/** An error Valkey answered (WRONGTYPE, a script error): about the data, not the server's health. */
-export function isReplyError(err: unknown): boolean {
-  return err instanceof Error && err.name === 'ReplyError';
-}
-
-/** A stale value may be served while it is within its hard TTL; "not found" never is. */
-export function servableStale(envelope: Envelope): boolean {
-  return !envelope.negative && envelope.hardExpiresAt > Date.now();
-}
-
-/** Answers the flight's waiters with `stale` now; the flight goes on loading in the background. */
-export function serveStale(ctx: FlightContext, flight: Flight, stale: Envelope): void {
-  if (flight.background) return;
-  ctx.early(flight, stale);
-}
-
-/** Decodes an L2 envelope and lets the version clock observe it; counts the undecodable. */
-export function decode(ctx: FlightContext, text: string): Envelope | undefined {
-  const envelope = decodeEnvelope(text);
-  if (envelope === undefined) ctx.metrics.badEnvelopes.inc();
-  else ctx.clock.observe(envelope.version);
-  return envelope;
-}
-
-export function valueOutcome(flight: Flight, envelope: Envelope, source: 'l2' | 'source'): Outcome {
-  return { kind: 'value', envelope, source, loaded: flight.loaded, refused: false };
+/**
+ * The answer a caller receives, built from an envelope and the layer that
+ * produced it; `coalesced` when the caller attached to another's flight.
+ */
+export function answerOf(
+  envelope: Envelope,
+  layer: ReadLayer,
+  coalesced: boolean,
+  now: number,
+): ReadResult {
+  const ttlMs = envelope.softExpiresAt - now;
+  const stale = ttlMs <= 0;
+  if (envelope.negative) {
+    return { found: false, layer, coalesced, stale, version: envelope.version, ttlMs };
+  }
+  return {
+    found: true,
+    value: envelope.value,
+    json: envelope.json,
+    layer,
+    coalesced,
+    stale,
+    version: envelope.version,
+    ttlMs,
+  };
 }

@@ -1,9 +1,12 @@
-/** The messages a table owner handles, and the shapes they carry. */
-import type { ReadCounts } from '../metrics.js';
+/**
+ * A table owner's message vocabulary, and the mailbox that delivers it. Every
+ * change to a table's state (flights, L1 after loads, writes) is one of these
+ * messages, handled one at a time; async work reports back with one.
+ */
 import type { Envelope } from './envelope.js';
-import type { TableEvent } from './events.js';
 import type { Flight, Outcome, Waiter } from './flight.js';
 import type { WriteResult } from './types.js';
+import type { TableEvent } from './valkey/events.js';
 
 /** A caller waiting for a write (`put` or `invalidate`) to be acknowledged. */
 export interface WriteWaiter<T> {
@@ -11,11 +14,22 @@ export interface WriteWaiter<T> {
   reject(error: Error): void;
 }
 
+/** Why a background refresh started: XFetch (`early`) or a stale read (`stale`). */
+export type RefreshReason = 'early' | 'stale';
+
 /** The messages a table owner handles, one at a time, in arrival order. */
 export type Message =
+  /** A caller missed L1: attach it to the id's flight, or launch one. */
   | { kind: 'fill'; id: string; waiter: Waiter }
+  /** A flight finished (its one way back to the owner): answer its waiters, write L1. */
   | { kind: 'landed'; flight: Flight; outcome: Outcome }
+  /** A flight holds a stale value: answer its waiters with it now, load on behind (stale-while-revalidate). */
+  | { kind: 'serveStale'; flight: Flight; envelope: Envelope }
+  /** A caller saw a stale row, or XFetch said refresh early: refresh in the background. */
+  | { kind: 'refresh'; id: string; reason: RefreshReason }
+  /** A caller writes through: send it to Valkey, park the id's messages until acknowledged. */
   | { kind: 'put'; id: string; value: unknown; json: string; waiter: WriteWaiter<WriteResult> }
+  /** Valkey acknowledged (or failed) a `put`: write L1, answer, replay what was parked. */
   | {
       kind: 'written';
       id: string;
@@ -23,25 +37,89 @@ export type Message =
       error?: unknown;
       waiter: WriteWaiter<WriteResult>;
     }
+  /** A caller deletes: tombstone in Valkey, drop L1, park the id's messages until acknowledged. */
   | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }
+  /** Valkey acknowledged (or failed) an `invalidate`: answer, replay what was parked. */
   | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> }
-  /** A caller saw a stale row, or XFetch said refresh early: refresh in the background. */
-  | { kind: 'refresh'; id: string; reason: RefreshReason }
-  /** A flight found a stale value to serve while it loads (stale-while-revalidate). */
-  | { kind: 'early'; flight: Flight; envelope: Envelope }
-  /** Another instance (or this one) wrote, filled or deleted an id. */
+  /** Another instance (or this one) wrote, filled or deleted an id: coherence for L1 and flights. */
   | { kind: 'event'; event: TableEvent }
   /** The subscriber reconnected: events may have been missed, drop every L1 row. */
   | { kind: 'flush' };
 
-/** Why a background refresh started: XFetch (`early`) or a stale read (`stale`). */
-export type RefreshReason = 'early' | 'stale';
+/** The callers a message carries (answered with an error if its handler throws). */
+export function waitersOf(m: Message): Array<{ reject(error: Error): void }> {
+  switch (m.kind) {
+    case 'fill':
+    case 'put':
+    case 'written':
+    case 'invalidate':
+    case 'invalidated':
+      return [m.waiter];
+    case 'landed':
+    case 'serveStale':
+      return m.flight.waiters;
+    default:
+      return [];
+  }
+}
 
-/** The counters the owner bumps (the caller bumps `hits` and `misses`). */
-export interface OwnerCounters {
-  /** Answered reads by layer, mirrored into `echostore_reads_total` at scrape time. */
-  reads: ReadCounts;
-  fills: number;
-  l2_hits: number;
-  coalesced: number;
+/**
+ * An actor's mailbox: messages are queued and handled one at a time, in
+ * arrival order, on a microtask after the poster returns, so a handler never
+ * runs inside the caller that posted (nor re-entrantly inside another handler).
+ * A handler that throws does not stop the mailbox: `failed` is told (and
+ * answers that message's callers), and the queue drains on.
+ */
+export class Mailbox<M> {
+  readonly #handle: (message: M) => void;
+  readonly #failed: (message: M, error: unknown) => void;
+  readonly #drained: () => void;
+  readonly #queue: (M | undefined)[] = [];
+  #head = 0;
+  #scheduled = false;
+
+  /**
+   * @param handle handles one message (synchronously).
+   * @param failed called when `handle` threw for a message.
+   * @param drained called each time the queue runs empty.
+   */
+  constructor(
+    handle: (message: M) => void,
+    failed: (message: M, error: unknown) => void,
+    drained: () => void,
+  ) {
+    this.#handle = handle;
+    this.#failed = failed;
+    this.#drained = drained;
+  }
+
+  /** Messages waiting to be handled. */
+  get depth(): number {
+    return this.#queue.length - this.#head;
+  }
+
+  /** Queues a message. */
+  post(message: M): void {
+    this.#queue.push(message);
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      queueMicrotask(() => this.#drain());
+    }
+  }
+
+  #drain(): void {
+    while (this.#head < this.#queue.length) {
+      const message = this.#queue[this.#head] as M;
+      this.#queue[this.#head++] = undefined;
+      try {
+        this.#handle(message);
+      } catch (err) {
+        this.#failed(message, err);
+      }
+    }
+    this.#queue.length = 0;
+    this.#head = 0;
+    this.#scheduled = false;
+    this.#drained();
+  }
 }

@@ -1,53 +1,74 @@
-import { ClosedError, ShedError, ValkeyUnavailableError } from '../errors.js';
-import type { Envelope } from './envelope.js';
-import type { TableEvent } from './events.js';
-import { Flight, type FlightContext, type Outcome, type Waiter } from './flight.js';
-import { fly } from './fly.js';
-import { RefreshBackoff } from './freshness.js';
-import type { LoadGate } from './gate.js';
-import type { L1 } from './l1.js';
-import { Mailbox } from './mailbox.js';
-import type { Message, OwnerCounters, RefreshReason } from './messages.js';
-import { resultOf } from './result.js';
-import { WriteOrder } from './write-order.js';
-import { sendInvalidate, sendPut } from './writes.js';
-
 /**
- * The actor that owns one table's state: its flights (id → waiters), its L1
- * writes after loads, and the ordering of writes per id.
+ * The actor that owns one table's state, as EchoStore's `table.ex`: its public
+ * surface, then its message handlers, then internals.
  *
  * Invariants:
- * - Only `#handle` changes `#flights`, `#writes` or L1-after-load; async work
- *   (Valkey, the loader) runs outside and reports back with a message.
+ * - Only a handler changes `#flights`, the write book or L1-after-load; async
+ *   work (Valkey, the loader) runs outside and reports back with a message
+ *   (`landed` is the flight's one way back).
  * - A flight is removed by identity, never just by key.
- * - While a `put` or `invalidate` of an id awaits Valkey, later messages for
- *   that id are parked and replayed in order once it is acknowledged, so a
- *   read can never bring back a value the write replaced.
  * - Every waiter is settled exactly once: by its flight's outcome, by its
- *   write's acknowledgement, or by `ECC_CLOSED` on forced shutdown.
+ *   write's acknowledgement, by `ECC_INTERNAL` when a handler throws, or by
+ *   `ECC_CLOSED` on forced shutdown.
  */
+import { ClosedError, type EchoStoreError, InternalError, ShedError } from '../errors.js';
+import { bump } from '../metrics.js';
+import type { Envelope } from './envelope.js';
+import { answerOf, Flight, type Outcome, type TableContext, type Waiter } from './flight.js';
+import { RefreshBackoff } from './freshness.js';
+import type { L1 } from './l1.js';
+import { Mailbox, type Message, type RefreshReason, waitersOf } from './messages.js';
+import { type FlightRunner, flightRunner } from './run-flight.js';
+import type { TableEvent } from './valkey/events.js';
+import { Writes } from './writes.js';
+
+type Handlers = { [K in Message['kind']]: (m: Extract<Message, { kind: K }>) => void };
+
+/** Builds the runner of a table's flights (tests pass a fake one). */
+export type RunnerFactory = (
+  ctx: TableContext,
+  serveStale: (flight: Flight, stale: Envelope) => void,
+) => FlightRunner;
+
 export class TableOwner {
-  readonly #ctx: FlightContext;
+  readonly #ctx: TableContext;
   readonly #l1: L1;
-  readonly #counters: OwnerCounters;
   readonly #mailbox: Mailbox<Message>;
+  readonly #run: FlightRunner;
   readonly #flights = new Map<string, Flight>();
-  readonly #writes = new WriteOrder();
+  readonly #writes: Writes;
   readonly #backoff = new RefreshBackoff();
+  /** Chosen once: `coalescing: 'none'` (the drills' baseline) never attaches a miss to a running flight. */
+  readonly #coalesces: boolean;
   #closed = false;
   #idle: (() => void) | undefined;
 
-  constructor(ctx: Omit<FlightContext, 'early'>, l1: L1, counters: OwnerCounters) {
-    this.#ctx = {
-      ...ctx,
-      early: (flight, envelope) => this.post({ kind: 'early', flight, envelope }),
-    };
+  /** @param runner how flights run; the real one unless a test passes a fake. */
+  constructor(ctx: TableContext, l1: L1, runner: RunnerFactory = flightRunner) {
+    this.#ctx = ctx;
     this.#l1 = l1;
-    this.#counters = counters;
+    this.#coalesces = ctx.policy.coalescing !== 'none';
     this.#mailbox = new Mailbox<Message>(
       (m) => this.#handle(m),
+      (m, err) => this.#failed(m, err),
       () => this.#checkIdle(),
     );
+    this.#run = runner(ctx, (flight, envelope) =>
+      this.post({ kind: 'serveStale', flight, envelope }),
+    );
+    this.#writes = new Writes(
+      ctx,
+      l1,
+      (m) => this.post(m),
+      (m) => this.#handleSafely(m),
+    );
+  }
+
+  // --- public surface -------------------------------------------------------
+
+  /** Queues a message; the mailbox is drained on a microtask, one message at a time. */
+  post(message: Message): void {
+    this.#mailbox.post(message);
   }
 
   /** Messages waiting to be handled. */
@@ -55,56 +76,9 @@ export class TableOwner {
     return this.#mailbox.depth;
   }
 
-  /** The table's load gate (for its gauges). */
-  get gate(): LoadGate {
-    return this.#ctx.gate;
-  }
-
   /** Flights in progress. */
   get flights(): number {
     return this.#flights.size;
-  }
-
-  /** Queues a message; the mailbox is drained on a microtask, one message at a time. */
-  post(message: Message): void {
-    this.#mailbox.post(message);
-  }
-
-  #handle(m: Message): void {
-    switch (m.kind) {
-      case 'fill':
-        this.#fill(m.id, m.waiter);
-        break;
-      case 'landed':
-        this.#landed(m.flight, m.outcome);
-        break;
-      case 'put':
-      case 'invalidate':
-        if (this.#closed) m.waiter.reject(this.#closedError(m.id));
-        else if (this.#park(m.id, m)) break;
-        else if (m.kind === 'put') this.#put(m);
-        else this.#invalidate(m);
-        break;
-      case 'written':
-        this.#written(m);
-        break;
-      case 'invalidated':
-        this.#invalidated(m);
-        break;
-      case 'refresh':
-        this.#refresh(m.id, m.reason);
-        break;
-      case 'early':
-        this.#early(m.flight, m.envelope);
-        break;
-      case 'event':
-        this.#event(m.event);
-        break;
-      case 'flush':
-        this.#l1.clear();
-        this.#ctx.metrics.l1Flushes.inc();
-        break;
-    }
   }
 
   /**
@@ -121,243 +95,10 @@ export class TableOwner {
     );
   }
 
-  #refresh(id: string, reason: RefreshReason): void {
-    if (!this.wantsRefresh(id, Date.now())) return;
-    this.#ctx.metrics.refreshes(reason).inc();
-    const flight = new Flight(id);
-    flight.replaceVersion = this.#l1.peek(id)?.version ?? 0;
-    this.#launch(flight);
-  }
-
-  #launch(flight: Flight): void {
-    flight.startVersion = this.#ctx.clock.mint();
-    this.#flights.set(flight.id, flight);
-    fly(this.#ctx, flight).then((outcome) => this.post({ kind: 'landed', flight, outcome }));
-  }
-
-  /** Answers the flight's waiters with a stale value now; the flight goes on as a refresh. */
-  #early(flight: Flight, envelope: Envelope): void {
-    if (flight.superseded || flight.waiters.length === 0) return;
-    const now = Date.now();
-    // In L1, later callers get the stale value without the mailbox while the refresh runs.
-    this.#l1.set(flight.id, envelope, now);
-    this.#counters.reads.stale += flight.waiters.length;
-    this.#ctx.metrics.refreshes('stale').inc();
-    flight.waiters.forEach((w, i) => {
-      w.resolve(resultOf(envelope, 'l2', i > 0, now));
-    });
-    flight.waiters.length = 0;
-    flight.background = true;
-  }
-
-  /** Coherence: drop this instance's L1 row when the event is newer than it (newer-wins). */
-  #event(event: TableEvent): void {
-    if (event.v === undefined || event.k === 'release') return;
-    this.#writes.noteEvent(event.id, event.v);
-    // A write or delete elsewhere, newer than a flight of ours: its fill is refused
-    // (the lease was cancelled), and callers arriving now must not get its answer.
-    const flight = this.#flights.get(event.id);
-    if (flight !== undefined && event.k !== 'fill' && event.v > flight.startVersion) {
-      this.#supersede(event.id);
-    }
-    const row = this.#l1.peek(event.id);
-    if (row === undefined) return;
-    if (event.v > row.version) {
-      this.#l1.delete(event.id);
-      this.#ctx.metrics.coherence('applied').inc();
-    } else {
-      this.#ctx.metrics.coherence('stale').inc();
-    }
-  }
-
-  #fill(id: string, waiter: Waiter): void {
-    if (this.#closed) {
-      waiter.reject(this.#closedError(id));
-      return;
-    }
-    if (this.#park(id, { kind: 'fill', id, waiter })) return;
-    const now = Date.now();
-    const row = this.#l1.get(id, now);
-    if (row !== undefined) {
-      const stale = now >= row.softExpiresAt;
-      this.#counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1']++;
-      waiter.resolve(resultOf(row, 'l1', false, now));
-      if (stale) this.#refresh(id, 'stale');
-      return;
-    }
-    const running = this.#flights.get(id);
-    // coalescing 'none' is the drills' baseline: every miss gets its own flight.
-    if (running !== undefined && this.#ctx.policy.coalescing !== 'none') {
-      if (running.waiters.length >= this.#ctx.policy.maxWaitersPerFlight) {
-        this.#ctx.metrics.shed.inc();
-        waiter.reject(
-          new ShedError(`${running.waiters.length} callers already wait on this item`, {
-            table: this.#ctx.table,
-            id,
-          }),
-        );
-        return;
-      }
-      running.waiters.push(waiter);
-      this.#counters.coalesced++;
-      this.#ctx.metrics.coalesced.inc();
-      return;
-    }
-    this.#launch(new Flight(id, waiter));
-  }
-
-  #landed(flight: Flight, outcome: Outcome): void {
-    if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
-    if (outcome.loaded) this.#counters.fills++;
-    const { metrics } = this.#ctx;
-    const now = Date.now();
-    if (outcome.kind === 'skipped') {
-      // Another instance refreshes: do not ask again before its lease runs out
-      // (its fill event will drop our row sooner).
-      this.#backoff.pause(flight.id, now + outcome.retryAfterMs);
-      // Callers that attached after the flight decided to skip still need an answer.
-      if (flight.waiters.length > 0 && !flight.superseded) {
-        const again = new Flight(flight.id, flight.waiters[0]);
-        again.waiters.push(...flight.waiters.slice(1));
-        this.#launch(again);
-      }
-      return;
-    }
-    if (outcome.kind === 'error') {
-      metrics.loadErrors(outcome.error.code).inc();
-      if (flight.background) {
-        metrics.refreshFailures.inc();
-        this.#backoff.failed(flight.id, now);
-      }
-      // Stale-if-error: a row still within its hard TTL answers instead of the error.
-      const row = flight.superseded ? undefined : this.#l1.get(flight.id, now);
-      if (row !== undefined && !row.negative) {
-        this.#counters.reads.stale += flight.waiters.length;
-        flight.waiters.forEach((w, i) => {
-          w.resolve(resultOf(row, 'l1', i > 0, now));
-        });
-      } else {
-        for (const w of flight.waiters) w.reject(outcome.error);
-      }
-      return;
-    }
-    this.#backoff.succeeded(flight.id);
-    const { envelope, source } = outcome;
-    if (source === 'l2') this.#counters.l2_hits++;
-    if (!flight.superseded && !outcome.refused) this.#l1.set(flight.id, envelope, now);
-    this.#counters.reads[envelope.negative ? 'negative' : source] += flight.waiters.length;
-    flight.waiters.forEach((w, i) => {
-      w.resolve(resultOf(envelope, source, i > 0, now));
-    });
-  }
-
-  /** Detaches the running flight of `id`: its waiters still get its answer, but it writes nothing. */
-  #supersede(id: string): void {
-    const flight = this.#flights.get(id);
-    if (flight === undefined) return;
-    flight.superseded = true;
-    this.#flights.delete(id);
-  }
-
-  #put(m: Extract<Message, { kind: 'put' }>): void {
-    if (!this.#ctx.health.usable()) {
-      m.waiter.reject(this.#valkeyError('put', m.id, undefined));
-      return;
-    }
-    this.#supersede(m.id);
-    this.#writes.begin(m.id);
-    const { envelope, sent } = sendPut(this.#ctx, m.id, m.value, m.json);
-    sent.then(
-      (version) =>
-        this.post({
-          kind: 'written',
-          id: m.id,
-          envelope: { ...envelope, version },
-          waiter: m.waiter,
-        }),
-      (error: unknown) =>
-        this.post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
-    );
-  }
-
-  #written(m: Extract<Message, { kind: 'written' }>): void {
-    if (m.error === undefined) {
-      this.#ctx.health.succeeded();
-      this.#ctx.clock.observe(m.envelope.version);
-      // This instance's own acknowledged write goes into its L1 whatever version
-      // L1 held, unless Valkey already applied a later write of the id (its
-      // event arrived before this acknowledgement): then L1 must not hold ours.
-      if (this.#writes.overtaken(m.id, m.envelope.version)) this.#l1.delete(m.id);
-      else this.#l1.set(m.id, m.envelope, Date.now(), true);
-      m.waiter.resolve({ version: m.envelope.version });
-    } else {
-      this.#ctx.health.failed(m.error);
-      // The write may or may not have reached Valkey: drop L1 so the next read asks L2.
-      this.#l1.delete(m.id);
-      this.#ctx.metrics.valkeyErrors('put').inc();
-      m.waiter.reject(this.#valkeyError('put', m.id, m.error));
-    }
-    this.#unpark(m.id);
-  }
-
-  #invalidate(m: Extract<Message, { kind: 'invalidate' }>): void {
-    this.#supersede(m.id);
-    this.#l1.delete(m.id);
-    if (!this.#ctx.health.usable()) {
-      m.waiter.reject(this.#valkeyError('delete', m.id, undefined));
-      return;
-    }
-    this.#writes.begin(m.id);
-    sendInvalidate(this.#ctx, m.id).then(
-      (version) => {
-        this.#ctx.clock.observe(version);
-        this.post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
-      },
-      (error: unknown) => this.post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
-    );
-  }
-
-  #invalidated(m: Extract<Message, { kind: 'invalidated' }>): void {
-    this.#l1.delete(m.id);
-    if (m.error === undefined) {
-      this.#ctx.health.succeeded();
-      this.#ctx.metrics.invalidations.inc();
-      m.waiter.resolve();
-    } else {
-      this.#ctx.health.failed(m.error);
-      this.#ctx.metrics.valkeyErrors('del').inc();
-      m.waiter.reject(this.#valkeyError('delete', m.id, m.error));
-    }
-    this.#unpark(m.id);
-  }
-
-  /** Parks `m` behind a pending write of `id`; true when parked. */
-  #park(id: string, m: Message): boolean {
-    return this.#writes.park(id, m);
-  }
-
-  /** The write of `id` is acknowledged: replay what arrived meanwhile, in order. */
-  #unpark(id: string): void {
-    for (const m of this.#writes.end(id)) this.#handle(m);
-  }
-
-  #valkeyError(op: string, id: string, cause: unknown): ValkeyUnavailableError {
-    const { table } = this.#ctx;
-    const message =
-      cause === undefined
-        ? `valkey is unavailable: the ${op} was not sent`
-        : `valkey did not confirm the ${op}; it may or may not have been applied`;
-    return new ValkeyUnavailableError(message, { table, id, cause });
-  }
-
-  #closedError(id: string): ClosedError {
-    return new ClosedError('the store is shutting down', { table: this.#ctx.table, id });
-  }
-
   /**
    * Stops taking work and waits for running flights and writes to settle, at
    * most `graceMs`; then aborts the loads still running and fails their
-   * waiters with `ECC_CLOSED`.
+   * waiters, and every parked message's, with `ECC_CLOSED`.
    */
   async close(graceMs: number): Promise<void> {
     this.#closed = true;
@@ -380,8 +121,247 @@ export class TableOwner {
     }
     this.#flights.clear();
     for (const [id, parked] of this.#writes.drain()) {
-      for (const m of parked) if ('waiter' in m) m.waiter.reject(this.#closedError(id));
+      for (const m of parked) for (const w of waitersOf(m)) w.reject(this.#closedError(id));
     }
+  }
+
+  // --- handlers: one per message kind ---------------------------------------
+
+  readonly #handlers: Handlers = {
+    fill: (m) => this.#fill(m.id, m.waiter),
+    landed: (m) => this.#landed(m.flight, m.outcome),
+    serveStale: (m) => this.#serveStale(m.flight, m.envelope),
+    refresh: (m) => this.#refresh(m.id, m.reason),
+    put: (m) => {
+      if (this.#closed) m.waiter.reject(this.#closedError(m.id));
+      else if (!this.#writes.park(m.id, m)) {
+        this.#supersede(m.id);
+        this.#writes.put(m);
+      }
+    },
+    written: (m) => this.#writes.written(m),
+    invalidate: (m) => {
+      if (this.#closed) m.waiter.reject(this.#closedError(m.id));
+      else if (!this.#writes.park(m.id, m)) {
+        this.#supersede(m.id);
+        this.#writes.invalidate(m);
+      }
+    },
+    invalidated: (m) => this.#writes.invalidated(m),
+    event: (m) => this.#event(m.event),
+    flush: () => {
+      this.#l1.clear();
+      this.#ctx.counters.l1Flushes++;
+    },
+  };
+
+  #handle(m: Message): void {
+    (this.#handlers[m.kind] as (m: Message) => void)(m);
+  }
+
+  /** A parked message replayed after its write: one that throws fails alone. */
+  #handleSafely(m: Message): void {
+    try {
+      this.#handle(m);
+    } catch (err) {
+      this.#failed(m, err);
+    }
+  }
+
+  /** A miss: answer from L1 if it filled meanwhile, else attach to the id's flight or launch one. */
+  #fill(id: string, waiter: Waiter): void {
+    if (this.#closed) {
+      waiter.reject(this.#closedError(id));
+      return;
+    }
+    if (this.#writes.park(id, { kind: 'fill', id, waiter })) return;
+    const now = this.#ctx.now();
+    const row = this.#l1.get(id, now);
+    if (row !== undefined) {
+      const stale = now >= row.softExpiresAt;
+      this.#ctx.counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1']++;
+      waiter.resolve(answerOf(row, 'l1', false, now));
+      if (stale) this.#refresh(id, 'stale');
+      return;
+    }
+    const running = this.#coalesces ? this.#flights.get(id) : undefined;
+    if (running === undefined) {
+      this.#launch(new Flight(id, waiter));
+      return;
+    }
+    if (running.waiters.length >= this.#ctx.policy.maxWaitersPerFlight) {
+      this.#ctx.counters.shed++;
+      waiter.reject(
+        new ShedError(`${running.waiters.length} callers already wait on this item`, {
+          table: this.#ctx.table,
+          id,
+        }),
+      );
+      return;
+    }
+    running.waiters.push(waiter);
+    this.#ctx.counters.coalesced++;
+  }
+
+  /** A flight finished: answer every waiter with its one outcome, and keep it in L1 if it may. */
+  #landed(flight: Flight, outcome: Outcome): void {
+    if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
+    const { counters } = this.#ctx;
+    const now = this.#ctx.now();
+    if (outcome.kind === 'skipped') {
+      // Another instance refreshes: do not ask again before its lease runs out
+      // (its fill event will drop our row sooner).
+      this.#backoff.pause(flight.id, now + outcome.retryAfterMs);
+      // Callers that attached after the flight decided to skip still need an
+      // answer, superseded or not: they join the id's flight, or launch one.
+      if (flight.waiters.length > 0) this.#relaunch(flight.id, flight.waiters);
+      return;
+    }
+    if (outcome.kind === 'error') {
+      bump(counters.loadErrors, outcome.error.code);
+      if (flight.background) {
+        counters.refreshFailures++;
+        this.#backoff.failed(flight.id, now);
+      }
+      this.#answerError(flight, outcome.error, now);
+      return;
+    }
+    this.#backoff.succeeded(flight.id);
+    const { envelope, layer } = outcome;
+    if (layer === 'l2') counters.l2_hits++;
+    if (!flight.superseded && !outcome.refused) this.#l1.set(flight.id, envelope, now);
+    counters.reads[envelope.negative ? 'negative' : layer] += flight.waiters.length;
+    flight.waiters.forEach((w, i) => {
+      w.resolve(answerOf(envelope, layer, i > 0, now));
+    });
+  }
+
+  /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
+  #serveStale(flight: Flight, envelope: Envelope): void {
+    if (flight.superseded || flight.waiters.length === 0) return;
+    const now = this.#ctx.now();
+    // In L1, later callers get the stale value without the mailbox while the refresh runs.
+    this.#l1.set(flight.id, envelope, now);
+    this.#ctx.counters.reads.stale += flight.waiters.length;
+    this.#ctx.counters.refreshes.stale++;
+    flight.waiters.forEach((w, i) => {
+      w.resolve(answerOf(envelope, 'l2', i > 0, now));
+    });
+    flight.waiters.length = 0;
+    flight.background = true;
+  }
+
+  /** A background refresh, unless one runs, a write is in flight, or the id backs off. */
+  #refresh(id: string, reason: RefreshReason): void {
+    if (!this.wantsRefresh(id, this.#ctx.now())) return;
+    this.#ctx.counters.refreshes[reason]++;
+    const flight = new Flight(id);
+    flight.replaceUpTo = this.#l1.peek(id)?.version ?? 0;
+    this.#launch(flight);
+  }
+
+  /** Coherence: drop this instance's L1 row when the event is newer than it (newer-wins). */
+  #event(event: TableEvent): void {
+    if (event.v === undefined || event.k === 'release') return;
+    this.#writes.noteEvent(event.id, event.v);
+    // A write or delete elsewhere, newer than a flight of ours: its fill is refused
+    // (the lease was cancelled), and callers arriving now must not get its answer.
+    const flight = this.#flights.get(event.id);
+    if (flight !== undefined && event.k !== 'fill' && event.v > flight.startVersion) {
+      this.#supersede(event.id);
+    }
+    const row = this.#l1.peek(event.id);
+    if (row === undefined) return;
+    if (event.v > row.version) {
+      this.#l1.delete(event.id);
+      this.#ctx.counters.coherence.applied++;
+    } else {
+      this.#ctx.counters.coherence.stale++;
+    }
+  }
+
+  /** A handler threw (a bug): its callers get `ECC_INTERNAL`, and nothing it held stays stuck. */
+  #failed(m: Message, err: unknown): void {
+    const id = 'id' in m ? m.id : 'flight' in m ? m.flight.id : undefined;
+    this.#ctx.log.error(
+      { err, table: this.#ctx.table, kind: m.kind },
+      'table owner handler failed',
+    );
+    const error = new InternalError('internal error in the table owner', {
+      table: this.#ctx.table,
+      ...(id === undefined ? {} : { id }),
+      cause: err,
+    });
+    if ('flight' in m && this.#flights.get(m.flight.id) === m.flight) {
+      this.#flights.delete(m.flight.id);
+    }
+    for (const w of waitersOf(m)) w.reject(error);
+    if ('flight' in m) m.flight.waiters.length = 0;
+    // A write whose handler failed must not keep its id parked for good.
+    if ((m.kind === 'written' || m.kind === 'invalidated') && this.#writes.has(m.id)) {
+      for (const parked of this.#writes.abandon(m.id)) this.post(parked);
+    }
+  }
+
+  // --- internals ------------------------------------------------------------
+
+  #launch(flight: Flight): void {
+    flight.startVersion = this.#ctx.clock.mint();
+    this.#flights.set(flight.id, flight);
+    this.#run(flight).then(
+      (outcome) => this.post({ kind: 'landed', flight, outcome }),
+      // The runner never rejects by contract; if it does, every waiter still hears.
+      (err: unknown) =>
+        this.post({
+          kind: 'landed',
+          flight,
+          outcome: {
+            kind: 'error',
+            error: new InternalError('internal error in a flight', {
+              table: this.#ctx.table,
+              id: flight.id,
+              cause: err,
+            }),
+          },
+        }),
+    );
+  }
+
+  /** Waiters of a flight that ended without an answer for them: the id's running flight, or a new one. */
+  #relaunch(id: string, waiters: Waiter[]): void {
+    const running = this.#flights.get(id);
+    if (running !== undefined) {
+      running.waiters.push(...waiters);
+      return;
+    }
+    const again = new Flight(id, waiters[0]);
+    again.waiters.push(...waiters.slice(1));
+    this.#launch(again);
+  }
+
+  /** Stale-if-error: a row still within its hard TTL answers instead of the error. */
+  #answerError(flight: Flight, error: EchoStoreError, now: number): void {
+    const row = flight.superseded ? undefined : this.#l1.get(flight.id, now);
+    if (row !== undefined && !row.negative) {
+      this.#ctx.counters.reads.stale += flight.waiters.length;
+      flight.waiters.forEach((w, i) => {
+        w.resolve(answerOf(row, 'l1', i > 0, now));
+      });
+    } else {
+      for (const w of flight.waiters) w.reject(error);
+    }
+  }
+
+  /** Detaches the running flight of `id`: its waiters still get its answer, but it writes nothing. */
+  #supersede(id: string): void {
+    const flight = this.#flights.get(id);
+    if (flight === undefined) return;
+    flight.superseded = true;
+    this.#flights.delete(id);
+  }
+
+  #closedError(id: string): ClosedError {
+    return new ClosedError('the store is shutting down', { table: this.#ctx.table, id });
   }
 
   #busy(): boolean {

@@ -3,19 +3,19 @@ import type { Redis } from 'ioredis';
 import { type Logger, pino } from 'pino';
 import { Registry } from 'prom-client';
 import { ConfigError, UnknownTableError } from '../errors.js';
-import { StoreMetrics } from '../metrics.js';
+import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
 import { createVersionClock, type VersionClock } from './envelope.js';
-import { TableEvents } from './events.js';
+import type { TableContext } from './flight.js';
 import { LoadGate } from './gate.js';
-import { ValkeyHealth } from './health.js';
-import { RESERVED_TABLE_NAMES, TABLE_NAME } from './keys.js';
 import { L1 } from './l1.js';
-import { LeaseScripts } from './lease.js';
 import { TableOwner } from './owner.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
-import { Table, type TableCounters } from './table.js';
+import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
 import type { LoadFn } from './types.js';
+import { Breaker } from './valkey/breaker.js';
+import { TableEvents } from './valkey/events.js';
+import { L2 } from './valkey/scripts.js';
 
 /** One table of `createStore`: its loader and, optionally, its policy. */
 export interface TableOptions extends TablePolicyInput {
@@ -35,6 +35,8 @@ export interface StoreOptions {
   logger?: Logger;
   /** How long `createStore` waits for Valkey before starting degraded (reads go to the source). Default 2,000 ms. */
   readyTimeoutMs?: number;
+  /** @internal Epoch-millisecond clock for freshness decisions (tests inject one). Default `Date.now`. */
+  now?: () => number;
 }
 
 /** A running store: its tables, its Valkey client, its metrics. */
@@ -93,32 +95,31 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       : 'status' in options.valkey
         ? options.valkey
         : createValkeyClient(options.valkey);
-  const clock = createVersionClock();
-
-  const lease = new LeaseScripts(valkey);
-  const health = new ValkeyHealth(valkey, log);
-  metrics.watchDegraded(() => health.degraded);
+  const now = options.now ?? Date.now;
+  const clock = createVersionClock(now);
+  const breaker = new Breaker(valkey, log);
+  metrics.watchDegraded(() => breaker.degraded);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = new TableEvents(valkey, log);
+  const deps = { valkey, breaker, events, metrics, clock, log, now };
   const tables = new Map<string, Table>();
   try {
     for (const [name, input] of Object.entries(options.tables)) {
-      tables.set(
-        name,
-        buildTable(name, input, { valkey, lease, health, events, metrics, clock, log }),
-      );
+      tables.set(name, buildTable(name, input, deps));
     }
   } catch (err) {
+    breaker.close();
     await events.close();
     if (ownsClient) valkey.disconnect();
     throw err;
   }
   // Without a listener ioredis prints every connection error; the metric and readiness report it instead.
   let lastError: Error | undefined;
-  valkey.on('error', (err: Error) => {
+  const onError = (err: Error) => {
     lastError = err;
     log.debug({ err }, 'valkey connection error');
-  });
+  };
+  valkey.on('error', onError);
 
   const ready = await waitReady(valkey, options.readyTimeoutMs ?? 2_000);
   if (!ready) {
@@ -138,28 +139,29 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       return t;
     },
     tables: () => [...tables.values()],
-    valkeyReady: () => !health.degraded,
+    valkeyReady: () => !breaker.degraded,
     async close(graceMs = 5_000) {
       await Promise.all([...tables.values()].map((t) => t.close(graceMs)));
-      await events?.close();
+      await events.close();
+      breaker.close();
+      valkey.off('error', onError);
       if (ownsClient) await valkey.quit().catch(() => valkey.disconnect());
     },
   };
 }
 
-function buildTable(
-  name: string,
-  input: TableOptions,
-  deps: {
-    valkey: Redis;
-    lease: LeaseScripts;
-    health: ValkeyHealth;
-    events: TableEvents;
-    metrics: StoreMetrics;
-    clock: VersionClock;
-    log: Logger;
-  },
-): Table {
+/** What every table of a store shares. */
+interface StoreDeps {
+  valkey: Redis;
+  breaker: Breaker;
+  events: TableEvents;
+  metrics: StoreMetrics;
+  clock: VersionClock;
+  log: Logger;
+  now: () => number;
+}
+
+function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
   if (!TABLE_NAME.test(name) || RESERVED_TABLE_NAMES.has(name)) {
     throw new ConfigError(
       `tables.${name}: table names must match ${TABLE_NAME.source} and not be __proto__, constructor or prototype`,
@@ -182,38 +184,27 @@ function buildTable(
   } catch (err) {
     throw new ConfigError(`tables.${name}: ${(err as Error).message}`);
   }
-  const counters: TableCounters = {
-    hits: 0,
-    misses: 0,
-    fills: 0,
-    l2_hits: 0,
-    coalesced: 0,
-    reads: { l1: 0, l2: 0, source: 0, negative: 0, stale: 0 },
-  };
+  const counters = newCounters();
   const l1 = new L1(policy.l1, policy.jitter);
   let table: Table | undefined;
-  const tableMetrics = deps.metrics.forTable(name, () => (table as Table).stats(), counters.reads);
-  const owner = new TableOwner(
-    {
-      table: name,
-      policy,
-      load,
-      valkey: deps.valkey,
-      lease: deps.lease,
-      events: deps.events,
-      metrics: tableMetrics,
-      clock: deps.clock,
-      gate: new LoadGate(policy.maxConcurrentLoads, policy.maxQueuedLoads),
-      health: deps.health,
-      log: deps.log.child({ table: name }),
-    },
-    l1,
+  const ctx: TableContext = {
+    table: name,
+    policy,
+    load,
+    l2: new L2(deps.valkey, deps.breaker, name),
+    events: deps.events,
     counters,
-  );
+    metrics: deps.metrics.forTable(name, counters, () => (table as Table).stats()),
+    clock: deps.clock,
+    gate: new LoadGate(policy.maxConcurrentLoads, policy.maxQueuedLoads),
+    log: deps.log.child({ table: name }),
+    now: deps.now,
+  };
+  const owner = new TableOwner(ctx, l1);
   deps.events.subscribe(name, {
     onEvent: (event) => owner.post({ kind: 'event', event }),
     onReconnect: () => owner.post({ kind: 'flush' }),
   });
-  table = new Table(name, policy, l1, owner, counters);
+  table = new Table(ctx, l1, owner);
   return table;
 }

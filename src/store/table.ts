@@ -1,18 +1,62 @@
-import { BadValueError, ClosedError, WaitTimeoutError } from '../errors.js';
+/**
+ * A table's public surface: the read path that runs in the caller (an L1 hit
+ * never enters the owner's mailbox), writes, stats, and the id rules every
+ * entry point checks before anything touches Valkey or the source.
+ */
+import { BadIdError, BadValueError, ClosedError, WaitTimeoutError } from '../errors.js';
 import { toJson } from './envelope.js';
+import { answerOf, type TableContext } from './flight.js';
 import { xfetchDue } from './freshness.js';
-import { assertId } from './keys.js';
 import type { L1 } from './l1.js';
-import type { OwnerCounters, RefreshReason } from './messages.js';
+import type { RefreshReason } from './messages.js';
 import type { TableOwner } from './owner.js';
 import type { TablePolicy } from './policy.js';
-import { resultOf } from './result.js';
 import type { ReadResult, TableStats, WriteResult } from './types.js';
 
-/** The caller-side counters (EchoStore's `hits` and `misses`) plus the owner's. */
-export interface TableCounters extends OwnerCounters {
-  hits: number;
-  misses: number;
+/** Table names: lowercase letters, digits, `_` and `-`, 1–64 characters. */
+export const TABLE_NAME = /^[a-z0-9_-]{1,64}$/;
+
+/** Names a table may not take: they collide with JavaScript object internals. */
+export const RESERVED_TABLE_NAMES: ReadonlySet<string> = new Set([
+  '__proto__',
+  'constructor',
+  'prototype',
+]);
+
+/** Longest id accepted, in UTF-8 bytes. */
+export const MAX_ID_BYTES = 512;
+
+// Not printable: C0/C1 controls and DEL (Cc), invisible format characters such
+// as U+202E RIGHT-TO-LEFT OVERRIDE, U+200B and the BOM (Cf), line and paragraph
+// separators (Zl, Zp), and the Unicode noncharacters.
+const NOT_PRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\uFDD0-\uFDEF\uFFFE\uFFFF]/u;
+
+/**
+ * Checks an item id: 1–512 bytes of well-formed, printable UTF-8 (no control,
+ * format or separator characters, no noncharacters), and the table's own
+ * `idPattern` when it has one.
+ *
+ * @throws {BadIdError} `ECC_BAD_ID`, before anything touches Valkey or the source.
+ */
+export function assertId(table: string, id: unknown, pattern?: RegExp): asserts id is string {
+  if (typeof id !== 'string' || id.length === 0) {
+    throw new BadIdError('id must be a non-empty string', { table });
+  }
+  if (!id.isWellFormed()) {
+    throw new BadIdError('id must be well-formed UTF-8', { table });
+  }
+  // A UTF-16 code unit is at most 3 UTF-8 bytes: short ids need no byte count.
+  if (id.length > MAX_ID_BYTES / 3 && Buffer.byteLength(id, 'utf8') > MAX_ID_BYTES) {
+    throw new BadIdError(`id must be at most ${MAX_ID_BYTES} bytes of UTF-8`, { table });
+  }
+  if (NOT_PRINTABLE.test(id)) {
+    throw new BadIdError('id must be printable (no control, format or separator characters)', {
+      table,
+    });
+  }
+  if (pattern !== undefined && !pattern.test(id)) {
+    throw new BadIdError(`id must match ${pattern.source}`, { table });
+  }
 }
 
 /**
@@ -26,31 +70,25 @@ export class Table {
   readonly name: string;
   /** The resolved policy (defaults applied). */
   readonly policy: TablePolicy;
+  readonly #ctx: TableContext;
   readonly #l1: L1;
   readonly #owner: TableOwner;
-  readonly #counters: TableCounters;
   #closed = false;
 
   /** @internal Built by `createStore`. */
-  constructor(
-    name: string,
-    policy: TablePolicy,
-    l1: L1,
-    owner: TableOwner,
-    counters: TableCounters,
-  ) {
-    this.name = name;
-    this.policy = policy;
+  constructor(ctx: TableContext, l1: L1, owner: TableOwner) {
+    this.name = ctx.table;
+    this.policy = ctx.policy;
+    this.#ctx = ctx;
     this.#l1 = l1;
     this.#owner = owner;
-    this.#counters = counters;
   }
 
   /**
    * Reads an item: L1, else the owner's flight (L2, else the loader).
    *
    * @param id 1–512 bytes of printable UTF-8 (and the table's `idPattern`).
-   * @returns `{ found: true, value, json, source, coalesced, version, ttlMs }`,
+   * @returns `{ found: true, value, json, layer, coalesced, version, stale, ttlMs }`,
    *   or `{ found: false, … }` when the source has no such item.
    * @throws (rejects) `ECC_BAD_ID`, `ECC_LOAD_FAILED`, `ECC_BAD_VALUE`,
    *   `ECC_LOAD_TIMEOUT`, `ECC_SHED`, `ECC_CLOSED` — see `errors.ts`; concurrent
@@ -63,21 +101,22 @@ export class Table {
     } catch (err) {
       return Promise.reject(err);
     }
-    const now = Date.now();
+    const counters = this.#ctx.counters;
+    const now = this.#ctx.now();
     const row = this.#l1.get(id, now);
     if (row !== undefined) {
-      this.#counters.hits++;
+      counters.hits++;
       if (now < row.softExpiresAt) {
-        this.#counters.reads[row.negative ? 'negative' : 'l1']++;
+        counters.reads[row.negative ? 'negative' : 'l1']++;
         if (xfetchDue(row, now, this.policy.earlyRefreshBeta)) this.#refresh(id, 'early', now);
       } else {
         // Between soft and hard TTL: answer stale now, one background refresh (stale-while-revalidate).
-        this.#counters.reads.stale++;
+        counters.reads.stale++;
         this.#refresh(id, 'stale', now);
       }
-      return Promise.resolve(resultOf(row, 'l1', false, now));
+      return Promise.resolve(answerOf(row, 'l1', false, now));
     }
-    this.#counters.misses++;
+    counters.misses++;
     // No caller waits longer than waitTimeoutMs, whatever its flight is doing;
     // the flight itself goes on and fills the cache for the next caller.
     return new Promise((resolve, reject) => {
@@ -129,7 +168,8 @@ export class Table {
   }
 
   /**
-   * Deletes the item from L2 (value and lease) and from this process's L1. A
+   * Deletes the item from L2 (a tombstone; the lease is cancelled) and from
+   * this process's L1; other instances drop it on the coherence message. A
    * flight already running for the id is detached: it writes nothing.
    *
    * @throws (rejects) `ECC_BAD_ID`, `ECC_VALKEY_UNAVAILABLE`, `ECC_CLOSED`.
@@ -146,14 +186,9 @@ export class Table {
     });
   }
 
-  /** Asks the owner for a background refresh, unless one runs or the id is backing off. */
-  #refresh(id: string, reason: RefreshReason, now: number): void {
-    if (this.#owner.wantsRefresh(id, now)) this.#owner.post({ kind: 'refresh', id, reason });
-  }
-
   /** EchoStore's counters — hits, misses, fills, l2_hits, coalesced — and L1, flight and mailbox sizes. */
   stats(): TableStats {
-    const c = this.#counters;
+    const c = this.#ctx.counters;
     return {
       hits: c.hits,
       misses: c.misses,
@@ -164,8 +199,8 @@ export class Table {
       l1_bytes: this.#l1.bytes,
       flights: this.#owner.flights,
       mailbox_depth: this.#owner.mailboxDepth,
-      loads_active: this.#owner.gate.active,
-      loads_queued: this.#owner.gate.queued,
+      loads_active: this.#ctx.gate.active,
+      loads_queued: this.#ctx.gate.queued,
     };
   }
 
@@ -178,6 +213,11 @@ export class Table {
   close(graceMs: number): Promise<void> {
     this.#closed = true;
     return this.#owner.close(graceMs);
+  }
+
+  /** Asks the owner for a background refresh, unless one runs or the id is backing off. */
+  #refresh(id: string, reason: RefreshReason, now: number): void {
+    if (this.#owner.wantsRefresh(id, now)) this.#owner.post({ kind: 'refresh', id, reason });
   }
 
   #assertOpen(id: string): void {

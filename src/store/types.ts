@@ -21,13 +21,13 @@ export interface LoadContext {
 export type LoadFn = (id: string, ctx: LoadContext) => unknown | Promise<unknown>;
 // A loader may also return `withPolicy(value, { ttlMs, staleMs, negative })` (see result.ts).
 
-/** Which layer answered a read. */
-export type ReadSource = 'l1' | 'l2' | 'source';
+/** Which layer answered a read: in-process L1, Valkey L2, or the origin (the loader read the source of truth). */
+export type ReadLayer = 'l1' | 'l2' | 'origin';
 
 /** Common fields of every read answer. */
 interface ReadBase {
-  /** The layer that answered: in-process L1, Valkey L2, or the source (loader). */
-  source: ReadSource;
+  /** The layer that answered. */
+  layer: ReadLayer;
   /** True when this caller attached to another caller's flight (single-flight). */
   coalesced: boolean;
   /** Mint-time version of the answer. */
@@ -66,7 +66,7 @@ export interface TableStats {
   hits: number;
   /** Reads that went to the owner. */
   misses: number;
-  /** Loader runs. */
+  /** Loader calls (source reads started by this process). */
   fills: number;
   /** Flights answered by Valkey (L2). */
   l2_hits: number;

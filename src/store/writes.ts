@@ -1,78 +1,182 @@
 /**
- * The Valkey side of writes, run outside the owner: a PUT and a DELETE, each
- * one script that orders the write after whatever the key holds (its version
- * is raised above the current one), cancels any lease, and publishes the
- * change for the other instances' L1s.
+ * The write protocol of one table owner: `put` → `written`, `invalidate` →
+ * `invalidated`, and the book of writes in flight per id. Runs inside the
+ * owner (its methods are message handlers); the Valkey side runs outside and
+ * reports back by message.
+ *
+ * Ordering rules it keeps:
+ * - While a write of an id awaits Valkey, later messages for that id are
+ *   parked and replayed in order once it is acknowledged, so a read can never
+ *   bring back a value the write replaced.
+ * - Valkey orders writes: each script raises the version above the key's, and
+ *   an acknowledgement that another write overtook (its event, newer, arrived
+ *   first) does not go into L1.
  */
-import { type Envelope, encodeEnvelope } from './envelope.js';
-import { eventTarget, type FlightContext } from './flight.js';
-import { leaseKey, valueKey } from './keys.js';
-import { hardTtlMs, makeEnvelope } from './loader.js';
+import { ValkeyUnavailableError } from '../errors.js';
+import { bump } from '../metrics.js';
+import { hardTtlMs, mintEnvelope, tombstone } from './envelope.js';
+import type { TableContext } from './flight.js';
+import type { L1 } from './l1.js';
+import type { Message } from './messages.js';
+import { classifyValkeyError } from './valkey/breaker.js';
 
 /** How long a DELETE's tombstone outlives the lease: a write queued on a slow connection lands before it expires. */
 const TOMBSTONE_EXTRA_MS = 60_000;
 
-/**
- * Mints a version and an envelope for `value` (the table's TTLs, jittered) and
- * sends it. Cancelling the lease refuses any fill already in flight anywhere
- * in the fleet.
- *
- * @returns the envelope, and `sent`, which resolves with the version Valkey
- *   ordered the write at (at least the envelope's) or rejects with the Valkey error.
- */
-export function sendPut(
-  ctx: FlightContext,
-  id: string,
-  value: unknown,
-  json: string,
-): { envelope: Envelope; sent: Promise<number> } {
-  const { policy, table } = ctx;
-  const envelope = makeEnvelope(
-    ctx.clock.mint(),
-    value,
-    json,
-    policy.ttlMs,
-    policy.staleMs,
-    0,
-    false,
-    policy,
-  );
-  const sent = ctx.lease.write(
-    valueKey(table, id),
-    leaseKey(table, id),
-    encodeEnvelope(envelope),
-    hardTtlMs(envelope, Date.now()),
-    eventTarget(ctx, id),
-    'put',
-  );
-  return { envelope, sent };
-}
+type Put = Extract<Message, { kind: 'put' }>;
+type Written = Extract<Message, { kind: 'written' }>;
+type Invalidate = Extract<Message, { kind: 'invalidate' }>;
+type Invalidated = Extract<Message, { kind: 'invalidated' }>;
 
-/**
- * Replaces the value with a tombstone (a "not found" envelope that is never
- * fresh, kept `leaseMs` + 60 s) and deletes the lease. The tombstone carries
- * the deletion's version, so a fill that read the old value, or a degraded
- * fill that expects an empty key, cannot bring the deleted value back.
- *
- * @returns the version Valkey ordered the deletion at, or rejects with the Valkey error.
- */
-export function sendInvalidate(ctx: FlightContext, id: string): Promise<number> {
-  const { policy, table } = ctx;
-  const tombstone: Envelope = {
-    value: null,
-    json: 'null',
-    version: ctx.clock.mint(),
-    softExpiresAt: 0,
-    hardExpiresAt: 0,
-    deltaMs: 0,
-    negative: true,
-  };
-  return ctx.lease.write(
-    valueKey(table, id),
-    leaseKey(table, id),
-    encodeEnvelope(tombstone),
-    policy.leaseMs + TOMBSTONE_EXTRA_MS,
-    eventTarget(ctx, id),
-    'del',
-  );
+/** The owner's write side. Touched only from the owner's mailbox. */
+export class Writes {
+  readonly #ctx: TableContext;
+  readonly #l1: L1;
+  readonly #post: (m: Message) => void;
+  readonly #replay: (m: Message) => void;
+  /** Per id with a write in flight: the messages parked behind it. */
+  readonly #parked = new Map<string, Message[]>();
+  /** Per id with a write in flight: the highest version another write was announced at meanwhile. */
+  readonly #newer = new Map<string, number>();
+
+  /**
+   * @param post posts a message to the owner (for the acknowledgements).
+   * @param replay handles a parked message again, in the owner, once its write is acknowledged.
+   */
+  constructor(ctx: TableContext, l1: L1, post: (m: Message) => void, replay: (m: Message) => void) {
+    this.#ctx = ctx;
+    this.#l1 = l1;
+    this.#post = post;
+    this.#replay = replay;
+  }
+
+  /** Ids with a write in flight. */
+  get size(): number {
+    return this.#parked.size;
+  }
+
+  /** True while a write of `id` awaits Valkey. */
+  has(id: string): boolean {
+    return this.#parked.has(id);
+  }
+
+  /** Parks `m` behind the write of `id` in flight; false when there is none. */
+  park(id: string, m: Message): boolean {
+    const parked = this.#parked.get(id);
+    if (parked === undefined) return false;
+    parked.push(m);
+    return true;
+  }
+
+  /** Another write of `id` was announced at `version` (a coherence event). */
+  noteEvent(id: string, version: number): void {
+    if (!this.#parked.has(id)) return;
+    if (version > (this.#newer.get(id) ?? 0)) this.#newer.set(id, version);
+  }
+
+  /**
+   * Sends a PUT: a new envelope with the table's TTLs, written by
+   * `writeAndCancel` (cancelling the lease refuses any fill in flight anywhere).
+   */
+  put(m: Put): void {
+    const ctx = this.#ctx;
+    const { policy } = ctx;
+    const now = ctx.now();
+    const envelope = mintEnvelope(
+      { value: m.value, json: m.json, version: ctx.clock.mint(), deltaMs: 0, negative: false },
+      policy,
+      now,
+    );
+    this.#parked.set(m.id, []);
+    ctx.l2.write(m.id, envelope, hardTtlMs(envelope, now), 'put').then(
+      (version) =>
+        this.#post({
+          kind: 'written',
+          id: m.id,
+          envelope: { ...envelope, version },
+          waiter: m.waiter,
+        }),
+      (error: unknown) =>
+        this.#post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
+    );
+  }
+
+  /** Valkey answered a PUT. */
+  written(m: Written): void {
+    if (m.error === undefined) {
+      this.#ctx.clock.observe(m.envelope.version);
+      // This instance's own acknowledged write goes into its L1 whatever version
+      // L1 held, unless Valkey already applied a later write of the id (its
+      // event arrived before this acknowledgement): then L1 must not hold ours.
+      if ((this.#newer.get(m.id) ?? 0) > m.envelope.version) this.#l1.delete(m.id);
+      else this.#l1.set(m.id, m.envelope, this.#ctx.now(), true);
+      m.waiter.resolve({ version: m.envelope.version });
+    } else {
+      // The write may or may not have reached Valkey: drop L1 so the next read asks L2.
+      this.#l1.delete(m.id);
+      m.waiter.reject(this.#valkeyError('put', m.id, m.error));
+    }
+    this.#end(m.id);
+  }
+
+  /**
+   * Sends a DELETE: a tombstone (kept `leaseMs` + 60 s) written by
+   * `writeAndCancel`, so no fill that read the old value can bring it back.
+   */
+  invalidate(m: Invalidate): void {
+    const ctx = this.#ctx;
+    this.#l1.delete(m.id);
+    this.#parked.set(m.id, []);
+    ctx.l2
+      .write(m.id, tombstone(ctx.clock.mint()), ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS, 'del')
+      .then(
+        (version) => {
+          ctx.clock.observe(version);
+          this.#post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
+        },
+        (error: unknown) => this.#post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
+      );
+  }
+
+  /** Valkey answered a DELETE. */
+  invalidated(m: Invalidated): void {
+    this.#l1.delete(m.id);
+    if (m.error === undefined) {
+      this.#ctx.counters.invalidations++;
+      m.waiter.resolve();
+    } else {
+      m.waiter.reject(this.#valkeyError('delete', m.id, m.error));
+    }
+    this.#end(m.id);
+  }
+
+  /** Forgets the write of `id` without replaying: what was parked behind it (its handler failed). */
+  abandon(id: string): Message[] {
+    const parked = this.#parked.get(id) ?? [];
+    this.#parked.delete(id);
+    this.#newer.delete(id);
+    return parked;
+  }
+
+  /** Forgets every write; returns what was parked, by id (for a forced close). */
+  drain(): Array<[string, Message[]]> {
+    const all = [...this.#parked];
+    this.#parked.clear();
+    this.#newer.clear();
+    return all;
+  }
+
+  /** The write of `id` is acknowledged: replay what arrived meanwhile, in order. */
+  #end(id: string): void {
+    for (const m of this.abandon(id)) this.#replay(m);
+  }
+
+  #valkeyError(op: 'put' | 'delete', id: string, cause: unknown): ValkeyUnavailableError {
+    const sent = classifyValkeyError(cause) !== 'unsent';
+    if (sent) bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
+    const message = sent
+      ? `valkey did not confirm the ${op}; it may or may not have been applied`
+      : `valkey is unavailable: the ${op} was not sent`;
+    return new ValkeyUnavailableError(message, { table: this.#ctx.table, id, cause });
+  }
 }

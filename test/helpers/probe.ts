@@ -1,6 +1,7 @@
 /**
  * Test-side probes: open a store that closes itself after the test, capture a
- * rejection, read a metric, and talk to Valkey on a separate connection.
+ * rejection, read a metric, and talk to Valkey on a separate connection
+ * (reading and planting envelopes in the one value format).
  */
 import { Redis } from 'ioredis';
 import { onTestFinished } from 'vitest';
@@ -10,6 +11,8 @@ import {
   type Store,
   type StoreOptions,
 } from '../../src/index.js';
+import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/store/envelope.js';
+import { valueKey } from '../../src/store/valkey/scripts.js';
 import { valkeyUrl } from './store.js';
 
 /** Creates a store on the shared test server (unless `options.valkey` says otherwise), closed when the test ends. */
@@ -69,4 +72,45 @@ export function scopedValkey(url?: string): Redis {
     raw.disconnect();
   });
   return raw;
+}
+
+/** The envelope of `table`/`id` as Valkey holds it: decoded, `null` when the key is absent, `'garbage'` when it does not decode. */
+export async function readEnvelope(
+  raw: Redis,
+  table: string,
+  id: string,
+): Promise<Envelope | null | 'garbage'> {
+  const text = await raw.get(valueKey(table, id));
+  if (text === null) return null;
+  return decodeEnvelope(text) ?? 'garbage';
+}
+
+/**
+ * Writes an envelope for `table`/`id` behind the store's back (fresh for a
+ * minute unless `fields` say otherwise), with `PX pxMs`.
+ */
+export async function plantEnvelope(
+  raw: Redis,
+  table: string,
+  id: string,
+  fields: Partial<Envelope> & { value: unknown },
+  pxMs = 60_000,
+): Promise<void> {
+  const soft = fields.softExpiresAt ?? Date.now() + 60_000;
+  const envelope: Envelope = {
+    json: JSON.stringify(fields.value),
+    version: 1,
+    softExpiresAt: soft,
+    hardExpiresAt: soft,
+    deltaMs: 1,
+    negative: false,
+    ...fields,
+  };
+  await raw.set(valueKey(table, id), encodeEnvelope(envelope), 'PX', pxMs);
+}
+
+/** The value Valkey holds for `table`/`id` (decoded from its envelope), or `undefined` when absent or undecodable. */
+export async function storedValue(raw: Redis, table: string, id: string): Promise<unknown> {
+  const envelope = await readEnvelope(raw, table, id);
+  return envelope === null || envelope === 'garbage' ? undefined : envelope.value;
 }

@@ -5,7 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { eventsChannel } from './keys.js';
+import { eventsChannel } from './scripts.js';
 
 /**
  * A message on a table's channel. `k` is the kind: `fill` (a load's value was
@@ -16,11 +16,6 @@ export interface TableEvent {
   id: string;
   /** The version written, for `fill` and `put`. */
   v?: number;
-}
-
-/** Encodes an event for PUBLISH. */
-export function encodeEvent(event: TableEvent): string {
-  return JSON.stringify(event);
 }
 
 /** What a table does with its channel. */

@@ -1,0 +1,389 @@
+/**
+ * Running a flight, outside the owner: with the fleet lease (`readOrLease`,
+ * wait for the holder's fill or take over, `fillAndRelease`), as plain
+ * cache-aside with a compare-and-set fill, or — while Valkey is unusable —
+ * straight from the source. Every path ends in one {@link Outcome}; the
+ * owner learns it from its `landed` message.
+ */
+import {
+  BadValueError,
+  EchoStoreError,
+  LoadFailedError,
+  LoadTimeoutError,
+  ShedError,
+  WaitTimeoutError,
+} from '../errors.js';
+import { bump } from '../metrics.js';
+import {
+  decodeEnvelope,
+  type Envelope,
+  hardTtlMs,
+  LoadResult,
+  mintEnvelope,
+  type RowPolicy,
+  readMark,
+  toJson,
+} from './envelope.js';
+import type { Flight, Outcome, TableContext } from './flight.js';
+import { classifyValkeyError } from './valkey/breaker.js';
+import type { LeaseAnswer } from './valkey/scripts.js';
+
+/** Longest pause between two looks at a contended lease when no event wakes the waiter. */
+const POLL_MS = 250;
+/** Shortest such pause: a lease about to expire is looked at again, but never in a tight loop. */
+const MIN_POLL_MS = 10;
+
+/** Runs one flight to its outcome. Never rejects. */
+export type FlightRunner = (flight: Flight) => Promise<Outcome>;
+
+/**
+ * Picks how the table's flights run, once, when the table is built: with the
+ * fleet lease (`coalescing: 'fleet'`) or as plain cache-aside (`process`,
+ * `none`). Either falls back to the source alone while Valkey is unusable.
+ *
+ * @param serveStale called when a flight holds a stale value it may serve
+ *   while it loads (stale-while-revalidate): the owner answers the waiters now.
+ * @returns a runner that never rejects: every failure becomes an error outcome.
+ */
+export function flightRunner(
+  ctx: TableContext,
+  serveStale: (flight: Flight, stale: Envelope) => void,
+): FlightRunner {
+  const run = ctx.policy.coalescing === 'fleet' ? runLeased : runPlain;
+  return async (flight) => {
+    try {
+      return await run(ctx, flight, serveStale);
+    } catch (err) {
+      return { kind: 'error', error: asStoreError(err, ctx.table, flight.id) };
+    }
+  };
+}
+
+type Run = (
+  ctx: TableContext,
+  flight: Flight,
+  serveStale: (flight: Flight, stale: Envelope) => void,
+) => Promise<Outcome>;
+
+/** Plain cache-aside: GET, load on a miss, compare-and-set fill. */
+const runPlain: Run = async (ctx, flight, serveStale) => {
+  let text: string | null;
+  try {
+    text = await ctx.l2.get(flight.id);
+  } catch (err) {
+    // A key of another type is garbage to overwrite, not a sick server.
+    if (classifyValkeyError(err) !== 'data') return runDegraded(ctx, flight, err, 'get');
+    ctx.counters.badEnvelopes++;
+    text = null;
+  }
+  const cached = text === null ? undefined : decode(ctx, text);
+  const now = ctx.now();
+  if (cached !== undefined && cached.softExpiresAt > now && cached.version > flight.replaceUpTo) {
+    return { kind: 'value', envelope: cached, layer: 'l2', refused: false };
+  }
+  if (cached !== undefined && servable(cached, now) && !flight.background)
+    serveStale(flight, cached);
+  const loaded = await loadEnvelope(ctx, flight);
+  const version = await fillWithoutLease(ctx, flight, loaded, readMark(text));
+  return {
+    kind: 'value',
+    envelope: version === undefined ? loaded : { ...loaded, version },
+    layer: 'origin',
+    refused: version === undefined,
+  };
+};
+
+/**
+ * The fleet path: `readOrLease` until there is a value or this flight holds
+ * the lease. A contended flight waits for the holder's fill — woken by its
+ * PUBLISH, re-checking at least every {@link POLL_MS} and right when the lease
+ * expires (so exactly one waiter takes over a dead holder's lease) — never
+ * past `waitTimeoutMs`.
+ */
+const runLeased: Run = async (ctx, flight, serveStale) => {
+  const { table, policy, counters, metrics } = ctx;
+  const watch = ctx.events?.watch(table, flight.id);
+  const deadline = ctx.now() + policy.waitTimeoutMs;
+  let waitStarted: number | undefined;
+  // An early refresh must replace the version it was asked about, even while that is fresh.
+  let replaceUpTo = flight.replaceUpTo;
+  // A value that looked fresh but did not decode (counted once, not again as the stale one).
+  let undecodable: string | undefined;
+  const waited = () => {
+    if (waitStarted !== undefined)
+      metrics.waitSeconds.observe((performance.now() - waitStarted) / 1000);
+  };
+  try {
+    for (;;) {
+      let answer: LeaseAnswer;
+      try {
+        answer = await ctx.l2.readOrLease(flight.id, policy.leaseMs, ctx.now(), replaceUpTo);
+      } catch (err) {
+        return await runDegraded(ctx, flight, err, 'lease');
+      }
+      if (answer.kind === 'value') {
+        const envelope = decode(ctx, answer.text);
+        if (envelope !== undefined) {
+          waited();
+          return { kind: 'value', envelope, layer: 'l2', refused: false };
+        }
+        // Its header looked fresh but it does not decode: compete for the lease to overwrite it.
+        replaceUpTo = Number.MAX_SAFE_INTEGER;
+        undecodable = answer.text;
+        continue;
+      }
+      const stale =
+        answer.stale === undefined || answer.stale === undecodable
+          ? undefined
+          : decode(ctx, answer.stale);
+      const servableStale = stale !== undefined && servable(stale, ctx.now()) ? stale : undefined;
+      if (answer.kind === 'leased') {
+        counters.lease[waitStarted === undefined ? 'acquired' : 'takeover']++;
+        waited();
+        if (servableStale !== undefined && !flight.background) serveStale(flight, servableStale);
+        return await loadAndFill(ctx, flight, answer.token);
+      }
+      // Contended: another instance loads. A refresh has nothing to wait for, and a
+      // reader with a stale value in hand is answered with it (stale-while-revalidate).
+      // (Waiters may have attached to a refresh since it started: then it waits like any flight.)
+      if (flight.waiters.length === 0) {
+        return { kind: 'skipped', retryAfterMs: answer.remainingMs };
+      }
+      if (servableStale !== undefined) {
+        waited();
+        return { kind: 'value', envelope: servableStale, layer: 'l2', refused: false };
+      }
+      if (waitStarted === undefined) {
+        waitStarted = performance.now();
+        counters.lease.contended++;
+      }
+      const leftMs = deadline - ctx.now();
+      if (leftMs <= 0) {
+        waited();
+        throw new WaitTimeoutError(
+          `no fill from the lease holder within ${policy.waitTimeoutMs} ms`,
+          { table, id: flight.id },
+        );
+      }
+      const pauseMs = Math.min(leftMs, Math.max(MIN_POLL_MS, answer.remainingMs + 2), POLL_MS);
+      if (watch !== undefined) await watch.wait(pauseMs);
+      else await new Promise((r) => setTimeout(r, pauseMs));
+    }
+  } finally {
+    watch?.close();
+  }
+};
+
+/** Holding the lease: load, then `fillAndRelease`; on a failed load, release the lease and wake the waiters. */
+async function loadAndFill(ctx: TableContext, flight: Flight, token: string): Promise<Outcome> {
+  let envelope: Envelope;
+  try {
+    envelope = await loadEnvelope(ctx, flight);
+  } catch (err) {
+    release(ctx, flight.id, token);
+    throw err;
+  }
+  if (flight.superseded) {
+    release(ctx, flight.id, token);
+    return { kind: 'value', envelope, layer: 'origin', refused: false };
+  }
+  let refused = false;
+  try {
+    const version = await ctx.l2.fillAndRelease(
+      flight.id,
+      token,
+      envelope,
+      hardTtlMs(envelope, ctx.now()),
+    );
+    if (version === undefined) {
+      refused = true;
+      ctx.counters.lease.lost++;
+    } else {
+      // Valkey may have ordered it above a newer version it held: answer what it stored.
+      envelope = { ...envelope, version };
+      ctx.clock.observe(version);
+    }
+  } catch (err) {
+    valkeyFailed(ctx, err, 'fill');
+  }
+  return { kind: 'value', envelope, layer: 'origin', refused };
+}
+
+function release(ctx: TableContext, id: string, token: string): void {
+  ctx.l2.release(id, token).catch((err: unknown) => valkeyFailed(ctx, err, 'release'));
+}
+
+/**
+ * Valkey failed (`err`), or its circuit is open: load from the source without
+ * the lease. The fill is sent without waiting for it, and only as "set if
+ * absent", so it can never overwrite a write that Valkey holds but this
+ * instance could not see; a lease a late script may still take expires after
+ * `leaseMs`.
+ */
+async function runDegraded(
+  ctx: TableContext,
+  flight: Flight,
+  err: unknown,
+  op: string,
+): Promise<Outcome> {
+  valkeyFailed(ctx, err, op);
+  const envelope = await loadEnvelope(ctx, flight);
+  void fillWithoutLease(ctx, flight, envelope, '');
+  return { kind: 'value', envelope, layer: 'origin', refused: false };
+}
+
+/**
+ * Writes a fill with `fillIfUnchanged` (unless the flight was superseded).
+ *
+ * @returns the version Valkey wrote it at, or undefined when it was refused,
+ *   not sent or failed (failures are counted, never thrown).
+ */
+async function fillWithoutLease(
+  ctx: TableContext,
+  flight: Flight,
+  envelope: Envelope,
+  expected: string,
+): Promise<number | undefined> {
+  if (flight.superseded) return undefined;
+  try {
+    const version = await ctx.l2.fillIfUnchanged(
+      flight.id,
+      expected,
+      envelope,
+      hardTtlMs(envelope, ctx.now()),
+    );
+    if (version !== undefined) ctx.clock.observe(version);
+    return version;
+  } catch (err) {
+    valkeyFailed(ctx, err, 'set');
+    return undefined;
+  }
+}
+
+/** Counts and logs a failed Valkey command (one the open circuit did not send is neither). */
+function valkeyFailed(ctx: TableContext, err: unknown, op: string): void {
+  if (classifyValkeyError(err) === 'unsent') return;
+  bump(ctx.counters.valkeyErrors, op);
+  ctx.log.debug({ err, table: ctx.table, op }, 'valkey command failed; answering without L2');
+}
+
+/** A stale value may be served while it is within its hard TTL; "not found" never is. */
+function servable(envelope: Envelope, now: number): boolean {
+  return !envelope.negative && envelope.hardExpiresAt > now;
+}
+
+/** Decodes an L2 envelope and lets the version clock observe it; counts the undecodable. */
+function decode(ctx: TableContext, text: string): Envelope | undefined {
+  const envelope = decodeEnvelope(text);
+  if (envelope === undefined) ctx.counters.badEnvelopes++;
+  else ctx.clock.observe(envelope.version);
+  return envelope;
+}
+
+/**
+ * Loads `flight.id` from the source under the table's gate and wraps it in a
+ * fresh envelope (`undefined` from the loader becomes a negative envelope).
+ *
+ * @throws {ShedError} `ECC_SHED` when the table runs `maxConcurrentLoads` loads and
+ *   `maxQueuedLoads` wait already, or a queued load waited `leaseMs − loadTimeoutMs`
+ *   (so a lease can never expire under a queued load).
+ * @throws {LoadTimeoutError} `ECC_LOAD_TIMEOUT`; {@link BadValueError} `ECC_BAD_VALUE`;
+ *   anything the loader throws (mapped later by {@link asStoreError}).
+ */
+async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope> {
+  const { policy, table } = ctx;
+  await ctx.gate.acquire(policy.leaseMs - policy.loadTimeoutMs, () => {
+    ctx.counters.shed++;
+    return new ShedError(
+      `table ${table} runs ${policy.maxConcurrentLoads} loads; its queue (${policy.maxQueuedLoads}) is full or the wait ran out`,
+      { table, id: flight.id },
+    );
+  });
+  try {
+    const started = performance.now();
+    const value = await callLoader(ctx, flight);
+    return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
+  } finally {
+    ctx.gate.release();
+  }
+}
+
+/**
+ * Calls the loader under `loadTimeoutMs` (the one place `fills` is counted).
+ * The signal belongs to the flight; a result that lands after the timeout is
+ * discarded and counted.
+ */
+async function callLoader(ctx: TableContext, flight: Flight): Promise<unknown> {
+  const { policy, counters } = ctx;
+  counters.fills++;
+  const started = performance.now();
+  let timedOut = false;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      timedOut = true;
+      const error = new LoadTimeoutError(`load took longer than ${policy.loadTimeoutMs} ms`, {
+        table: ctx.table,
+        id: flight.id,
+      });
+      flight.abort.abort(error);
+      reject(error);
+    }, policy.loadTimeoutMs);
+  });
+  let loading: Promise<unknown>;
+  try {
+    loading = Promise.resolve(ctx.load(flight.id, { signal: flight.abort.signal }));
+  } catch (err) {
+    loading = Promise.reject(err);
+  }
+  const late = () => {
+    if (timedOut) counters.lateLoads++;
+  };
+  loading.then(late, late);
+  try {
+    return await Promise.race([loading, timeout]);
+  } finally {
+    clearTimeout(timer);
+    ctx.metrics.loadSeconds.observe((performance.now() - started) / 1000);
+  }
+}
+
+/**
+ * Wraps a loaded value (or "not found") in a fresh envelope: soft TTL
+ * `ttlMs` (or `negativeTtlMs`), hard TTL `+ staleMs`, both jittered; a
+ * {@link LoadResult} overrides the table's policy for this row.
+ */
+function buildEnvelope(ctx: TableContext, id: string, result: unknown, deltaMs: number): Envelope {
+  const { policy } = ctx;
+  let value = result;
+  let override: RowPolicy = {};
+  if (result instanceof LoadResult) {
+    value = result.value;
+    override = result.policy;
+  }
+  const negative = override.negative === true || value === undefined;
+  const json = negative ? 'null' : toJson(value);
+  if (json === undefined) {
+    throw new BadValueError('the loader returned a value that cannot be serialised as JSON', {
+      table: ctx.table,
+      id,
+    });
+  }
+  return mintEnvelope(
+    { value: negative ? null : value, json, version: ctx.clock.mint(), deltaMs, negative },
+    {
+      ttlMs: override.ttlMs ?? (negative ? policy.negativeTtlMs : policy.ttlMs),
+      staleMs: negative ? 0 : (override.staleMs ?? policy.staleMs),
+      jitter: policy.jitter,
+    },
+    ctx.now(),
+  );
+}
+
+/** Maps anything thrown by a loader to the coded error every waiter receives. */
+export function asStoreError(err: unknown, table: string, id: string): EchoStoreError {
+  if (err instanceof EchoStoreError) return err;
+  // The detail (an origin URL, a driver message) stays in `cause` for the logs;
+  // clients only ever see this sentence.
+  return new LoadFailedError('the source failed to load the item', { table, id, cause: err });
+}
