@@ -1,11 +1,5 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
-import {
-  errorOf,
-  openStore,
-  plantEnvelope,
-  scopedValkey,
-  storedValue,
-} from './helpers/probe.js';
+import { errorOf, openStore, plantEnvelope, scopedValkey, storedValue } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
