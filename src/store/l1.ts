@@ -10,9 +10,11 @@ export type L1Row = Envelope;
  * a jittered TTL that never outlives the row's hard TTL (between soft and hard
  * expiry a row is served stale while one caller refreshes it).
  *
- * Writes are newer-wins on `version`, so a late or duplicated write can never
- * replace a newer row. A row too large for the byte budget is simply not
- * kept: the fill still answers its callers (pass-through, never failure).
+ * L1 does not compare versions: the owner decides what may be stored (a
+ * superseded flight or a refused fill never reaches `set`; coherence events
+ * drop rows newer-wins), see docs/ordering.md. A row too large for the byte
+ * budget is simply not kept: the fill still answers its callers
+ * (pass-through, never failure).
  */
 export class L1 {
   readonly #cache: LRUCache<string, L1Row>;
@@ -43,17 +45,12 @@ export class L1 {
   }
 
   /**
-   * Stores `row` unless L1 already holds a newer version of `id` (or `force`:
-   * this instance's own acknowledged write, which wins whatever L1 held).
+   * Stores `row` for at most `l1.ttlMs` (jittered), never past its hard TTL.
    *
-   * @param now epoch milliseconds, for the soft-TTL bound.
-   * @returns true when the row was stored.
+   * @param now epoch milliseconds, for the hard-TTL bound.
+   * @returns true when the row was stored (false: already past its hard TTL, or too large).
    */
-  set(id: string, row: L1Row, now: number, force = false): boolean {
-    const current = force
-      ? undefined
-      : this.#cache.get(id, { allowStale: true, updateAgeOnGet: false });
-    if (current !== undefined && current.version > row.version) return false;
+  set(id: string, row: L1Row, now: number): boolean {
     const remainingMs = row.hardExpiresAt - now;
     if (remainingMs <= 0) {
       this.#cache.delete(id);

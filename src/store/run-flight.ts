@@ -26,6 +26,7 @@ import {
 } from './envelope.js';
 import type { Flight, Outcome, TableContext } from './flight.js';
 import { classifyValkeyError } from './valkey/breaker.js';
+import type { Watch } from './valkey/events.js';
 import type { LeaseAnswer } from './valkey/scripts.js';
 
 /** Longest pause between two looks at a contended lease when no event wakes the waiter. */
@@ -96,13 +97,15 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
 /**
  * The fleet path: `readOrLease` until there is a value or this flight holds
  * the lease. A contended flight waits for the holder's fill — woken by its
- * PUBLISH, re-checking at least every {@link POLL_MS} and right when the lease
- * expires (so exactly one waiter takes over a dead holder's lease) — never
+ * PUBLISH (watched from its first contended answer), re-checking at least
+ * every {@link POLL_MS} and right when the lease expires (so exactly one waiter takes over a dead holder's lease) — never
  * past `waitTimeoutMs`.
  */
 const runLeased: Run = async (ctx, flight, serveStale) => {
   const { table, policy, counters, metrics } = ctx;
-  const watch = ctx.events?.watch(table, flight.id);
+  // Started on the first contended answer (an uncontended miss never needs one);
+  // Valkey is asked again right after, so no fill event can slip in between.
+  let watch: Watch | undefined;
   const deadline = ctx.now() + policy.waitTimeoutMs;
   let waitStarted: number | undefined;
   // An early refresh must replace the version it was asked about, even while that is fresh.
@@ -156,6 +159,8 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
       if (waitStarted === undefined) {
         waitStarted = performance.now();
         counters.lease.contended++;
+        watch = ctx.events?.watch(table, flight.id);
+        continue;
       }
       const leftMs = deadline - ctx.now();
       if (leftMs <= 0) {
@@ -233,7 +238,8 @@ async function runDegraded(
 }
 
 /**
- * Writes a fill with `fillIfUnchanged` (unless the flight was superseded).
+ * Writes a fill with `fillIfUnchanged`. A write or delete that superseded the
+ * flight changed the key's mark, so the compare-and-set refuses this fill.
  *
  * @returns the version Valkey wrote it at, or undefined when it was refused,
  *   not sent or failed (failures are counted, never thrown).
@@ -244,7 +250,6 @@ async function fillWithoutLease(
   envelope: Envelope,
   expected: string,
 ): Promise<number | undefined> {
-  if (flight.superseded) return undefined;
   try {
     const version = await ctx.l2.fillIfUnchanged(
       flight.id,

@@ -105,11 +105,11 @@ export class Writes {
   written(m: Written): void {
     if (m.error === undefined) {
       this.#ctx.clock.observe(m.envelope.version);
-      // This instance's own acknowledged write goes into its L1 whatever version
-      // L1 held, unless Valkey already applied a later write of the id (its
-      // event arrived before this acknowledgement): then L1 must not hold ours.
+      // This instance's own acknowledged write goes into its L1, unless Valkey
+      // already applied a later write of the id (its event arrived before this
+      // acknowledgement): then L1 must not hold ours.
       if ((this.#newer.get(m.id) ?? 0) > m.envelope.version) this.#l1.delete(m.id);
-      else this.#l1.set(m.id, m.envelope, this.#ctx.now(), true);
+      else this.#l1.set(m.id, m.envelope, this.#ctx.now());
       m.waiter.resolve({ version: m.envelope.version });
     } else {
       // The write may or may not have reached Valkey: drop L1 so the next read asks L2.

@@ -1,0 +1,87 @@
+/**
+ * A table owner with no Valkey and no loader: flights run by a fake runner the
+ * test controls, writes by a fake L2. For the owner's state machine.
+ */
+import { pino } from 'pino';
+import { newCounters } from '../../src/metrics.js';
+import { createVersionClock, type Envelope } from '../../src/store/envelope.js';
+import type { Flight, Outcome, TableContext } from '../../src/store/flight.js';
+import { LoadGate } from '../../src/store/gate.js';
+import { L1 } from '../../src/store/l1.js';
+import { TableOwner } from '../../src/store/owner.js';
+import { resolvePolicy, type TablePolicyInput } from '../../src/store/policy.js';
+import type { ReadResult } from '../../src/store/types.js';
+import type { L2 } from '../../src/store/valkey/scripts.js';
+import { deferred } from './store.js';
+
+/** One launched flight: the test lands it with `land(outcome)`, or serves stale with `serveStale`. */
+export interface FakeRun {
+  flight: Flight;
+  land(outcome: Outcome): void;
+  fail(error: unknown): void;
+  serveStale(envelope: Envelope): void;
+}
+
+/** A fresh envelope for `value`, minted at `now`, good for `ttlMs`. */
+export function fresh(value: unknown, now: number, ttlMs = 60_000, version = 1): Envelope {
+  return {
+    value,
+    json: JSON.stringify(value),
+    version,
+    softExpiresAt: now + ttlMs,
+    hardExpiresAt: now + ttlMs,
+    deltaMs: 1,
+    negative: false,
+  };
+}
+
+/** Builds an owner over a fake runner; `runs` lists its flights in launch order. */
+export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
+  let now = 1_000_000;
+  const resolved = resolvePolicy(policy);
+  const l1 = new L1(resolved.l1, 0);
+  const ctx: TableContext = {
+    table: 't',
+    policy: resolved,
+    load: () => undefined,
+    l2: l2 as L2,
+    events: undefined,
+    counters: newCounters(),
+    metrics: { loadSeconds: { observe() {} }, waitSeconds: { observe() {} } },
+    clock: createVersionClock(() => now),
+    gate: new LoadGate(resolved.maxConcurrentLoads, resolved.maxQueuedLoads),
+    log: pino({ level: 'silent' }),
+    now: () => now,
+  };
+  const runs: FakeRun[] = [];
+  const owner = new TableOwner(ctx, l1, (_ctx, serveStale) => (flight) => {
+    const done = deferred<Outcome>();
+    runs.push({
+      flight,
+      land: (outcome) => done.resolve(outcome),
+      fail: (error) => done.reject(error),
+      serveStale: (envelope) => serveStale(flight, envelope),
+    });
+    return done.promise;
+  });
+  /** Posts a fill and returns the caller's promise. */
+  const fill = (id: string): Promise<ReadResult> =>
+    new Promise((resolve, reject) => owner.post({ kind: 'fill', id, waiter: { resolve, reject } }));
+  return {
+    owner,
+    ctx,
+    l1,
+    runs,
+    fill,
+    now: () => now,
+    advance(ms: number) {
+      now += ms;
+    },
+  };
+}
+
+/** Lets the mailbox drain (its handlers run on microtasks). */
+export async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) await Promise.resolve();
+  await new Promise((r) => setImmediate(r));
+}
