@@ -116,10 +116,29 @@ export class PayloadTooLargeError extends EchoStoreError {
   static override readonly statusCode = 413;
 }
 
-/** The configuration (file, environment or `createStore` options) is invalid; the message names the field. */
+/** Fields of a {@link ConfigError}. */
+export interface ConfigErrorOptions extends EchoStoreErrorOptions {
+  /**
+   * The field at fault as a dotted path (`tables.products.leaseMs`, `valkey.url`), relative to
+   * whatever the thrower was given; a caller that knows more of the path prefixes it.
+   */
+  field?: string;
+}
+
+/**
+ * The configuration (file, environment or `createStore` options) is invalid; the message names
+ * the field, and `field` holds it for code (never recover it from the message).
+ */
 export class ConfigError extends EchoStoreError {
   static override readonly code = 'ECC_BAD_CONFIG';
   static override readonly statusCode = 500;
+  /** The field at fault as a dotted path, when the failure concerns one field. */
+  readonly field: string | undefined;
+
+  constructor(message: string, options: ConfigErrorOptions = {}) {
+    super(message, options);
+    this.field = options.field;
+  }
 }
 
 /** Anything unexpected: a bug. Logged with its cause; the client sees only the code. */

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load.js';
-import { EchoStoreError } from '../src/errors.js';
+import { ConfigError, EchoStoreError } from '../src/errors.js';
 
 let dir: string;
 beforeAll(() => {
@@ -436,6 +436,21 @@ describe('loadConfig rejects an invalid file', () => {
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain(file);
     expect(err.message).toContain(`${field}:`);
+  });
+
+  it.each([
+    ['leaseMs not above loadTimeoutMs', '    leaseMs: 4000\n', 'tables.products.leaseMs'],
+    ['an idPattern that does not compile', '    idPattern: "([a-z"\n', 'tables.products.idPattern'],
+    [
+      'an idPattern with nested quantifiers',
+      '    idPattern: "^(a+)+$"\n',
+      'tables.products.idPattern',
+    ],
+  ])('puts the field of %s in ConfigError.field', (name, extra, field) => {
+    const file = write(`field-${name.replaceAll(/\W/g, '-')}.yaml`, table(extra));
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe(field);
   });
 
   it('rejects a YAML syntax error, naming the line', () => {

@@ -230,13 +230,10 @@ function jsonErrorLine(text: string, err: Error): string {
 function checkPolicy(name: string, table: TableConfig, origin: string): void {
   const { source: _, ...policy } = table;
   try {
-    resolvePolicy(policy);
+    resolvePolicy(policy, `tables.${name}`);
   } catch (err) {
-    // resolvePolicy's messages begin with the field they concern.
-    const { message } = err as Error;
-    const field = /^\w+/.exec(message)?.[0];
-    const at = field === undefined ? `tables.${name}` : `tables.${name}.${field}`;
-    throw new ConfigError(`${origin}: ${at}: ${message}`, { cause: err });
+    if (!(err instanceof ConfigError)) throw err;
+    throw new ConfigError(`${origin}: ${err.message}`, { field: err.field, cause: err });
   }
 }
 

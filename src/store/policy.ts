@@ -3,6 +3,7 @@
  * resolved shape the store works with. All durations are milliseconds.
  */
 import safeRegex from 'safe-regex2';
+import { ConfigError } from '../errors.js';
 
 /** Bounds of a table's in-process L1 (lru-cache). */
 export interface L1Policy {
@@ -106,13 +107,16 @@ export const policySchemaProperties = {
  * Applies defaults. Assumes `input` already passed the schema; checks the
  * cross-field rules the schema cannot express.
  *
+ * @param at - dotted path of `input` in the configuration (e.g. `tables.products`), prefixed to
+ *   the field an error names. Default: none (the field alone, e.g. `leaseMs`).
  * @returns the resolved policy.
- * @throws {Error} with a message naming the field, when `leaseMs <= loadTimeoutMs`,
- *   or `idPattern` is not a valid regular expression or is one safe-regex2 flags
- *   (star height above 1, i.e. nested quantifiers such as `^(a+)+$`, or more than 25
- *   quantifiers): matching an id against it could take exponential time (ReDoS).
+ * @throws {ConfigError} `ECC_BAD_CONFIG` whose `field` is `<at>.leaseMs` when
+ *   `leaseMs <= loadTimeoutMs`, or `<at>.idPattern` when `idPattern` is not a valid regular
+ *   expression or is one safe-regex2 flags (star height above 1, i.e. nested quantifiers such
+ *   as `^(a+)+$`, or more than 25 quantifiers): matching an id against it could take
+ *   exponential time (ReDoS). The message is `<field>: <what is wrong>`.
  */
-export function resolvePolicy(input: TablePolicyInput): TablePolicy {
+export function resolvePolicy(input: TablePolicyInput, at?: string): TablePolicy {
   const { l1, idPattern, ...rest } = input;
   const policy: TablePolicy = {
     ...DEFAULT_POLICY,
@@ -120,20 +124,26 @@ export function resolvePolicy(input: TablePolicyInput): TablePolicy {
     idPattern: undefined,
     l1: { ...DEFAULT_POLICY.l1, ...l1 },
   };
+  const fail = (name: keyof TablePolicyInput, problem: string, cause?: unknown): never => {
+    const field = at === undefined || at === '' ? name : `${at}.${name}`;
+    throw new ConfigError(`${field}: ${problem}`, { field, cause });
+  };
   if (policy.leaseMs <= policy.loadTimeoutMs) {
-    throw new Error(
-      `leaseMs (${policy.leaseMs}) must be greater than loadTimeoutMs (${policy.loadTimeoutMs})`,
+    fail(
+      'leaseMs',
+      `must be greater than loadTimeoutMs (${policy.loadTimeoutMs}); it is ${policy.leaseMs}`,
     );
   }
   if (idPattern !== undefined) {
     try {
       policy.idPattern = new RegExp(idPattern, 'u');
     } catch (err) {
-      throw new Error(`idPattern is not a valid regular expression: ${(err as Error).message}`);
+      fail('idPattern', `is not a valid regular expression: ${(err as Error).message}`, err);
     }
     if (!safeRegex(idPattern)) {
-      throw new Error(
-        'idPattern is not a safe regular expression (nested quantifiers can take exponential time)',
+      fail(
+        'idPattern',
+        'is not a safe regular expression (nested quantifiers can take exponential time)',
       );
     }
   }

@@ -176,12 +176,7 @@ function buildTable(
     );
   }
   const { load, ...policyInput } = input;
-  let policy: ReturnType<typeof resolvePolicy>;
-  try {
-    policy = resolvePolicy(policyInput);
-  } catch (err) {
-    throw new ConfigError(`tables.${name}: ${(err as Error).message}`);
-  }
+  const policy = resolvePolicy(policyInput, `tables.${name}`);
   const counters: TableCounters = {
     hits: 0,
     misses: 0,
