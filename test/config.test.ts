@@ -436,6 +436,7 @@ describe('loadConfig rejects an invalid file', () => {
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain(file);
     expect(err.message).toContain(`${field}:`);
+    expect((err as ConfigError).field).toBe(field);
   });
 
   it.each([

@@ -6,19 +6,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, extname, resolve } from 'node:path';
-import { Ajv, type ErrorObject } from 'ajv';
+import { Ajv } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
 import { readCaFile, type ValkeyTlsOptions } from '../valkey.js';
-import {
-  ADMIN_TOKEN_PATTERN,
-  configSchema,
-  HEADER_VALUE_PATTERN,
-  RESERVED_TABLE_NAMES,
-  type ServiceConfig,
-  type TableConfig,
-} from './schema.js';
+import { configSchema, type ServiceConfig, type TableConfig } from './schema.js';
+import { schemaProblem } from './schema-error.js';
 
 /** Inputs of {@link loadConfig}; passed in so that tests need no process state. */
 export interface LoadConfigOptions {
@@ -39,7 +33,14 @@ export const DEMO_QUERY =
 
 type FileConfig = Omit<ServiceConfig, 'origin'>;
 
-const ajv = new Ajv({ strict: true, useDefaults: true, discriminator: true, allErrors: false });
+// verbose: the error formatter lists a discriminator's kinds from the parent schema.
+const ajv = new Ajv({
+  strict: true,
+  useDefaults: true,
+  discriminator: true,
+  allErrors: false,
+  verbose: true,
+});
 const validate = ajv.compile<FileConfig>(configSchema);
 
 /** Configuration fields the environment may override, by variable. */
@@ -99,10 +100,15 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
     raw = readConfigFile(origin);
   }
 
-  if (!validate(raw)) throw new ConfigError(`${origin}: ${describe(validate.errors)}`);
+  if (!validate(raw)) {
+    const { field, reason } = schemaProblem(validate.errors);
+    throw new ConfigError(`${origin}: ${field}: ${reason}`, { field });
+  }
   const config = raw;
   const urlProblem = valkeyUrlProblem(config.valkey.url);
-  if (urlProblem !== undefined) throw new ConfigError(`${origin}: valkey.url: ${urlProblem}`);
+  if (urlProblem !== undefined) {
+    throw new ConfigError(`${origin}: valkey.url: ${urlProblem}`, { field: 'valkey.url' });
+  }
   checkCaFile(config.valkey.tls, path === undefined ? undefined : dirname(origin), origin);
   for (const [name, table] of Object.entries(config.tables)) {
     checkPolicy(name, table, origin);
@@ -214,7 +220,10 @@ function checkCaFile(tls: ValkeyTlsOptions | undefined, dir: string | undefined,
     readCaFile(tls.caFile);
   } catch (err) {
     // readCaFile's messages begin with `valkey.tls.caFile:`.
-    throw new ConfigError(`${origin}: ${(err as Error).message}`, { cause: err });
+    throw new ConfigError(`${origin}: ${(err as Error).message}`, {
+      field: 'valkey.tls.caFile',
+      cause: err,
+    });
   }
 }
 
@@ -243,6 +252,7 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
     if (!/^[0-9]{1,5}$/.test(port) || Number(port) > 65_535) {
       throw new ConfigError(
         `environment variable PORT: must be an integer 0-65535 (got "${port}")`,
+        { field: 'http.port' },
       );
     }
     config.http.port = Number(port);
@@ -257,60 +267,14 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
   if (adminToken !== undefined) config.http.adminToken = adminToken;
 
   if (!validate(config)) {
-    const problem = describe(validate.errors);
-    const variable = Object.entries(ENV_FIELDS).find(([, field]) =>
-      problem.startsWith(`${field}:`),
-    );
-    throw new ConfigError(`environment variable ${variable?.[0] ?? '?'}: ${problem}`);
+    const { field, reason } = schemaProblem(validate.errors);
+    const variable = Object.entries(ENV_FIELDS).find(([, f]) => f === field)?.[0] ?? '?';
+    throw new ConfigError(`environment variable ${variable}: ${field}: ${reason}`, { field });
   }
   const urlProblem = url === undefined ? undefined : valkeyUrlProblem(url);
   if (urlProblem !== undefined) {
-    throw new ConfigError(`environment variable VALKEY_URL: valkey.url: ${urlProblem}`);
-  }
-}
-
-/** `<dotted.path>: <what is wrong>`, for the first schema error. */
-function describe(errors: ErrorObject[] | null | undefined): string {
-  const error = errors?.[0];
-  if (error === undefined) return '(root): invalid';
-  const path = error.instancePath
-    .split('/')
-    .slice(1)
-    .map((s) => s.replaceAll('~1', '/').replaceAll('~0', '~'));
-  const at = (...more: string[]) => [...path, ...more].join('.') || '(root)';
-  const { params } = error;
-  if (error.propertyName !== undefined) {
-    if (error.keyword === 'not') {
-      return `${at(error.propertyName)}: is a reserved name (${RESERVED_TABLE_NAMES.join(', ')})`;
-    }
-    return `${at(error.propertyName)}: is not a valid name (must match ${params.pattern})`;
-  }
-  switch (error.keyword) {
-    case 'required':
-      if (path.length === 0 && params.missingProperty === 'tables') {
-        return 'tables: must have at least one table';
-      }
-      return `${at(params.missingProperty)}: is required`;
-    case 'minProperties':
-      return path.join('.') === 'tables'
-        ? 'tables: must have at least one table'
-        : `${at()}: ${error.message}`;
-    case 'additionalProperties':
-      return `${at(params.additionalProperty)}: is not a known field`;
-    case 'enum':
-      return `${at()}: must be one of ${params.allowedValues.join(', ')}`;
-    case 'pattern':
-      if (params.pattern === HEADER_VALUE_PATTERN) return `${at()}: must not contain CR, LF or NUL`;
-      if (params.pattern === ADMIN_TOKEN_PATTERN) {
-        return `${at()}: must be visible ASCII characters (no spaces or control characters)`;
-      }
-      return `${at()}: ${error.message}`;
-    case 'discriminator':
-      return `${at(params.tag)}: must be one of sqlite, http`;
-    case 'type':
-      if (path.length === 0) return '(root): must be a mapping of fields (YAML object)';
-      return `${at()}: ${error.message}`;
-    default:
-      return `${at()}: ${error.message}`;
+    throw new ConfigError(`environment variable VALKEY_URL: valkey.url: ${urlProblem}`, {
+      field: 'valkey.url',
+    });
   }
 }

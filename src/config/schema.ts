@@ -70,6 +70,12 @@ export const HEADER_VALUE_PATTERN = '^[^\\r\\n\\u0000]*$';
 /** `http.adminToken`: visible ASCII (it travels in an `authorization` header). */
 export const ADMIN_TOKEN_PATTERN = '^[\\x21-\\x7e]*$';
 
+/** What a value must be to match each `pattern` of the schema, for error messages. */
+export const PATTERN_MEANINGS: ReadonlyMap<string, string> = new Map([
+  [HEADER_VALUE_PATTERN, 'must not contain CR, LF or NUL'],
+  [ADMIN_TOKEN_PATTERN, 'must be visible ASCII characters (no spaces or control characters)'],
+]);
+
 const ms = { type: 'integer', minimum: 1, maximum: 3_600_000 } as const;
 
 const sqliteSourceSchema = {

@@ -2,6 +2,7 @@ import { Ajv } from 'ajv';
 import type { Redis } from 'ioredis';
 import { type Logger, pino } from 'pino';
 import { Registry } from 'prom-client';
+import { schemaProblem } from '../config/schema-error.js';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
@@ -169,11 +170,8 @@ function buildTable(
     throw new ConfigError(`tables.${name}.load: must be a function (id, { signal }) => value`);
   }
   if (!validatePolicy(input)) {
-    const e = validatePolicy.errors?.[0];
-    const field = `${e?.instancePath ?? ''}${e?.params && 'additionalProperty' in e.params ? `/${e.params.additionalProperty}` : ''}`;
-    throw new ConfigError(
-      `tables.${name}${field.replaceAll('/', '.')}: ${e?.message ?? 'invalid'}`,
-    );
+    const { field, reason } = schemaProblem(validatePolicy.errors, `tables.${name}`);
+    throw new ConfigError(`${field}: ${reason}`, { field });
   }
   const { load, ...policyInput } = input;
   const policy = resolvePolicy(policyInput, `tables.${name}`);
