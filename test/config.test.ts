@@ -501,11 +501,18 @@ describe('loadConfig rejects an invalid file', () => {
     expect(err.message).toContain(`${file}: invalid YAML:`);
   });
 
-  it('rejects a JSON syntax error, naming the line', () => {
-    const file = write('broken.json', '{\n  "tables": {\n    "p": 1,\n  }\n}\n');
+  it('rejects a JSON syntax error, naming the line and column', () => {
+    const file = write('broken.json', '{\n  "tables": {\n    "p": {}\n');
     const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
-    expect(err.message).toContain(`${file}:4:`);
+    expect(err.message).toContain(`${file}:4:1: invalid JSON:`);
+  });
+
+  it('rejects a duplicate key in a JSON file, naming the line and column', () => {
+    const file = write('duplicate.json', '{\n  "http": {},\n  "http": {}\n}\n');
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}:3:3: invalid JSON:`);
   });
 
   it('rejects a file that cannot be read', () => {

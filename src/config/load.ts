@@ -61,8 +61,8 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * Reads, validates and completes the configuration.
  *
  * 1. The file is `--config <path>` (or `--config=<path>`) in `argv`, else
- *    `ECHOSTORE_CONFIG`; relative to `cwd`. `.json` is parsed as JSON,
- *    anything else as YAML (which accepts JSON). A relative `source.file` of an
+ *    `ECHOSTORE_CONFIG`; relative to `cwd`. It is parsed as YAML 1.2, of which
+ *    JSON is a subset, whatever its extension. A relative `source.file` of an
  *    sqlite table is resolved against the file's directory.
  * 2. Without a file: one built-in demo table, `products`, served by the demo
  *    catalog in `<ECHOSTORE_DATA_DIR or cwd/data>/demo.sqlite` (created on first use).
@@ -153,6 +153,12 @@ function demoConfig(dataDir: string): unknown {
   };
 }
 
+/**
+ * The parsed file. YAML and JSON alike go through the YAML parser (JSON is YAML 1.2), so
+ * that a syntax error names its line and column either way; a `.json` file is therefore
+ * also allowed what YAML allows in flow style (comments, trailing commas), and a duplicate
+ * key is an error in both.
+ */
 function readConfigFile(file: string): unknown {
   let text: string;
   try {
@@ -162,27 +168,22 @@ function readConfigFile(file: string): unknown {
       cause: err,
     });
   }
-  if (extname(file).toLowerCase() === '.json') {
-    try {
-      return JSON.parse(text);
-    } catch (err) {
-      throw new ConfigError(`${file}:${jsonErrorLine(text, err as Error)}`, { cause: err });
-    }
-  }
+  const invalid = extname(file).toLowerCase() === '.json' ? 'invalid JSON' : 'invalid YAML';
   const lineCounter = new LineCounter();
   try {
     const doc = parseDocument(text, { lineCounter, prettyErrors: false });
     const error = doc.errors[0];
     if (error !== undefined) {
       const { line, col } = lineCounter.linePos(error.pos[0]);
-      const at = `${line}:${col}:`;
-      throw new ConfigError(`${file}:${at} invalid YAML: ${error.message}`, { cause: error });
+      throw new ConfigError(`${file}:${line}:${col}: ${invalid}: ${error.message}`, {
+        cause: error,
+      });
     }
     return doc.toJS({ maxAliasCount: MAX_YAML_ALIAS_COUNT });
   } catch (err) {
     // The yaml library also throws: an alias bomb ("Excessive alias count"), an unresolvable alias…
     if (err instanceof ConfigError) throw err;
-    throw new ConfigError(`${file}: invalid YAML: ${(err as Error).message}`, { cause: err });
+    throw new ConfigError(`${file}: ${invalid}: ${(err as Error).message}`, { cause: err });
   }
 }
 
@@ -225,15 +226,6 @@ function checkCaFile(tls: ValkeyTlsOptions | undefined, dir: string | undefined,
       cause: err,
     });
   }
-}
-
-/** `<line>:<col>: invalid JSON: <reason>`, from the `position N` V8 puts in its message. */
-function jsonErrorLine(text: string, err: Error): string {
-  const position = /at position (\d+)/.exec(err.message)?.[1];
-  if (position === undefined) return ` invalid JSON: ${err.message}`;
-  const before = text.slice(0, Number(position)).split('\n');
-  const col = (before.at(-1)?.length ?? 0) + 1;
-  return `${before.length}:${col}: invalid JSON: ${err.message}`;
 }
 
 function checkPolicy(name: string, table: TableConfig, origin: string): void {
