@@ -4,6 +4,7 @@ import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load.js';
 import { ConfigError, EchoStoreError } from '../src/errors.js';
+import { DEFAULT_POLICY, resolvePolicy } from '../src/store/policy.js';
 
 let dir: string;
 beforeAll(() => {
@@ -526,5 +527,41 @@ describe('loadConfig rejects an invalid file', () => {
     const err = failure(() => loadConfig({ argv: ['--config'], env: {} }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain('--config');
+  });
+});
+
+describe('table policy defaults', () => {
+  it('reads every default from the schema', () => {
+    expect(DEFAULT_POLICY).toEqual({
+      ttlMs: 300_000,
+      jitter: 0.2,
+      staleMs: 60_000,
+      earlyRefreshBeta: 1,
+      negativeTtlMs: 30_000,
+      leaseMs: 5_000,
+      loadTimeoutMs: 4_000,
+      waitTimeoutMs: 5_000,
+      maxConcurrentLoads: 16,
+      maxQueuedLoads: 64,
+      maxWaitersPerFlight: 10_000,
+      coalescing: 'fleet',
+      l1: { maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 },
+    });
+  });
+
+  it('lets resolvePolicy fill in what a table leaves out, L1 bounds one by one', () => {
+    const policy = resolvePolicy({ ttlMs: 1_000, l1: { maxEntries: 5 } });
+    expect(policy).toEqual({
+      ...DEFAULT_POLICY,
+      ttlMs: 1_000,
+      idPattern: undefined,
+      l1: { ...DEFAULT_POLICY.l1, maxEntries: 5 },
+    });
+  });
+
+  it('names the bare field when resolvePolicy is given no path', () => {
+    expect(() => resolvePolicy({ leaseMs: 10, loadTimeoutMs: 10 })).toThrow(
+      expect.objectContaining({ code: 'ECC_BAD_CONFIG', field: 'leaseMs' }),
+    );
   });
 });

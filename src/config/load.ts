@@ -6,12 +6,19 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, extname, resolve } from 'node:path';
+import { Value } from '@sinclair/typebox/value';
 import { Ajv } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
 import { readCaFile, type ValkeyTlsOptions } from '../valkey.js';
-import { configSchema, type ServiceConfig, type TableConfig } from './schema.js';
+import {
+  configSchema,
+  type FileConfig,
+  SECTIONS,
+  type ServiceConfig,
+  type TableConfig,
+} from './schema.js';
 import { schemaProblem } from './schema-error.js';
 
 /** Inputs of {@link loadConfig}; passed in so that tests need no process state. */
@@ -31,16 +38,9 @@ export const BUILT_IN_DEMO = 'built-in demo';
 export const DEMO_QUERY =
   'SELECT id, sku, name, category, price_cents, stock, description FROM products WHERE id = ?';
 
-type FileConfig = Omit<ServiceConfig, 'origin'>;
-
+// No useDefaults: it would fill in the table policy defaults too (see withSectionDefaults).
 // verbose: the error formatter lists a discriminator's kinds from the parent schema.
-const ajv = new Ajv({
-  strict: true,
-  useDefaults: true,
-  discriminator: true,
-  allErrors: false,
-  verbose: true,
-});
+const ajv = new Ajv({ strict: true, discriminator: true, allErrors: false, verbose: true });
 const validate = ajv.compile<FileConfig>(configSchema);
 
 /** Configuration fields the environment may override, by variable. */
@@ -100,6 +100,7 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
     raw = readConfigFile(origin);
   }
 
+  withSectionDefaults(raw);
   if (!validate(raw)) {
     const { field, reason } = schemaProblem(validate.errors);
     throw new ConfigError(`${origin}: ${field}: ${reason}`, { field });
@@ -119,6 +120,24 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
 
   applyEnv(config, env);
   return { ...config, origin };
+}
+
+/**
+ * Fills in, in place, the defaults of `valkey`, `http` and `log` (and of `valkey.tls` when it
+ * is there) from the schema, as ajv's `useDefaults` would; `tables` is left as written, its
+ * policy defaults being the store's to apply. Anything that is not a mapping is left for the
+ * schema to reject.
+ */
+function withSectionDefaults(raw: unknown): void {
+  if (!isMapping(raw)) return;
+  for (const section of SECTIONS) {
+    const value = raw[section] === undefined ? {} : raw[section];
+    if (isMapping(value)) raw[section] = Value.Default(configSchema.properties[section], value);
+  }
+}
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** The value of the last `--config <path>` / `--config=<path>`, if any. */
