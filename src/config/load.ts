@@ -43,10 +43,11 @@ export const DEMO_QUERY =
 const ajv = new Ajv({ strict: true, discriminator: true, allErrors: false, verbose: true });
 const validate = ajv.compile<FileConfig>(configSchema);
 
-/** Configuration fields the environment may override, by variable. */
-const ENV_FIELDS = {
+/** Configuration fields the environment overrides, by variable (an empty variable counts as unset). */
+export const ENV_FIELDS = {
   VALKEY_URL: 'valkey.url',
   HOST: 'http.host',
+  PORT: 'http.port',
   LOG_LEVEL: 'log.level',
   ECHOSTORE_ADMIN_TOKEN: 'http.adminToken',
 } as const;
@@ -72,18 +73,18 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * A relative `valkey.tls.caFile` is resolved against the file's directory too,
  * and must be a readable PEM file.
  *
- * Defaults: `valkey.url` `redis://127.0.0.1:6379`, `valkey.commandTimeoutMs`
- * 1,000, `valkey.connectTimeoutMs` 2,000, `http.host` `127.0.0.1`, `http.port`
- * 8080, `http.bodyLimitBytes` 1 MiB, `log.level` `info`; `http.adminToken`
- * has none; table policy fields stay as written (the store applies their defaults).
+ * The defaults of `valkey`, `http` and `log` are filled in from the schema
+ * (`configSchema`; listed in docs/configuration.md); table policy fields stay
+ * as written (the store applies their defaults).
  *
  * @throws {ConfigError} `ECC_BAD_CONFIG` when the file cannot be read or parsed
  *   (with its line; an alias bomb too), fails the schema, has no table or a
  *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
  *   port 1–65535, db 0–15), has a `valkey.tls.caFile` that cannot be read or holds no PEM
  *   certificate, breaks a cross-field policy rule (`leaseMs > loadTimeoutMs`,
- *   `idPattern` compiles and is safe), or an override is invalid. The message names the file (or variable) and the field as a dotted
- *   path, e.g. `tables.products.ttlMs: must be integer`.
+ *   `idPattern` compiles and is safe), or an override is invalid. The message names the file
+ *   (or variable) and the field as a dotted path, e.g. `tables.products.ttlMs: must be
+ *   integer`; `field` holds that path when one field is at fault.
  */
 export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   const cwd = options.cwd ?? process.cwd();

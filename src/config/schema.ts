@@ -57,41 +57,50 @@ function map<T extends TSchema>(value: T, options: object) {
 /** `source` of a table whose items are rows of an SQLite file. */
 export const SqliteSourceSchema = Type.Object(
   {
-    kind: Type.Literal('sqlite'),
+    kind: Type.Literal('sqlite', { description: 'Selects this kind of source.' }),
     file: Type.String({
       minLength: 1,
       description:
-        "Path of the SQLite file, relative to the config file's directory. Opened read-only; it must exist unless seed creates it.",
+        "Path of the SQLite file, relative to the config file's directory. Opened read-only; it must exist unless `seed` creates it.",
     }),
     query: Type.String({
       minLength: 1,
       description:
-        'A query returning rows that takes exactly one parameter, the id: ?, or the named @id / :id / $id. The first row is the item; no row is "not found".',
+        'A query returning rows that takes exactly one parameter, the id: `?`, or the named `@id` / `:id` / `$id`. The first row is the item; no row is "not found".',
     }),
     seed: Type.Optional(
       oneOf(['demo'], {
-        description: 'demo: create the demo catalog in file first, when it has no products table.',
+        description:
+          '`demo`: create the demo catalog (10,000 products) in `file` first, when it has no `products` table.',
       }),
     ),
   },
-  { additionalProperties: false, description: 'One parameterised query on an SQLite file.' },
+  {
+    additionalProperties: false,
+    description: 'One parameterised query on an SQLite file (better-sqlite3).',
+  },
 );
 
 /** `source` of a table whose items are JSON documents of an HTTP origin. */
 export const HttpSourceSchema = Type.Object(
   {
-    kind: Type.Literal('http'),
+    kind: Type.Literal('http', { description: 'Selects this kind of source.' }),
     url: Type.String({
       pattern: '^https?://.*\\{id\\}',
       description:
-        'An http: or https: URL containing {id}, replaced by the URL-encoded id on each GET. No credentials (user:password@): send them in headers.',
+        'An `http:` or `https:` URL containing `{id}`, replaced by the URL-encoded id on each GET. No credentials (`user:password@`): send them in `headers`.',
     }),
-    timeoutMs: Type.Optional(ms('A GET slower than this fails the load.', 10_000)),
+    timeoutMs: Type.Optional(
+      ms(
+        "A GET slower than this fails the load; never beyond the table's `loadTimeoutMs`.",
+        10_000,
+      ),
+    ),
     headers: Type.Optional(
       map(Type.String({ pattern: HEADER_VALUE_PATTERN }), {
         propertyNames: { pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$" },
         description:
-          'Extra request headers (e.g. authorization). accept: application/json is sent unless set here. Names are HTTP tokens; values may not contain CR, LF or NUL.',
+          'Extra request headers (e.g. `authorization`). `accept: application/json` is sent unless set here. Names are HTTP tokens; values may not contain CR, LF or NUL.',
       }),
     ),
     maxBodyBytes: Type.Optional(
@@ -105,7 +114,8 @@ export const HttpSourceSchema = Type.Object(
   },
   {
     additionalProperties: false,
-    description: 'GET a URL with the id in it; 200 JSON is the item, 404 is "not found".',
+    description:
+      'GET a URL with the id in it; 200 JSON is the item, 404 is "not found"; any other answer, a redirect (never followed), a body that is not JSON or too large, or a timeout fails the load (`ECC_LOAD_FAILED`, never cached).',
   },
 );
 
@@ -137,11 +147,11 @@ export const ValkeySchema = Type.Object(
       pattern: '^rediss?://',
       default: DEFAULT_VALKEY_URL,
       description:
-        'redis://[user:password@]host[:port][/db], or rediss://… for TLS; port 1–65535, db 0–15. Also VALKEY_URL, which overrides the file.',
+        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; port 1–65535, db 0–15. Never repeated in error messages (it may hold a password).',
     }),
     commandTimeoutMs: ms('A Valkey command not answered within this fails.', 1_000),
     connectTimeoutMs: ms(
-      'A connection attempt not established within this fails; also how long start-up waits for Valkey.',
+      'A connection attempt not established within this fails; also how long start-up waits for Valkey before starting degraded.',
       2_000,
     ),
     tls: Type.Optional(
@@ -157,7 +167,7 @@ export const ValkeySchema = Type.Object(
           rejectUnauthorized: Type.Boolean({
             default: true,
             description:
-              'Refuse a server whose certificate does not verify; false is for experiments only.',
+              'Refuse a server whose certificate does not verify; `false` is for experiments only.',
           }),
           servername: Type.Optional(
             Type.String({
@@ -170,7 +180,7 @@ export const ValkeySchema = Type.Object(
         {
           additionalProperties: false,
           description:
-            "TLS settings, used only with a rediss:// URL. Unset: Node's built-in roots, verified, SNI from the URL's host.",
+            "TLS settings, used only with a `rediss://` URL. Unset: Node's built-in roots, verified, SNI from the URL's host.",
         },
       ),
     ),
@@ -184,13 +194,13 @@ export const HttpSchema = Type.Object(
     host: Type.String({
       minLength: 1,
       default: '127.0.0.1',
-      description: 'Listen address. Also HOST, which overrides the file.',
+      description: 'Listen address (`0.0.0.0` for every interface).',
     }),
     port: Type.Integer({
       minimum: 0,
       maximum: 65_535,
       default: 8080,
-      description: 'Listen port (0: any free port). Also PORT, which overrides the file.',
+      description: 'Listen port (0: any free port).',
     }),
     bodyLimitBytes: Type.Integer({
       minimum: 1,
@@ -204,7 +214,7 @@ export const HttpSchema = Type.Object(
         maxLength: 512,
         pattern: ADMIN_TOKEN_PATTERN,
         description:
-          'Bearer token required by PUT, DELETE and warm-up: visible ASCII characters. Also ECHOSTORE_ADMIN_TOKEN, which overrides the file. Unset: no token.',
+          'Bearer token required by PUT, DELETE and warm-up: visible ASCII characters. Better set by the environment, so that the secret need not live in the file. Unset: no token.',
       }),
     ),
   },
@@ -216,8 +226,7 @@ export const LogSchema = Type.Object(
   {
     level: oneOf(LOG_LEVELS, {
       default: 'info',
-      description:
-        'Least severe level logged, or silent. Also LOG_LEVEL, which overrides the file.',
+      description: 'Least severe pino level logged, or `silent`.',
     }),
   },
   { additionalProperties: false },
@@ -236,7 +245,7 @@ export const configSchema = Type.Object(
     tables: map(TableSchema, {
       minProperties: 1,
       propertyNames: { pattern: '^[a-z0-9_-]{1,64}$', not: { enum: RESERVED_TABLE_NAMES } },
-      description: `Tables by name ([a-z0-9_-]{1,64}, not ${RESERVED_TABLE_NAMES.join(', ')}), at least one.`,
+      description: `Tables by name: lowercase letters, digits, \`_\` and \`-\`, 1–64 characters, not ${RESERVED_TABLE_NAMES.map((n) => `\`${n}\``).join(', ')}. At least one.`,
     }),
   },
   { additionalProperties: false },

@@ -38,7 +38,7 @@ export const L1PolicySchema = Type.Object(
     ),
     ttlMs: Type.Optional(
       ms(
-        "Upper bound on a row's L1 lifetime, before jitter; a row never outlives its soft TTL either.",
+        "Upper bound on a row's L1 lifetime, jittered; a row never outlives its hard TTL either.",
         30_000,
       ),
     ),
@@ -57,14 +57,16 @@ export const L1PolicySchema = Type.Object(
  */
 export const TablePolicySchema = Type.Object(
   {
-    ttlMs: Type.Optional(ms('Soft TTL: after it the value is stale.', 300_000)),
+    ttlMs: Type.Optional(
+      ms('Soft TTL: after it the value is stale (served while one caller refreshes it).', 300_000),
+    ),
     jitter: Type.Optional(
       Type.Number({
         minimum: 0,
         maximum: 1,
         default: 0.2,
         description:
-          'Soft and hard TTL are multiplied by uniform(1, 1 + jitter), so keys written together do not expire together.',
+          'Soft and hard TTL, and the L1 TTL, are multiplied by uniform(1, 1 + jitter), so keys written together do not expire together.',
       }),
     ),
     staleMs: Type.Optional(
@@ -73,7 +75,7 @@ export const TablePolicySchema = Type.Object(
         maximum: MAX_MS,
         default: 60_000,
         description:
-          'Extra time a stale value may still be served (stale-while-revalidate, stale-if-error); hard TTL = ttlMs + staleMs.',
+          'Stale window: after `ttlMs` the value is still served while one background refresh runs (stale-while-revalidate, stale-if-error). Hard TTL (Valkey `PX`) = (`ttlMs` + `staleMs`) × the same jitter factor.',
       }),
     ),
     earlyRefreshBeta: Type.Optional(
@@ -84,18 +86,26 @@ export const TablePolicySchema = Type.Object(
         description: 'XFetch beta (probabilistic early refresh); 0 disables early refresh.',
       }),
     ),
-    negativeTtlMs: Type.Optional(ms('How long "not found" is cached (negative caching).', 30_000)),
+    negativeTtlMs: Type.Optional(
+      ms('How long "not found" is cached (negative caching), jittered.', 30_000),
+    ),
     leaseMs: Type.Optional(
       ms(
-        'Lease PX: how long one instance holds the right to load an id for the fleet. Must exceed loadTimeoutMs.',
+        'Lease lifetime (Valkey `PX`): how long one instance holds the right to load an id for the whole fleet. Must be greater than `loadTimeoutMs`.',
         5_000,
       ),
     ),
     loadTimeoutMs: Type.Optional(
-      ms('A load slower than this fails its waiters with ECC_LOAD_TIMEOUT.', 4_000),
+      ms(
+        "A load slower than this fails every waiter with `ECC_LOAD_TIMEOUT`; the loader's `signal` is aborted.",
+        4_000,
+      ),
     ),
     waitTimeoutMs: Type.Optional(
-      ms("How long a waiter waits for someone else's fill before ECC_WAIT_TIMEOUT.", 5_000),
+      ms(
+        "Longest any caller waits for an answer (then `ECC_WAIT_TIMEOUT`); also bounds waiting on another instance's lease.",
+        5_000,
+      ),
     ),
     maxConcurrentLoads: Type.Optional(
       Type.Integer({
@@ -103,7 +113,7 @@ export const TablePolicySchema = Type.Object(
         maximum: 100_000,
         default: 16,
         description:
-          'Loader calls at once for this table, per process; more wait in the queue (maxQueuedLoads).',
+          'Loader calls at once for this table, per process; more wait in the queue (`maxQueuedLoads`).',
       }),
     ),
     maxQueuedLoads: Type.Optional(
@@ -112,7 +122,7 @@ export const TablePolicySchema = Type.Object(
         maximum: 1_000_000,
         default: 64,
         description:
-          'Loads that may wait for a free slot when maxConcurrentLoads run; more are shed with ECC_SHED. A queued load waits at most leaseMs − loadTimeoutMs.',
+          'Loads that may wait for a free slot when `maxConcurrentLoads` run; more are shed with `ECC_SHED`. A queued load waits at most `leaseMs` − `loadTimeoutMs`.',
       }),
     ),
     maxWaitersPerFlight: Type.Optional(
@@ -120,7 +130,7 @@ export const TablePolicySchema = Type.Object(
         minimum: 1,
         maximum: 10_000_000,
         default: 10_000,
-        description: 'Callers that may wait on one flight; more are shed with ECC_SHED.',
+        description: 'Callers that may wait on one flight; more are shed with `ECC_SHED`.',
       }),
     ),
     coalescing: Type.Optional(
@@ -128,7 +138,7 @@ export const TablePolicySchema = Type.Object(
         enum: ['fleet', 'process', 'none'],
         default: 'fleet',
         description:
-          'How far misses are coalesced: fleet (in-process single-flight plus the Valkey lease: one source read per burst across every instance), process (single-flight in this process only), or none (every miss loads: a baseline for drills, never for production).',
+          'How far misses are coalesced: `fleet` (in-process single-flight plus the Valkey lease: one source read per burst across every instance), `process` (single-flight in this process only), or `none` (every miss loads: a baseline for drills, never for production).',
       }),
     ),
     idPattern: Type.Optional(
@@ -136,7 +146,7 @@ export const TablePolicySchema = Type.Object(
         minLength: 1,
         maxLength: 1024,
         description:
-          'A stricter id rule than the default: a JavaScript regular expression (u flag), anchored by you. Rejected when it does not compile or has nested quantifiers (ReDoS).',
+          'A stricter id rule than the default: a JavaScript regular expression (flag `u`), anchored by you. Refused when it does not compile or has nested quantifiers such as `^(a+)+$` (ReDoS). Unset: only the default id rule.',
       }),
     ),
     l1: Type.Optional(L1PolicySchema),
