@@ -60,6 +60,36 @@ export class LoadFailedError extends EchoStoreError {
   static override readonly statusCode = 502;
 }
 
+/** Fields of a {@link SourceError}. */
+export interface SourceErrorOptions extends EchoStoreErrorOptions {
+  /** The HTTP status, when the origin answered. */
+  status?: number;
+}
+
+/**
+ * The `http` source's origin failed a load: it answered neither a JSON 200 nor a 404, or
+ * redirected, or sent a body that is not JSON or is over `maxBodyBytes`; or the GET failed on
+ * the network or timed out. The message names the request by origin and path only: the query
+ * string (where API keys live) is never in it.
+ *
+ * Never answered as such: the store hands it to every waiter as the `cause` of a
+ * {@link LoadFailedError} (`ECC_LOAD_FAILED`), so that clients see no detail of the origin.
+ */
+export class SourceError extends EchoStoreError {
+  static override readonly code = 'ECC_SOURCE_FAILED';
+  static override readonly statusCode = 502;
+  /** The HTTP status, when the origin answered. */
+  readonly status: number | undefined;
+  /** The URL requested, without its query string and fragment (origin + path). */
+  readonly url: string;
+
+  constructor(message: string, url: string, options: SourceErrorOptions = {}) {
+    super(message, options);
+    this.url = url;
+    this.status = options.status;
+  }
+}
+
 /** The loader returned a value that cannot be stored as JSON (BigInt, cycle, function, undefined inside a result…). */
 export class BadValueError extends EchoStoreError {
   static override readonly code = 'ECC_BAD_VALUE';
