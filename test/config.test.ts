@@ -5,6 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load.js';
 import { ConfigError, EchoStoreError } from '../src/errors.js';
 import { DEFAULT_POLICY, resolvePolicy } from '../src/store/policy.js';
+import { createStore, type TableOptions } from '../src/store/store.js';
+import { errorOf } from './helpers/probe.js';
+import { valkeyUrl } from './helpers/store.js';
 
 let dir: string;
 beforeAll(() => {
@@ -563,5 +566,35 @@ describe('table policy defaults', () => {
     expect(() => resolvePolicy({ leaseMs: 10, loadTimeoutMs: 10 })).toThrow(
       expect.objectContaining({ code: 'ECC_BAD_CONFIG', field: 'leaseMs' }),
     );
+  });
+});
+
+describe('createStore table options', () => {
+  const load = () => 1;
+  it.each<[string, Partial<TableOptions>, string, string]>([
+    [
+      'an unknown field',
+      { ttlMS: 5 } as Partial<TableOptions>,
+      'tables.t.ttlMS',
+      'is not a known field',
+    ],
+    [
+      'a fractional L1 bound',
+      { l1: { maxEntries: 1.5 } },
+      'tables.t.l1.maxEntries',
+      'must be integer',
+    ],
+    [
+      'leaseMs not above loadTimeoutMs',
+      { leaseMs: 1_000, loadTimeoutMs: 1_000 },
+      'tables.t.leaseMs',
+      'must be greater than loadTimeoutMs (1000); it is 1000',
+    ],
+  ])('names the field of %s, as the config file would', async (_, options, field, reason) => {
+    const tables = { t: { load, ...options } };
+    const err = await errorOf(createStore({ valkey: valkeyUrl(), tables }));
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe(field);
+    expect(err.message).toBe(`${field}: ${reason}`);
   });
 });

@@ -41,7 +41,7 @@ function ms(description: string, fallback: number) {
 }
 
 /** One of `values`, as a JSON-schema `enum` (ajv then names the allowed values). */
-function oneOf<const T extends readonly string[]>(values: T, options: object) {
+function stringEnum<const T extends readonly string[]>(values: T, options: object) {
   return Type.Unsafe<T[number]>({ ...options, enum: values });
 }
 
@@ -69,7 +69,7 @@ export const SqliteSourceSchema = Type.Object(
         'A query returning rows that takes exactly one parameter, the id: `?`, or the named `@id` / `:id` / `$id`. The first row is the item; no row is "not found".',
     }),
     seed: Type.Optional(
-      oneOf(['demo'], {
+      stringEnum(['demo'], {
         description:
           '`demo`: create the demo catalog (10,000 products) in `file` first, when it has no `products` table.',
       }),
@@ -224,7 +224,7 @@ export const HttpSchema = Type.Object(
 /** `log`: the pino logger. */
 export const LogSchema = Type.Object(
   {
-    level: oneOf(LOG_LEVELS, {
+    level: stringEnum(LOG_LEVELS, {
       default: 'info',
       description: 'Least severe pino level logged, or `silent`.',
     }),

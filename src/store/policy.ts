@@ -167,6 +167,7 @@ export type L1Policy = Required<Static<typeof L1PolicySchema>>;
 export interface TablePolicy extends Required<Omit<TablePolicyInput, 'idPattern' | 'l1'>> {
   /** The compiled `idPattern` (flag `u`), or `undefined`: only the default id rule applies. */
   idPattern: RegExp | undefined;
+  /** L1 bounds, every default applied. */
   l1: L1Policy;
 }
 

@@ -164,10 +164,13 @@ function buildTable(
   if (!TABLE_NAME.test(name) || RESERVED_TABLE_NAMES.has(name)) {
     throw new ConfigError(
       `tables.${name}: table names must match ${TABLE_NAME.source} and not be __proto__, constructor or prototype`,
+      { field: `tables.${name}` },
     );
   }
   if (typeof input?.load !== 'function') {
-    throw new ConfigError(`tables.${name}.load: must be a function (id, { signal }) => value`);
+    throw new ConfigError(`tables.${name}.load: must be a function (id, { signal }) => value`, {
+      field: `tables.${name}.load`,
+    });
   }
   if (!validatePolicy(input)) {
     const { field, reason } = schemaProblem(validatePolicy.errors, `tables.${name}`);
