@@ -60,6 +60,36 @@ export class LoadFailedError extends EchoStoreError {
   static override readonly statusCode = 502;
 }
 
+/** Fields of a {@link SourceError}. */
+export interface SourceErrorOptions extends EchoStoreErrorOptions {
+  /** The HTTP status, when the origin answered. */
+  status?: number;
+}
+
+/**
+ * The `http` source's origin failed a load: it answered neither a JSON 200 nor a 404, or
+ * redirected, or sent a body that is not JSON or is over `maxBodyBytes`; or the GET failed on
+ * the network or timed out. The message names the request by origin and path only: the query
+ * string (where API keys live) is never in it.
+ *
+ * Never answered as such: the store hands it to every waiter as the `cause` of a
+ * {@link LoadFailedError} (`ECC_LOAD_FAILED`), so that clients see no detail of the origin.
+ */
+export class SourceError extends EchoStoreError {
+  static override readonly code = 'ECC_SOURCE_FAILED';
+  static override readonly statusCode = 502;
+  /** The HTTP status, when the origin answered. */
+  readonly status: number | undefined;
+  /** The URL requested, without its query string and fragment (origin + path). */
+  readonly url: string;
+
+  constructor(message: string, url: string, options: SourceErrorOptions = {}) {
+    super(message, options);
+    this.url = url;
+    this.status = options.status;
+  }
+}
+
 /** The loader returned a value that cannot be stored as JSON (BigInt, cycle, function, undefined inside a result…). */
 export class BadValueError extends EchoStoreError {
   static override readonly code = 'ECC_BAD_VALUE';
@@ -116,10 +146,29 @@ export class PayloadTooLargeError extends EchoStoreError {
   static override readonly statusCode = 413;
 }
 
-/** The configuration (file, environment or `createStore` options) is invalid; the message names the field. */
+/** Fields of a {@link ConfigError}. */
+export interface ConfigErrorOptions extends EchoStoreErrorOptions {
+  /**
+   * The field at fault as a dotted path (`tables.products.leaseMs`, `valkey.url`), relative to
+   * whatever the thrower was given; a caller that knows more of the path prefixes it.
+   */
+  field?: string;
+}
+
+/**
+ * The configuration (file, environment or `createStore` options) is invalid; the message names
+ * the field, and `field` holds it for code (never recover it from the message).
+ */
 export class ConfigError extends EchoStoreError {
   static override readonly code = 'ECC_BAD_CONFIG';
   static override readonly statusCode = 500;
+  /** The field at fault as a dotted path, when the failure concerns one field. */
+  readonly field: string | undefined;
+
+  constructor(message: string, options: ConfigErrorOptions = {}) {
+    super(message, options);
+    this.field = options.field;
+  }
 }
 
 /** Anything unexpected: a bug. Logged with its cause; the client sees only the code. */

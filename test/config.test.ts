@@ -3,7 +3,11 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/load.js';
-import { EchoStoreError } from '../src/errors.js';
+import { ConfigError, EchoStoreError } from '../src/errors.js';
+import { DEFAULT_POLICY, resolvePolicy } from '../src/store/policy.js';
+import { createStore, type TableOptions } from '../src/store/store.js';
+import { errorOf } from './helpers/probe.js';
+import { valkeyUrl } from './helpers/store.js';
 
 let dir: string;
 beforeAll(() => {
@@ -436,6 +440,22 @@ describe('loadConfig rejects an invalid file', () => {
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain(file);
     expect(err.message).toContain(`${field}:`);
+    expect((err as ConfigError).field).toBe(field);
+  });
+
+  it.each([
+    ['leaseMs not above loadTimeoutMs', '    leaseMs: 4000\n', 'tables.products.leaseMs'],
+    ['an idPattern that does not compile', '    idPattern: "([a-z"\n', 'tables.products.idPattern'],
+    [
+      'an idPattern with nested quantifiers',
+      '    idPattern: "^(a+)+$"\n',
+      'tables.products.idPattern',
+    ],
+  ])('puts the field of %s in ConfigError.field', (name, extra, field) => {
+    const file = write(`field-${name.replaceAll(/\W/g, '-')}.yaml`, table(extra));
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe(field);
   });
 
   it('rejects a YAML syntax error, naming the line', () => {
@@ -485,11 +505,18 @@ describe('loadConfig rejects an invalid file', () => {
     expect(err.message).toContain(`${file}: invalid YAML:`);
   });
 
-  it('rejects a JSON syntax error, naming the line', () => {
-    const file = write('broken.json', '{\n  "tables": {\n    "p": 1,\n  }\n}\n');
+  it('rejects a JSON syntax error, naming the line and column', () => {
+    const file = write('broken.json', '{\n  "tables": {\n    "p": {}\n');
     const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
-    expect(err.message).toContain(`${file}:4:`);
+    expect(err.message).toContain(`${file}:4:1: invalid JSON:`);
+  });
+
+  it('rejects a duplicate key in a JSON file, naming the line and column', () => {
+    const file = write('duplicate.json', '{\n  "http": {},\n  "http": {}\n}\n');
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toContain(`${file}:3:3: invalid JSON:`);
   });
 
   it('rejects a file that cannot be read', () => {
@@ -503,5 +530,71 @@ describe('loadConfig rejects an invalid file', () => {
     const err = failure(() => loadConfig({ argv: ['--config'], env: {} }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain('--config');
+  });
+});
+
+describe('table policy defaults', () => {
+  it('reads every default from the schema', () => {
+    expect(DEFAULT_POLICY).toEqual({
+      ttlMs: 300_000,
+      jitter: 0.2,
+      staleMs: 60_000,
+      earlyRefreshBeta: 1,
+      negativeTtlMs: 30_000,
+      leaseMs: 5_000,
+      loadTimeoutMs: 4_000,
+      waitTimeoutMs: 5_000,
+      maxConcurrentLoads: 16,
+      maxQueuedLoads: 64,
+      maxWaitersPerFlight: 10_000,
+      coalescing: 'fleet',
+      l1: { maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 },
+    });
+  });
+
+  it('lets resolvePolicy fill in what a table leaves out, L1 bounds one by one', () => {
+    const policy = resolvePolicy({ ttlMs: 1_000, l1: { maxEntries: 5 } });
+    expect(policy).toEqual({
+      ...DEFAULT_POLICY,
+      ttlMs: 1_000,
+      idPattern: undefined,
+      l1: { ...DEFAULT_POLICY.l1, maxEntries: 5 },
+    });
+  });
+
+  it('names the bare field when resolvePolicy is given no path', () => {
+    expect(() => resolvePolicy({ leaseMs: 10, loadTimeoutMs: 10 })).toThrow(
+      expect.objectContaining({ code: 'ECC_BAD_CONFIG', field: 'leaseMs' }),
+    );
+  });
+});
+
+describe('createStore table options', () => {
+  const load = () => 1;
+  it.each<[string, Partial<TableOptions>, string, string]>([
+    [
+      'an unknown field',
+      { ttlMS: 5 } as Partial<TableOptions>,
+      'tables.t.ttlMS',
+      'is not a known field',
+    ],
+    [
+      'a fractional L1 bound',
+      { l1: { maxEntries: 1.5 } },
+      'tables.t.l1.maxEntries',
+      'must be integer',
+    ],
+    [
+      'leaseMs not above loadTimeoutMs',
+      { leaseMs: 1_000, loadTimeoutMs: 1_000 },
+      'tables.t.leaseMs',
+      'must be greater than loadTimeoutMs (1000); it is 1000',
+    ],
+  ])('names the field of %s, as the config file would', async (_, options, field, reason) => {
+    const tables = { t: { load, ...options } };
+    const err = await errorOf(createStore({ valkey: valkeyUrl(), tables }));
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe(field);
+    expect(err.message).toBe(`${field}: ${reason}`);
   });
 });

@@ -6,19 +6,20 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, extname, resolve } from 'node:path';
-import { Ajv, type ErrorObject } from 'ajv';
+import { Value } from '@sinclair/typebox/value';
+import { Ajv } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
 import { readCaFile, type ValkeyTlsOptions } from '../valkey.js';
 import {
-  ADMIN_TOKEN_PATTERN,
   configSchema,
-  HEADER_VALUE_PATTERN,
-  RESERVED_TABLE_NAMES,
+  type FileConfig,
+  SECTIONS,
   type ServiceConfig,
   type TableConfig,
 } from './schema.js';
+import { schemaProblem } from './schema-error.js';
 
 /** Inputs of {@link loadConfig}; passed in so that tests need no process state. */
 export interface LoadConfigOptions {
@@ -37,15 +38,16 @@ export const BUILT_IN_DEMO = 'built-in demo';
 export const DEMO_QUERY =
   'SELECT id, sku, name, category, price_cents, stock, description FROM products WHERE id = ?';
 
-type FileConfig = Omit<ServiceConfig, 'origin'>;
-
-const ajv = new Ajv({ strict: true, useDefaults: true, discriminator: true, allErrors: false });
+// No useDefaults: it would fill in the table policy defaults too (see withSectionDefaults).
+// verbose: the error formatter lists a discriminator's kinds from the parent schema.
+const ajv = new Ajv({ strict: true, discriminator: true, allErrors: false, verbose: true });
 const validate = ajv.compile<FileConfig>(configSchema);
 
-/** Configuration fields the environment may override, by variable. */
-const ENV_FIELDS = {
+/** Configuration fields the environment overrides, by variable (an empty variable counts as unset). */
+export const ENV_FIELDS = {
   VALKEY_URL: 'valkey.url',
   HOST: 'http.host',
+  PORT: 'http.port',
   LOG_LEVEL: 'log.level',
   ECHOSTORE_ADMIN_TOKEN: 'http.adminToken',
 } as const;
@@ -60,8 +62,8 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * Reads, validates and completes the configuration.
  *
  * 1. The file is `--config <path>` (or `--config=<path>`) in `argv`, else
- *    `ECHOSTORE_CONFIG`; relative to `cwd`. `.json` is parsed as JSON,
- *    anything else as YAML (which accepts JSON). A relative `source.file` of an
+ *    `ECHOSTORE_CONFIG`; relative to `cwd`. It is parsed as YAML 1.2, of which
+ *    JSON is a subset, whatever its extension. A relative `source.file` of an
  *    sqlite table is resolved against the file's directory.
  * 2. Without a file: one built-in demo table, `products`, served by the demo
  *    catalog in `<ECHOSTORE_DATA_DIR or cwd/data>/demo.sqlite` (created on first use).
@@ -71,18 +73,18 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * A relative `valkey.tls.caFile` is resolved against the file's directory too,
  * and must be a readable PEM file.
  *
- * Defaults: `valkey.url` `redis://127.0.0.1:6379`, `valkey.commandTimeoutMs`
- * 1,000, `valkey.connectTimeoutMs` 2,000, `http.host` `127.0.0.1`, `http.port`
- * 8080, `http.bodyLimitBytes` 1 MiB, `log.level` `info`; `http.adminToken`
- * has none; table policy fields stay as written (the store applies their defaults).
+ * The defaults of `valkey`, `http` and `log` are filled in from the schema
+ * (`configSchema`; listed in docs/configuration.md); table policy fields stay
+ * as written (the store applies their defaults).
  *
  * @throws {ConfigError} `ECC_BAD_CONFIG` when the file cannot be read or parsed
  *   (with its line; an alias bomb too), fails the schema, has no table or a
  *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
  *   port 1–65535, db 0–15), has a `valkey.tls.caFile` that cannot be read or holds no PEM
  *   certificate, breaks a cross-field policy rule (`leaseMs > loadTimeoutMs`,
- *   `idPattern` compiles and is safe), or an override is invalid. The message names the file (or variable) and the field as a dotted
- *   path, e.g. `tables.products.ttlMs: must be integer`.
+ *   `idPattern` compiles and is safe), or an override is invalid. The message names the file
+ *   (or variable) and the field as a dotted path, e.g. `tables.products.ttlMs: must be
+ *   integer`; `field` holds that path when one field is at fault.
  */
 export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   const cwd = options.cwd ?? process.cwd();
@@ -99,10 +101,16 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
     raw = readConfigFile(origin);
   }
 
-  if (!validate(raw)) throw new ConfigError(`${origin}: ${describe(validate.errors)}`);
+  withSectionDefaults(raw);
+  if (!validate(raw)) {
+    const { field, reason } = schemaProblem(validate.errors);
+    throw new ConfigError(`${origin}: ${field}: ${reason}`, { field });
+  }
   const config = raw;
   const urlProblem = valkeyUrlProblem(config.valkey.url);
-  if (urlProblem !== undefined) throw new ConfigError(`${origin}: valkey.url: ${urlProblem}`);
+  if (urlProblem !== undefined) {
+    throw new ConfigError(`${origin}: valkey.url: ${urlProblem}`, { field: 'valkey.url' });
+  }
   checkCaFile(config.valkey.tls, path === undefined ? undefined : dirname(origin), origin);
   for (const [name, table] of Object.entries(config.tables)) {
     checkPolicy(name, table, origin);
@@ -113,6 +121,24 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
 
   applyEnv(config, env);
   return { ...config, origin };
+}
+
+/**
+ * Fills in, in place, the defaults of `valkey`, `http` and `log` (and of `valkey.tls` when it
+ * is there) from the schema, as ajv's `useDefaults` would; `tables` is left as written, its
+ * policy defaults being the store's to apply. Anything that is not a mapping is left for the
+ * schema to reject.
+ */
+function withSectionDefaults(raw: unknown): void {
+  if (!isMapping(raw)) return;
+  for (const section of SECTIONS) {
+    const value = raw[section] === undefined ? {} : raw[section];
+    if (isMapping(value)) raw[section] = Value.Default(configSchema.properties[section], value);
+  }
+}
+
+function isMapping(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** The value of the last `--config <path>` / `--config=<path>`, if any. */
@@ -147,6 +173,12 @@ function demoConfig(dataDir: string): unknown {
   };
 }
 
+/**
+ * The parsed file. YAML and JSON alike go through the YAML parser (JSON is YAML 1.2), so
+ * that a syntax error names its line and column either way; a `.json` file is therefore
+ * also allowed what YAML allows in flow style (comments, trailing commas), and a duplicate
+ * key is an error in both.
+ */
 function readConfigFile(file: string): unknown {
   let text: string;
   try {
@@ -156,27 +188,22 @@ function readConfigFile(file: string): unknown {
       cause: err,
     });
   }
-  if (extname(file).toLowerCase() === '.json') {
-    try {
-      return JSON.parse(text);
-    } catch (err) {
-      throw new ConfigError(`${file}:${jsonErrorLine(text, err as Error)}`, { cause: err });
-    }
-  }
+  const invalid = extname(file).toLowerCase() === '.json' ? 'invalid JSON' : 'invalid YAML';
   const lineCounter = new LineCounter();
   try {
     const doc = parseDocument(text, { lineCounter, prettyErrors: false });
     const error = doc.errors[0];
     if (error !== undefined) {
       const { line, col } = lineCounter.linePos(error.pos[0]);
-      const at = `${line}:${col}:`;
-      throw new ConfigError(`${file}:${at} invalid YAML: ${error.message}`, { cause: error });
+      throw new ConfigError(`${file}:${line}:${col}: ${invalid}: ${error.message}`, {
+        cause: error,
+      });
     }
     return doc.toJS({ maxAliasCount: MAX_YAML_ALIAS_COUNT });
   } catch (err) {
     // The yaml library also throws: an alias bomb ("Excessive alias count"), an unresolvable alias…
     if (err instanceof ConfigError) throw err;
-    throw new ConfigError(`${file}: invalid YAML: ${(err as Error).message}`, { cause: err });
+    throw new ConfigError(`${file}: ${invalid}: ${(err as Error).message}`, { cause: err });
   }
 }
 
@@ -214,29 +241,20 @@ function checkCaFile(tls: ValkeyTlsOptions | undefined, dir: string | undefined,
     readCaFile(tls.caFile);
   } catch (err) {
     // readCaFile's messages begin with `valkey.tls.caFile:`.
-    throw new ConfigError(`${origin}: ${(err as Error).message}`, { cause: err });
+    throw new ConfigError(`${origin}: ${(err as Error).message}`, {
+      field: 'valkey.tls.caFile',
+      cause: err,
+    });
   }
-}
-
-/** `<line>:<col>: invalid JSON: <reason>`, from the `position N` V8 puts in its message. */
-function jsonErrorLine(text: string, err: Error): string {
-  const position = /at position (\d+)/.exec(err.message)?.[1];
-  if (position === undefined) return ` invalid JSON: ${err.message}`;
-  const before = text.slice(0, Number(position)).split('\n');
-  const col = (before.at(-1)?.length ?? 0) + 1;
-  return `${before.length}:${col}: invalid JSON: ${err.message}`;
 }
 
 function checkPolicy(name: string, table: TableConfig, origin: string): void {
   const { source: _, ...policy } = table;
   try {
-    resolvePolicy(policy);
+    resolvePolicy(policy, `tables.${name}`);
   } catch (err) {
-    // resolvePolicy's messages begin with the field they concern.
-    const { message } = err as Error;
-    const field = /^\w+/.exec(message)?.[0];
-    const at = field === undefined ? `tables.${name}` : `tables.${name}.${field}`;
-    throw new ConfigError(`${origin}: ${at}: ${message}`, { cause: err });
+    if (!(err instanceof ConfigError)) throw err;
+    throw new ConfigError(`${origin}: ${err.message}`, { field: err.field, cause: err });
   }
 }
 
@@ -246,6 +264,7 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
     if (!/^[0-9]{1,5}$/.test(port) || Number(port) > 65_535) {
       throw new ConfigError(
         `environment variable PORT: must be an integer 0-65535 (got "${port}")`,
+        { field: 'http.port' },
       );
     }
     config.http.port = Number(port);
@@ -260,60 +279,14 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
   if (adminToken !== undefined) config.http.adminToken = adminToken;
 
   if (!validate(config)) {
-    const problem = describe(validate.errors);
-    const variable = Object.entries(ENV_FIELDS).find(([, field]) =>
-      problem.startsWith(`${field}:`),
-    );
-    throw new ConfigError(`environment variable ${variable?.[0] ?? '?'}: ${problem}`);
+    const { field, reason } = schemaProblem(validate.errors);
+    const variable = Object.entries(ENV_FIELDS).find(([, f]) => f === field)?.[0] ?? '?';
+    throw new ConfigError(`environment variable ${variable}: ${field}: ${reason}`, { field });
   }
   const urlProblem = url === undefined ? undefined : valkeyUrlProblem(url);
   if (urlProblem !== undefined) {
-    throw new ConfigError(`environment variable VALKEY_URL: valkey.url: ${urlProblem}`);
-  }
-}
-
-/** `<dotted.path>: <what is wrong>`, for the first schema error. */
-function describe(errors: ErrorObject[] | null | undefined): string {
-  const error = errors?.[0];
-  if (error === undefined) return '(root): invalid';
-  const path = error.instancePath
-    .split('/')
-    .slice(1)
-    .map((s) => s.replaceAll('~1', '/').replaceAll('~0', '~'));
-  const at = (...more: string[]) => [...path, ...more].join('.') || '(root)';
-  const { params } = error;
-  if (error.propertyName !== undefined) {
-    if (error.keyword === 'not') {
-      return `${at(error.propertyName)}: is a reserved name (${RESERVED_TABLE_NAMES.join(', ')})`;
-    }
-    return `${at(error.propertyName)}: is not a valid name (must match ${params.pattern})`;
-  }
-  switch (error.keyword) {
-    case 'required':
-      if (path.length === 0 && params.missingProperty === 'tables') {
-        return 'tables: must have at least one table';
-      }
-      return `${at(params.missingProperty)}: is required`;
-    case 'minProperties':
-      return path.join('.') === 'tables'
-        ? 'tables: must have at least one table'
-        : `${at()}: ${error.message}`;
-    case 'additionalProperties':
-      return `${at(params.additionalProperty)}: is not a known field`;
-    case 'enum':
-      return `${at()}: must be one of ${params.allowedValues.join(', ')}`;
-    case 'pattern':
-      if (params.pattern === HEADER_VALUE_PATTERN) return `${at()}: must not contain CR, LF or NUL`;
-      if (params.pattern === ADMIN_TOKEN_PATTERN) {
-        return `${at()}: must be visible ASCII characters (no spaces or control characters)`;
-      }
-      return `${at()}: ${error.message}`;
-    case 'discriminator':
-      return `${at(params.tag)}: must be one of sqlite, http`;
-    case 'type':
-      if (path.length === 0) return '(root): must be a mapping of fields (YAML object)';
-      return `${at()}: ${error.message}`;
-    default:
-      return `${at()}: ${error.message}`;
+    throw new ConfigError(`environment variable VALKEY_URL: valkey.url: ${urlProblem}`, {
+      field: 'valkey.url',
+    });
   }
 }

@@ -1,59 +1,16 @@
 /**
- * The service configuration: its TypeScript shape, the JSON schema (ajv) a
- * configuration file is validated against, and its defaults.
+ * The service configuration file: its JSON schema (TypeBox, validated by ajv)
+ * with each field's description, bounds and default, and the TypeScript types
+ * derived from it. `docs/configuration.md` is generated from this schema.
  */
-import type { SourceConfig } from '../sources/index.js';
-import { policySchemaProperties, type TablePolicyInput } from '../store/policy.js';
-import type { ValkeyTlsOptions } from '../valkey.js';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { TablePolicySchema } from '../store/policy.js';
 
 /** pino levels accepted by `log.level` and `LOG_LEVEL`. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 /** A pino level, or `silent`. */
 export type LogLevel = (typeof LOG_LEVELS)[number];
-
-/** One table: where its items come from, and its freshness policy (every field optional). */
-export type TableConfig = { source: SourceConfig } & TablePolicyInput;
-
-/** The validated configuration, with every default applied. Durations are milliseconds. */
-export interface ServiceConfig {
-  valkey: {
-    /** `redis://[user:password@]host[:port][/db]` or `rediss://…`; port 1–65535, db 0–15. Default `redis://127.0.0.1:6379`. */
-    url: string;
-    /** A Valkey command not answered within this fails. Default 1,000. */
-    commandTimeoutMs: number;
-    /** A connection attempt not established within this fails; also how long start-up waits. Default 2,000. */
-    connectTimeoutMs: number;
-    /**
-     * TLS settings, used only with a `rediss://` URL. No default (unset: Node's
-     * built-in roots, verified, SNI from the URL's host); when present,
-     * `rejectUnauthorized` defaults to true and a relative `caFile` is resolved
-     * against the config file's directory.
-     */
-    tls?: ValkeyTlsOptions;
-  };
-  http: {
-    /** Listen address. Default `127.0.0.1`. */
-    host: string;
-    /** Listen port, 0–65535 (0: any free port). Default 8080. */
-    port: number;
-    /** Largest PUT body, in bytes. Default 1,048,576. */
-    bodyLimitBytes: number;
-    /**
-     * Bearer token required by PUT, DELETE and warm-up: 16–512 visible ASCII characters.
-     * Also `ECHOSTORE_ADMIN_TOKEN`, which overrides the file. No default (unset: no token).
-     */
-    adminToken?: string;
-  };
-  log: {
-    /** Default `info`. */
-    level: LogLevel;
-  };
-  /** Tables by name (`[a-z0-9_-]{1,64}`, not one of {@link RESERVED_TABLE_NAMES}), at least one. */
-  tables: Record<string, TableConfig>;
-  /** Where the config came from: the file path, or 'built-in demo'. */
-  origin: string;
-}
 
 /** Default of `valkey.url`. */
 export const DEFAULT_VALKEY_URL = 'redis://127.0.0.1:6379';
@@ -70,112 +27,244 @@ export const HEADER_VALUE_PATTERN = '^[^\\r\\n\\u0000]*$';
 /** `http.adminToken`: visible ASCII (it travels in an `authorization` header). */
 export const ADMIN_TOKEN_PATTERN = '^[\\x21-\\x7e]*$';
 
-const ms = { type: 'integer', minimum: 1, maximum: 3_600_000 } as const;
+/** What a value must be to match each `pattern` of the schema, for error messages. */
+export const PATTERN_MEANINGS: ReadonlyMap<string, string> = new Map([
+  [HEADER_VALUE_PATTERN, 'must not contain CR, LF or NUL'],
+  [ADMIN_TOKEN_PATTERN, 'must be visible ASCII characters (no spaces or control characters)'],
+]);
 
-const sqliteSourceSchema = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['kind', 'file', 'query'],
-  properties: {
-    kind: { const: 'sqlite' },
-    file: { type: 'string', minLength: 1 },
-    query: { type: 'string', minLength: 1 },
-    seed: { enum: ['demo'] },
-  },
-} as const;
+const GIB = 1024 * 1024 * 1024;
 
-const httpSourceSchema = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['kind', 'url'],
-  properties: {
-    kind: { const: 'http' },
-    url: { type: 'string', pattern: '^https?://.*\\{id\\}' },
-    timeoutMs: ms,
-    headers: {
-      type: 'object',
-      propertyNames: { pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$" },
-      additionalProperties: { type: 'string', pattern: HEADER_VALUE_PATTERN },
-    },
-    maxBodyBytes: { type: 'integer', minimum: 1, maximum: 1024 * 1024 * 1024 },
+/** A duration in milliseconds, 1 ms to 1 hour. */
+function ms(description: string, fallback: number) {
+  return Type.Integer({ minimum: 1, maximum: 3_600_000, default: fallback, description });
+}
+
+/** One of `values`, as a JSON-schema `enum` (ajv then names the allowed values). */
+function stringEnum<const T extends readonly string[]>(values: T, options: object) {
+  return Type.Unsafe<T[number]>({ ...options, enum: values });
+}
+
+/** A map of string keys (each matching `propertyNames`) to values of `value`. */
+function map<T extends TSchema>(value: T, options: object) {
+  return Type.Unsafe<Record<string, Static<T>>>({
+    ...options,
+    type: 'object',
+    additionalProperties: value,
+  });
+}
+
+/** `source` of a table whose items are rows of an SQLite file. */
+export const SqliteSourceSchema = Type.Object(
+  {
+    kind: Type.Literal('sqlite', { description: 'Selects this kind of source.' }),
+    file: Type.String({
+      minLength: 1,
+      description:
+        "Path of the SQLite file, relative to the config file's directory. Opened read-only; it must exist unless `seed` creates it.",
+    }),
+    query: Type.String({
+      minLength: 1,
+      description:
+        'A query returning rows that takes exactly one parameter, the id: `?`, or the named `@id` / `:id` / `$id`. The first row is the item; no row is "not found".',
+    }),
+    seed: Type.Optional(
+      stringEnum(['demo'], {
+        description:
+          '`demo`: create the demo catalog (10,000 products) in `file` first, when it has no `products` table.',
+      }),
+    ),
   },
-} as const;
+  {
+    additionalProperties: false,
+    description: 'One parameterised query on an SQLite file (better-sqlite3).',
+  },
+);
+
+/** `source` of a table whose items are JSON documents of an HTTP origin. */
+export const HttpSourceSchema = Type.Object(
+  {
+    kind: Type.Literal('http', { description: 'Selects this kind of source.' }),
+    url: Type.String({
+      pattern: '^https?://.*\\{id\\}',
+      description:
+        'An `http:` or `https:` URL containing `{id}`, replaced by the URL-encoded id on each GET. No credentials (`user:password@`): send them in `headers`.',
+    }),
+    timeoutMs: Type.Optional(
+      ms(
+        "A GET slower than this fails the load; never beyond the table's `loadTimeoutMs`.",
+        10_000,
+      ),
+    ),
+    headers: Type.Optional(
+      map(Type.String({ pattern: HEADER_VALUE_PATTERN }), {
+        propertyNames: { pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$" },
+        description:
+          'Extra request headers (e.g. `authorization`). `accept: application/json` is sent unless set here. Names are HTTP tokens; values may not contain CR, LF or NUL.',
+      }),
+    ),
+    maxBodyBytes: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: GIB,
+        default: 8 * 1024 * 1024,
+        description: 'Largest response body read; a larger one fails the load.',
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'GET a URL with the id in it; 200 JSON is the item, 404 is "not found"; any other answer, a redirect (never followed), a body that is not JSON or too large, or a timeout fails the load (`ECC_LOAD_FAILED`, never cached).',
+  },
+);
+
+/** The source schemas by `kind`. */
+export const SOURCE_SCHEMAS = { sqlite: SqliteSourceSchema, http: HttpSourceSchema } as const;
+
+/** A table's `source` as written in the configuration file. */
+export type FileSourceConfig = Static<typeof SqliteSourceSchema> | Static<typeof HttpSourceSchema>;
+
+const SourceSchema = Type.Unsafe<FileSourceConfig>({
+  type: 'object',
+  discriminator: { propertyName: 'kind' },
+  required: ['kind'],
+  properties: { kind: { enum: Object.keys(SOURCE_SCHEMAS) } },
+  oneOf: Object.values(SOURCE_SCHEMAS),
+  description: 'Where the items come from, by kind.',
+});
+
+/** One table: where its items come from, and its freshness policy (every policy field optional). */
+export const TableSchema = Type.Object(
+  { source: SourceSchema, ...TablePolicySchema.properties },
+  { additionalProperties: false },
+);
+
+/** `valkey`: how the service reaches Valkey (or Redis). */
+export const ValkeySchema = Type.Object(
+  {
+    url: Type.String({
+      pattern: '^rediss?://',
+      default: DEFAULT_VALKEY_URL,
+      description:
+        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; port 1–65535, db 0–15. Never repeated in error messages (it may hold a password).',
+    }),
+    commandTimeoutMs: ms('A Valkey command not answered within this fails.', 1_000),
+    connectTimeoutMs: ms(
+      'A connection attempt not established within this fails; also how long start-up waits for Valkey before starting degraded.',
+      2_000,
+    ),
+    tls: Type.Optional(
+      Type.Object(
+        {
+          caFile: Type.Optional(
+            Type.String({
+              minLength: 1,
+              description:
+                "PEM file of the CA certificate(s) that signed the server's certificate, relative to the config file's directory; trusted instead of Node's built-in roots.",
+            }),
+          ),
+          rejectUnauthorized: Type.Boolean({
+            default: true,
+            description:
+              'Refuse a server whose certificate does not verify; `false` is for experiments only.',
+          }),
+          servername: Type.Optional(
+            Type.String({
+              minLength: 1,
+              description:
+                "The name sent as SNI and checked against the server's certificate. Unset: the URL's host.",
+            }),
+          ),
+        },
+        {
+          additionalProperties: false,
+          description:
+            "TLS settings, used only with a `rediss://` URL. Unset: Node's built-in roots, verified, SNI from the URL's host.",
+        },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+/** `http`: the HTTP API. */
+export const HttpSchema = Type.Object(
+  {
+    host: Type.String({
+      minLength: 1,
+      default: '127.0.0.1',
+      description: 'Listen address (`0.0.0.0` for every interface).',
+    }),
+    port: Type.Integer({
+      minimum: 0,
+      maximum: 65_535,
+      default: 8080,
+      description: 'Listen port (0: any free port).',
+    }),
+    bodyLimitBytes: Type.Integer({
+      minimum: 1,
+      maximum: GIB,
+      default: 1024 * 1024,
+      description: 'Largest PUT body.',
+    }),
+    adminToken: Type.Optional(
+      Type.String({
+        minLength: 16,
+        maxLength: 512,
+        pattern: ADMIN_TOKEN_PATTERN,
+        description:
+          'Bearer token required by PUT, DELETE and warm-up: visible ASCII characters. Better set by the environment, so that the secret need not live in the file. Unset: no token.',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+/** `log`: the pino logger. */
+export const LogSchema = Type.Object(
+  {
+    level: stringEnum(LOG_LEVELS, {
+      default: 'info',
+      description: 'Least severe pino level logged, or `silent`.',
+    }),
+  },
+  { additionalProperties: false },
+);
 
 /**
- * JSON schema of a configuration file (after YAML/JSON parsing). Used with
- * ajv `useDefaults`, so validating also fills in the defaults of `valkey`,
- * `http` and `log`; table policy defaults are applied later by `resolvePolicy`.
+ * JSON schema of a configuration file after YAML parsing and after the loader has filled in
+ * the defaults of the {@link SECTIONS} (so they and their defaulted fields are required here);
+ * table policy defaults are applied later by `resolvePolicy`, so `tables` stays as written.
  */
-export const configSchema = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['tables'],
-  properties: {
-    valkey: {
-      type: 'object',
-      additionalProperties: false,
-      default: {},
-      properties: {
-        url: { type: 'string', pattern: '^rediss?://', default: DEFAULT_VALKEY_URL },
-        commandTimeoutMs: { ...ms, default: 1_000 },
-        connectTimeoutMs: { ...ms, default: 2_000 },
-        tls: {
-          type: 'object',
-          additionalProperties: false,
-          properties: {
-            caFile: { type: 'string', minLength: 1 },
-            rejectUnauthorized: { type: 'boolean', default: true },
-            servername: { type: 'string', minLength: 1 },
-          },
-        },
-      },
-    },
-    http: {
-      type: 'object',
-      additionalProperties: false,
-      default: {},
-      properties: {
-        host: { type: 'string', minLength: 1, default: '127.0.0.1' },
-        port: { type: 'integer', minimum: 0, maximum: 65_535, default: 8080 },
-        bodyLimitBytes: {
-          type: 'integer',
-          minimum: 1,
-          maximum: 1024 * 1024 * 1024,
-          default: 1024 * 1024,
-        },
-        adminToken: {
-          type: 'string',
-          minLength: 16,
-          maxLength: 512,
-          pattern: ADMIN_TOKEN_PATTERN,
-        },
-      },
-    },
-    log: {
-      type: 'object',
-      additionalProperties: false,
-      default: {},
-      properties: { level: { enum: LOG_LEVELS, default: 'info' } },
-    },
-    tables: {
-      type: 'object',
+export const configSchema = Type.Object(
+  {
+    valkey: ValkeySchema,
+    http: HttpSchema,
+    log: LogSchema,
+    tables: map(TableSchema, {
       minProperties: 1,
       propertyNames: { pattern: '^[a-z0-9_-]{1,64}$', not: { enum: RESERVED_TABLE_NAMES } },
-      additionalProperties: {
-        type: 'object',
-        additionalProperties: false,
-        required: ['source'],
-        properties: {
-          source: {
-            type: 'object',
-            discriminator: { propertyName: 'kind' },
-            required: ['kind'],
-            properties: { kind: { enum: ['sqlite', 'http'] } },
-            oneOf: [sqliteSourceSchema, httpSourceSchema],
-          },
-          ...policySchemaProperties,
-        },
-      },
-    },
+      description: `Tables by name: lowercase letters, digits, \`_\` and \`-\`, 1–64 characters, not ${RESERVED_TABLE_NAMES.map((n) => `\`${n}\``).join(', ')}. At least one.`,
+    }),
   },
-} as const;
+  { additionalProperties: false },
+);
+
+/** The sections of a configuration file whose fields have defaults. */
+export const SECTIONS = ['valkey', 'http', 'log'] as const;
+
+/** One table: where its items come from, and its freshness policy (every policy field optional). */
+export type TableConfig = Static<typeof TableSchema>;
+
+/** A configuration file after validation, every default of `valkey`, `http` and `log` applied. */
+export type FileConfig = Static<typeof configSchema>;
+
+/**
+ * The validated configuration, with every default applied. Durations are milliseconds,
+ * sizes bytes; each field's meaning, bounds and default are in {@link configSchema}.
+ */
+export interface ServiceConfig extends FileConfig {
+  /** Where the config came from: the file path, or 'built-in demo'. */
+  origin: string;
+}

@@ -1,5 +1,5 @@
 /** The `http` source: GET a URL with the id in it; 200 JSON is the item, 404 is "not found". */
-import { BadIdError, ConfigError } from '../errors.js';
+import { BadIdError, ConfigError, SourceError } from '../errors.js';
 import type { Source } from './source.js';
 
 /** Options of {@link httpSource}. */
@@ -18,25 +18,6 @@ export interface HttpSourceOptions {
   headers?: Record<string, string>;
   /** Largest response body read, in bytes; a larger one fails the load. Default 8 MiB (8,388,608). */
   maxBodyBytes?: number;
-}
-
-/**
- * An answer of the origin that is neither a JSON 200 nor a 404, a body over `maxBodyBytes`,
- * a redirect, a network failure, or a GET that timed out. The message names the request by
- * origin and path only: the query string (where API keys live) is never in it.
- */
-export class SourceError extends Error {
-  /** The HTTP status, when the origin answered. */
-  readonly status: number | undefined;
-  /** The URL requested, without its query string and fragment (origin + path). */
-  readonly url: string;
-
-  constructor(message: string, url: string, options: { status?: number; cause?: unknown } = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.name = 'SourceError';
-    this.url = url;
-    this.status = options.status;
-  }
 }
 
 const DEFAULT_TIMEOUT_MS = 10_000;

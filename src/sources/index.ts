@@ -3,8 +3,9 @@ import { httpSource } from './http.js';
 import type { Source } from './source.js';
 import { sqliteSource } from './sqlite.js';
 
+export { SourceError } from '../errors.js';
 export { ensureDemoCatalog } from './demo.js';
-export { type HttpSourceOptions, httpSource, SourceError } from './http.js';
+export { type HttpSourceOptions, httpSource } from './http.js';
 export type { Source } from './source.js';
 export { type SqliteSourceOptions, sqliteSource } from './sqlite.js';
 

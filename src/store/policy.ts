@@ -1,118 +1,199 @@
 /**
- * Per-table freshness and protection policy: defaults, JSON schema, and the
- * resolved shape the store works with. All durations are milliseconds.
+ * Per-table freshness and protection policy: its JSON schema (TypeBox) with
+ * each field's description, bounds and default; the TypeScript types derived
+ * from it; and the resolved shape the store works with. All durations are
+ * milliseconds.
  */
+import { type Static, Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
 import safeRegex from 'safe-regex2';
+import { ConfigError } from '../errors.js';
 
-/** Bounds of a table's in-process L1 (lru-cache). */
-export interface L1Policy {
-  /** Most rows held. Default 10,000. */
-  maxEntries: number;
-  /** Most bytes held (UTF-8 length of each value's JSON). A row larger than an eighth of this is not kept in L1 (pass-through). Default 64 MiB. */
-  maxBytes: number;
-  /** Upper bound on a row's L1 lifetime, before jitter; a row never outlives its soft TTL either. Default 30,000 ms. */
-  ttlMs: number;
+const MAX_MS = 31 * 24 * 3600 * 1000;
+
+/** A duration in milliseconds, 1 ms to 31 days. */
+function ms(description: string, fallback: number) {
+  return Type.Integer({ minimum: 1, maximum: MAX_MS, default: fallback, description });
 }
 
-/** A table's policy as written by a user: every field optional. */
-export interface TablePolicyInput {
-  /** Soft TTL: after it the value is stale. Default 300,000. */
-  ttlMs?: number;
-  /** Soft and hard TTL are multiplied by uniform(1, 1 + jitter). Default 0.2. */
-  jitter?: number;
-  /** Extra time a stale value may still be held (hard TTL = ttlMs + staleMs). Default 60,000. */
-  staleMs?: number;
-  /** XFetch beta; 0 disables early refresh. Default 1. */
-  earlyRefreshBeta?: number;
-  /** How long "not found" is cached (negative caching). Default 30,000. */
-  negativeTtlMs?: number;
-  /** Lease PX; must exceed `loadTimeoutMs`. Default 5,000. */
-  leaseMs?: number;
-  /** A load slower than this fails its waiters with `ECC_LOAD_TIMEOUT`. Default 4,000. */
-  loadTimeoutMs?: number;
-  /** How long a waiter waits for someone else's fill. Default 5,000. */
-  waitTimeoutMs?: number;
-  /** Loader calls at once for this table, per process; more are shed with `ECC_SHED`. Default 16. */
-  maxConcurrentLoads?: number;
-  /** Loads that may wait for a free slot when `maxConcurrentLoads` run; more are shed with `ECC_SHED`. A queued load waits at most `leaseMs − loadTimeoutMs`. Default 64. */
-  maxQueuedLoads?: number;
-  /** Callers that may wait on one flight; more are shed with `ECC_SHED`. Default 10,000. */
-  maxWaitersPerFlight?: number;
-  /**
-   * How far misses are coalesced: `fleet` (in-process single-flight plus the
-   * Valkey lease: one source read per burst across every instance), `process`
-   * (single-flight in this process only), or `none` (every miss loads: a
-   * baseline for drills, never for production). Default `fleet`.
-   */
-  coalescing?: 'fleet' | 'process' | 'none';
-  /** A stricter id rule than the default (a JavaScript regular expression source, anchored by you). */
-  idPattern?: string;
-  /** L1 bounds. */
-  l1?: Partial<L1Policy>;
-}
+/** JSON schema of a table's L1 bounds (in-process lru-cache): every field optional, with its default. */
+export const L1PolicySchema = Type.Object(
+  {
+    maxEntries: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100_000_000,
+        default: 10_000,
+        description: 'Most rows held.',
+      }),
+    ),
+    maxBytes: Type.Optional(
+      Type.Integer({
+        minimum: 1024,
+        maximum: 64 * 1024 * 1024 * 1024,
+        default: 64 * 1024 * 1024,
+        description:
+          "Most bytes held (UTF-8 length of each value's JSON). A row larger than an eighth of this is not kept in L1 (pass-through).",
+      }),
+    ),
+    ttlMs: Type.Optional(
+      ms(
+        "Upper bound on a row's L1 lifetime, jittered; a row never outlives its hard TTL either.",
+        30_000,
+      ),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description: 'L1 bounds: the in-process cache in front of Valkey.',
+  },
+);
 
-/** A table's policy with every default applied. */
+/**
+ * JSON schema (ajv, strict) of a table's policy as written by a user: every field optional,
+ * each with its `description`, bounds and `default` (applied by {@link resolvePolicy}, not by
+ * validation). Shared by the configuration file and `createStore`. The fields are documented
+ * here once; `docs/configuration.md` is generated from it.
+ */
+export const TablePolicySchema = Type.Object(
+  {
+    ttlMs: Type.Optional(
+      ms('Soft TTL: after it the value is stale (served while one caller refreshes it).', 300_000),
+    ),
+    jitter: Type.Optional(
+      Type.Number({
+        minimum: 0,
+        maximum: 1,
+        default: 0.2,
+        description:
+          'Soft and hard TTL, and the L1 TTL, are multiplied by uniform(1, 1 + jitter), so keys written together do not expire together.',
+      }),
+    ),
+    staleMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_MS,
+        default: 60_000,
+        description:
+          'Stale window: after `ttlMs` the value is still served while one background refresh runs (stale-while-revalidate, stale-if-error). Hard TTL (Valkey `PX`) = (`ttlMs` + `staleMs`) × the same jitter factor.',
+      }),
+    ),
+    earlyRefreshBeta: Type.Optional(
+      Type.Number({
+        minimum: 0,
+        maximum: 100,
+        default: 1,
+        description: 'XFetch beta (probabilistic early refresh); 0 disables early refresh.',
+      }),
+    ),
+    negativeTtlMs: Type.Optional(
+      ms('How long "not found" is cached (negative caching), jittered.', 30_000),
+    ),
+    leaseMs: Type.Optional(
+      ms(
+        'Lease lifetime (Valkey `PX`): how long one instance holds the right to load an id for the whole fleet. Must be greater than `loadTimeoutMs`.',
+        5_000,
+      ),
+    ),
+    loadTimeoutMs: Type.Optional(
+      ms(
+        "A load slower than this fails every waiter with `ECC_LOAD_TIMEOUT`; the loader's `signal` is aborted.",
+        4_000,
+      ),
+    ),
+    waitTimeoutMs: Type.Optional(
+      ms(
+        "Longest any caller waits for an answer (then `ECC_WAIT_TIMEOUT`); also bounds waiting on another instance's lease.",
+        5_000,
+      ),
+    ),
+    maxConcurrentLoads: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100_000,
+        default: 16,
+        description:
+          'Loader calls at once for this table, per process; more wait in the queue (`maxQueuedLoads`).',
+      }),
+    ),
+    maxQueuedLoads: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 1_000_000,
+        default: 64,
+        description:
+          'Loads that may wait for a free slot when `maxConcurrentLoads` run; more are shed with `ECC_SHED`. A queued load waits at most `leaseMs` − `loadTimeoutMs`.',
+      }),
+    ),
+    maxWaitersPerFlight: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000_000,
+        default: 10_000,
+        description: 'Callers that may wait on one flight; more are shed with `ECC_SHED`.',
+      }),
+    ),
+    coalescing: Type.Optional(
+      Type.Unsafe<'fleet' | 'process' | 'none'>({
+        enum: ['fleet', 'process', 'none'],
+        default: 'fleet',
+        description:
+          'How far misses are coalesced: `fleet` (in-process single-flight plus the Valkey lease: one source read per burst across every instance), `process` (single-flight in this process only), or `none` (every miss loads: a baseline for drills, never for production).',
+      }),
+    ),
+    idPattern: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 1024,
+        description:
+          'A stricter id rule than the default: a JavaScript regular expression (flag `u`), anchored by you. Refused when it does not compile or has nested quantifiers such as `^(a+)+$` (ReDoS). Unset: only the default id rule.',
+      }),
+    ),
+    l1: Type.Optional(L1PolicySchema),
+  },
+  { additionalProperties: false },
+);
+
+/**
+ * A table's policy as written by a user: every field optional. Durations in milliseconds; each
+ * field's meaning, bounds and default are in {@link TablePolicySchema}.
+ */
+export type TablePolicyInput = Static<typeof TablePolicySchema>;
+
+/** Bounds of a table's in-process L1 (lru-cache), every default applied; see {@link L1PolicySchema}. */
+export type L1Policy = Required<Static<typeof L1PolicySchema>>;
+
+/** A table's policy with every default applied; `idPattern` compiled. */
 export interface TablePolicy extends Required<Omit<TablePolicyInput, 'idPattern' | 'l1'>> {
+  /** The compiled `idPattern` (flag `u`), or `undefined`: only the default id rule applies. */
   idPattern: RegExp | undefined;
+  /** L1 bounds, every default applied. */
   l1: L1Policy;
 }
 
-/** The defaults of DESIGN.md. */
+/** Every policy default, read from the `default` of each field of {@link TablePolicySchema}. */
 export const DEFAULT_POLICY: Omit<TablePolicy, 'idPattern'> = Object.freeze({
-  ttlMs: 300_000,
-  jitter: 0.2,
-  staleMs: 60_000,
-  earlyRefreshBeta: 1,
-  negativeTtlMs: 30_000,
-  leaseMs: 5_000,
-  loadTimeoutMs: 4_000,
-  waitTimeoutMs: 5_000,
-  maxConcurrentLoads: 16,
-  maxQueuedLoads: 64,
-  maxWaitersPerFlight: 10_000,
-  coalescing: 'fleet',
-  l1: Object.freeze({ maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 }),
+  ...(Value.Default(TablePolicySchema, {}) as Omit<TablePolicy, 'idPattern' | 'l1'>),
+  l1: Object.freeze(Value.Default(L1PolicySchema, {}) as L1Policy),
 });
 
-const ms = { type: 'integer', minimum: 1, maximum: 31 * 24 * 3600 * 1000 } as const;
-
-/** JSON schema (ajv) of {@link TablePolicyInput}; shared by the config file and `createStore`. */
-export const policySchemaProperties = {
-  ttlMs: ms,
-  jitter: { type: 'number', minimum: 0, maximum: 1 },
-  staleMs: { type: 'integer', minimum: 0, maximum: 31 * 24 * 3600 * 1000 },
-  earlyRefreshBeta: { type: 'number', minimum: 0, maximum: 100 },
-  negativeTtlMs: ms,
-  leaseMs: ms,
-  loadTimeoutMs: ms,
-  waitTimeoutMs: ms,
-  maxConcurrentLoads: { type: 'integer', minimum: 1, maximum: 100_000 },
-  maxQueuedLoads: { type: 'integer', minimum: 0, maximum: 1_000_000 },
-  maxWaitersPerFlight: { type: 'integer', minimum: 1, maximum: 10_000_000 },
-  coalescing: { enum: ['fleet', 'process', 'none'] },
-  idPattern: { type: 'string', minLength: 1, maxLength: 1024 },
-  l1: {
-    type: 'object',
-    additionalProperties: false,
-    properties: {
-      maxEntries: { type: 'integer', minimum: 1, maximum: 100_000_000 },
-      maxBytes: { type: 'integer', minimum: 1024, maximum: 64 * 1024 * 1024 * 1024 },
-      ttlMs: ms,
-    },
-  },
-} as const;
+/** The properties of {@link TablePolicySchema}, for a schema that extends it (`createStore` adds `load`). */
+export const policySchemaProperties = TablePolicySchema.properties;
 
 /**
  * Applies defaults. Assumes `input` already passed the schema; checks the
  * cross-field rules the schema cannot express.
  *
+ * @param at - dotted path of `input` in the configuration (e.g. `tables.products`), prefixed to
+ *   the field an error names. Default: none (the field alone, e.g. `leaseMs`).
  * @returns the resolved policy.
- * @throws {Error} with a message naming the field, when `leaseMs <= loadTimeoutMs`,
- *   or `idPattern` is not a valid regular expression or is one safe-regex2 flags
- *   (star height above 1, i.e. nested quantifiers such as `^(a+)+$`, or more than 25
- *   quantifiers): matching an id against it could take exponential time (ReDoS).
+ * @throws {ConfigError} `ECC_BAD_CONFIG` whose `field` is `<at>.leaseMs` when
+ *   `leaseMs <= loadTimeoutMs`, or `<at>.idPattern` when `idPattern` is not a valid regular
+ *   expression or is one safe-regex2 flags (star height above 1, i.e. nested quantifiers such
+ *   as `^(a+)+$`, or more than 25 quantifiers): matching an id against it could take
+ *   exponential time (ReDoS). The message is `<field>: <what is wrong>`.
  */
-export function resolvePolicy(input: TablePolicyInput): TablePolicy {
+export function resolvePolicy(input: TablePolicyInput, at?: string): TablePolicy {
   const { l1, idPattern, ...rest } = input;
   const policy: TablePolicy = {
     ...DEFAULT_POLICY,
@@ -120,20 +201,26 @@ export function resolvePolicy(input: TablePolicyInput): TablePolicy {
     idPattern: undefined,
     l1: { ...DEFAULT_POLICY.l1, ...l1 },
   };
+  const fail = (name: keyof TablePolicyInput, problem: string, cause?: unknown): never => {
+    const field = at === undefined || at === '' ? name : `${at}.${name}`;
+    throw new ConfigError(`${field}: ${problem}`, { field, cause });
+  };
   if (policy.leaseMs <= policy.loadTimeoutMs) {
-    throw new Error(
-      `leaseMs (${policy.leaseMs}) must be greater than loadTimeoutMs (${policy.loadTimeoutMs})`,
+    fail(
+      'leaseMs',
+      `must be greater than loadTimeoutMs (${policy.loadTimeoutMs}); it is ${policy.leaseMs}`,
     );
   }
   if (idPattern !== undefined) {
     try {
       policy.idPattern = new RegExp(idPattern, 'u');
     } catch (err) {
-      throw new Error(`idPattern is not a valid regular expression: ${(err as Error).message}`);
+      fail('idPattern', `is not a valid regular expression: ${(err as Error).message}`, err);
     }
     if (!safeRegex(idPattern)) {
-      throw new Error(
-        'idPattern is not a safe regular expression (nested quantifiers can take exponential time)',
+      fail(
+        'idPattern',
+        'is not a safe regular expression (nested quantifiers can take exponential time)',
       );
     }
   }

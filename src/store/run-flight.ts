@@ -11,6 +11,7 @@ import {
   LoadFailedError,
   LoadTimeoutError,
   ShedError,
+  SourceError,
   WaitTimeoutError,
 } from '../errors.js';
 import { bump } from '../metrics.js';
@@ -387,7 +388,8 @@ function buildEnvelope(ctx: TableContext, id: string, result: unknown, deltaMs: 
 
 /** Maps anything thrown by a loader to the coded error every waiter receives. */
 export function asStoreError(err: unknown, table: string, id: string): EchoStoreError {
-  if (err instanceof EchoStoreError) return err;
+  // A source's own failure is a cause, not an answer: it is wrapped like any other.
+  if (err instanceof EchoStoreError && !(err instanceof SourceError)) return err;
   // The detail (an origin URL, a driver message) stays in `cause` for the logs;
   // clients only ever see this sentence.
   return new LoadFailedError('the source failed to load the item', { table, id, cause: err });

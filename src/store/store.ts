@@ -2,6 +2,7 @@ import { Ajv } from 'ajv';
 import type { Redis } from 'ioredis';
 import { type Logger, pino } from 'pino';
 import { Registry } from 'prom-client';
+import { schemaProblem } from '../config/schema-error.js';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
@@ -165,25 +166,20 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
   if (!TABLE_NAME.test(name) || RESERVED_TABLE_NAMES.has(name)) {
     throw new ConfigError(
       `tables.${name}: table names must match ${TABLE_NAME.source} and not be __proto__, constructor or prototype`,
+      { field: `tables.${name}` },
     );
   }
   if (typeof input?.load !== 'function') {
-    throw new ConfigError(`tables.${name}.load: must be a function (id, { signal }) => value`);
+    throw new ConfigError(`tables.${name}.load: must be a function (id, { signal }) => value`, {
+      field: `tables.${name}.load`,
+    });
   }
   if (!validatePolicy(input)) {
-    const e = validatePolicy.errors?.[0];
-    const field = `${e?.instancePath ?? ''}${e?.params && 'additionalProperty' in e.params ? `/${e.params.additionalProperty}` : ''}`;
-    throw new ConfigError(
-      `tables.${name}${field.replaceAll('/', '.')}: ${e?.message ?? 'invalid'}`,
-    );
+    const { field, reason } = schemaProblem(validatePolicy.errors, `tables.${name}`);
+    throw new ConfigError(`${field}: ${reason}`, { field });
   }
   const { load, ...policyInput } = input;
-  let policy: ReturnType<typeof resolvePolicy>;
-  try {
-    policy = resolvePolicy(policyInput);
-  } catch (err) {
-    throw new ConfigError(`tables.${name}: ${(err as Error).message}`);
-  }
+  const policy = resolvePolicy(policyInput, `tables.${name}`);
   const counters = newCounters();
   const l1 = new L1(policy.l1, policy.jitter);
   let table: Table | undefined;
