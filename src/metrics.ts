@@ -117,7 +117,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_shed_total',
-    help: 'Loads refused because the table ran maxConcurrentLoads loads and its queue was full.',
+    help: 'Loads or callers refused with ECC_SHED: the load queue was full, a queued load waited too long, or maxWaitersPerFlight callers already waited.',
     pick: (c) => c.shed,
   },
   {

@@ -102,8 +102,10 @@ export const CACHE_NAME = 'echostore';
  * - answered by L1 or L2: `echostore; hit; ttl=<s>; detail=l1|l2|l1-negative|l2-negative`;
  *   served stale (stale-while-revalidate, stale-if-error): `detail=l1-stale|l2-stale`
  *   and a negative `ttl` (RFC 9211 §2.6: how long ago it went stale)
- * - answered by the source: `echostore; fwd=miss; fwd-status=200|404; stored`,
- *   plus `; collapsed` when this request attached to another's flight.
+ * - answered by the source: `echostore; fwd=miss; fwd-status=200|404; stored`
+ *   (`stored` only when the answer was kept: not when its fill was refused or
+ *   a write superseded it), plus `; collapsed` when this request attached to
+ *   another's flight.
  *
  * `ttl` is the remaining freshness lifetime (soft TTL) in whole seconds.
  */
@@ -113,7 +115,8 @@ export function cacheStatus(result: ReadResult): string {
   if (result.layer === 'origin') {
     const status = result.found ? 200 : 404;
     const collapsed = result.coalesced ? '; collapsed' : '';
-    return `${CACHE_NAME}; fwd=miss; fwd-status=${status}; stored; ttl=${ttl}${collapsed}`;
+    const stored = result.stored ? '; stored' : '';
+    return `${CACHE_NAME}; fwd=miss; fwd-status=${status}${stored}; ttl=${ttl}${collapsed}`;
   }
   const detail = !result.found
     ? `${result.layer}-negative`

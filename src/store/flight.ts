@@ -90,19 +90,20 @@ export interface TableContext {
 
 /**
  * The answer a caller receives, built from an envelope and the layer that
- * produced it; `coalesced` when the caller attached to another's flight.
+ * produced it; `coalesced` when the caller attached to another's flight,
+ * `stored` when an origin answer was kept in the cache.
  */
 export function answerOf(
   envelope: Envelope,
   layer: ReadLayer,
   coalesced: boolean,
   now: number,
+  stored = false,
 ): ReadResult {
   const ttlMs = envelope.softExpiresAt - now;
   const stale = ttlMs <= 0;
-  if (envelope.negative) {
-    return { found: false, layer, coalesced, stale, version: envelope.version, ttlMs };
-  }
+  const { version } = envelope;
+  if (envelope.negative) return { found: false, layer, coalesced, stale, version, ttlMs, stored };
   return {
     found: true,
     value: envelope.value,
@@ -110,7 +111,8 @@ export function answerOf(
     layer,
     coalesced,
     stale,
-    version: envelope.version,
+    version,
     ttlMs,
+    stored,
   };
 }

@@ -229,10 +229,12 @@ export class TableOwner {
     this.#backoff.succeeded(flight.id);
     const { envelope, layer } = outcome;
     if (layer === 'l2') counters.l2_hits++;
-    if (!flight.superseded && !outcome.refused) this.#l1.set(flight.id, envelope, now);
+    const kept = !flight.superseded && !outcome.refused;
+    if (kept) this.#l1.set(flight.id, envelope, now);
     counters.reads[envelope.negative ? 'negative' : layer] += flight.waiters.length;
+    const stored = kept && layer === 'origin';
     flight.waiters.forEach((w, i) => {
-      w.resolve(answerOf(envelope, layer, i > 0, now));
+      w.resolve(answerOf(envelope, layer, i > 0, now, stored));
     });
   }
 

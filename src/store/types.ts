@@ -36,6 +36,12 @@ interface ReadBase {
   stale: boolean;
   /** Milliseconds until the answer goes stale (soft TTL); negative when it already is. */
   ttlMs: number;
+  /**
+   * For an answer from the origin: whether it was kept in the cache (false when
+   * the fill lost its lease or was refused, or a write superseded the load).
+   * Always false for L1 and L2 answers (nothing new was stored).
+   */
+  stored: boolean;
 }
 
 /** A found item. */
