@@ -28,13 +28,13 @@ import { randomBytes } from 'node:crypto';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { type Origin, startOrigin } from '../harness/origin.js';
 import { httpSource } from '../src/sources/http.js';
 import { leaseKey, valueKey } from '../src/store/keys.js';
 import { createStore } from '../src/store/store.js';
 import type { ExpiryPolicy, FromWorker, Setup, ToWorker, WorkerResult } from './expiry-worker.js';
 import { drillArgs, emitJson } from './lib/args.js';
 import { type ExpiryPlan, judgeExpiry, renderExpiry } from './lib/expiry-report.js';
-import { type Origin, startOrigin } from './lib/origin.js';
 import { Reaper } from './lib/reaper.js';
 import { spawnWorker, within } from './lib/workers.js';
 

@@ -22,14 +22,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
+import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
 import { drillArgs, emitJson } from './lib/args.js';
 import { type Check, type PhaseRow, phaseRow, renderFaults } from './lib/fault-report.js';
 import { itemUrl, LoadGenerator, type Sample, type Target, timedGet } from './lib/load.js';
-import { HOLD_PREFIX, type Origin, startOrigin } from './lib/origin.js';
 import { Reaper } from './lib/reaper.js';
 import { type Recovery, readyAgain, recovery } from './lib/recovery.js';
 import { type Service, scrape, startService } from './lib/service.js';
-import { spawnValkey, type ValkeyServer } from './lib/valkey-server.js';
 
 const args = drillArgs({
   loops: { type: 'string', default: '20' },
@@ -135,7 +135,7 @@ async function main(): Promise<number> {
   let services: Service[] = [];
   let load: LoadGenerator | undefined;
   try {
-    valkey = await spawnValkey((c) => reaper.track(c));
+    valkey = await spawnValkey({ track: (c) => reaper.track(c) });
     origin = await startOrigin(latencyMs);
     services = await startServices(
       {

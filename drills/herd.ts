@@ -10,10 +10,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { type Origin, startOrigin } from '../harness/origin.js';
 import { httpSource } from '../src/sources/http.js';
 import { createStore } from '../src/store/store.js';
 import { drillArgs, emitJson } from './lib/args.js';
-import { type Origin, startOrigin } from './lib/origin.js';
 import { percentile, table } from './lib/report.js';
 import { scrape, startService } from './lib/service.js';
 

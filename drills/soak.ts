@@ -23,10 +23,10 @@
 import { randomBytes } from 'node:crypto';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
+import { type Origin, startOrigin } from '../harness/origin.js';
 import { redactUrl } from '../src/valkey.js';
 import { drillArgs } from './lib/args.js';
 import { hotId, itemPath, type Kind, mixedLoad } from './lib/mix.js';
-import { type Origin, startOrigin } from './lib/origin.js';
 import { type Service, scrape, startService } from './lib/service.js';
 import { type AtRest, printSoak, soakReport } from './lib/soak-report.js';
 

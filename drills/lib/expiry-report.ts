@@ -8,10 +8,11 @@
  * answered before it arrived; the law is at most one such read per
  * generation, i.e. one source read per expiry across the fleet.
  */
+
+import type { StampedRead } from '../../harness/origin.js';
 import type { WorkerResult } from '../expiry-worker.js';
 import { columns } from './columns.js';
 import type { SlowRead } from './expiry-reads.js';
-import type { StampedRead } from './origin.js';
 
 /** What the drill was asked to do. */
 export interface ExpiryPlan {

@@ -4,11 +4,11 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
+import { freePort } from '../../harness/free-port.js';
 
 /** A running service instance. */
 export interface Service {
@@ -20,18 +20,6 @@ export interface Service {
 }
 
 const MAIN = resolve(dirname(fileURLToPath(import.meta.url)), '../../src/main.js');
-
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.on('error', fail);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => ok(port));
-    });
-  });
-}
 
 /**
  * Writes `config` (the service's config file shape) to a temporary YAML file,
