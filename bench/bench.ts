@@ -16,7 +16,7 @@ import autocannon from 'autocannon';
 import Fastify from 'fastify';
 import { LRUCache } from 'lru-cache';
 import { pino } from 'pino';
-import { percentile, table } from '../drills/lib/report.js';
+import { columns, percentile } from '../drills/lib/report.js';
 import { buildServer } from '../src/http/server.js';
 import { createStore } from '../src/store/store.js';
 
@@ -200,10 +200,10 @@ function fmt(n: number): string {
 }
 
 const ip = await inProcess();
-process.stdout.write(`in-process, ${KEYS} warm keys, ${seconds} s each\n${table(ip)}\n\n`);
+process.stdout.write(`in-process, ${KEYS} warm keys, ${seconds} s each\n${columns(ip)}\n\n`);
 const f = await fleetHerd();
-process.stdout.write(`fleet herd (lease; losers woken by the fill's PUBLISH)\n${table(f)}\n\n`);
+process.stdout.write(`fleet herd (lease; losers woken by the fill's PUBLISH)\n${columns(f)}\n\n`);
 const h = await http();
 process.stdout.write(
-  `HTTP, autocannon ${args.connections} connections, ${seconds} s each (load generator in the same process)\n${table(h)}\n`,
+  `HTTP, autocannon ${args.connections} connections, ${seconds} s each (load generator in the same process)\n${columns(h)}\n`,
 );

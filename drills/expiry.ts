@@ -27,81 +27,58 @@
 import { randomBytes } from 'node:crypto';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
-import { httpSource } from '../src/sources/http.js';
-import { createStore } from '../src/store/store.js';
-import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
-import type { ExpiryPolicy, FromWorker, Setup, ToWorker, WorkerResult } from './expiry-worker.js';
-import { drillArgs, emitJson } from './lib/args.js';
+import { type Origin, startOrigin } from '../harness/origin.js';
+import type { ExpiryPolicy, Go, Setup, WorkerResult } from './expiry-worker.js';
+import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { type ExpiryPlan, judgeExpiry, renderExpiry } from './lib/expiry-report.js';
-import { type Origin, startOrigin } from './lib/origin.js';
 import { Reaper } from './lib/reaper.js';
-import { spawnWorker, within } from './lib/workers.js';
+import { connectAdmin, dropId, layerOf, loaded, originStore } from './lib/store.js';
+import { runWorkers } from './lib/workers.js';
 
 const args = drillArgs({
-  instances: { type: 'string', default: '3' },
-  clients: { type: 'string', default: '50' },
-  expiries: { type: 'string', default: '4' },
-  'ttl-ms': { type: 'string', default: '1500' },
-  'stale-ms': { type: 'string', default: '3000' },
-  beta: { type: 'string', default: '0' },
-  'latency-ms': { type: 'string', default: '100' },
-  'pause-ms': { type: 'string', default: '1' },
-  valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
+  instances: int(3, 2, 16),
+  clients: int(50, 1, 1_000),
+  expiries: int(4, 1, 20),
+  'ttl-ms': int(1500, 200, 60_000),
+  'stale-ms': int(3000, 0, 600_000),
+  beta: float(0, 0, 100),
+  'latency-ms': int(100, 1, 2_000),
+  'pause-ms': int(1, 0, 1_000),
+  valkey: valkeyOption(),
 });
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'expiry-worker.js');
 const TABLE = 'expiry';
 /** Lead time between `go` and the first read, so every instance starts together. */
 const GO_LEAD_MS = 100;
-const READY_TIMEOUT_MS = 20_000;
 /** Beyond the run: a last read may wait `waitTimeoutMs` (5 s), then the store closes (≤ 5 s). */
 const RESULT_GRACE_MS = 30_000;
-const EXIT_TIMEOUT_MS = 10_000;
-
-/** A forked worker and the promises of what it reports. */
-
-function numberArg(name: string, min: number, max: number, integer = true): number {
-  const n = Number(args[name as keyof typeof args]);
-  if (!Number.isFinite(n) || n < min || n > max || (integer && !Number.isInteger(n))) {
-    throw new Error(
-      `--${name} must be ${integer ? 'an integer' : 'a number'} from ${min} to ${max}`,
-    );
-  }
-  return n;
-}
 
 /** One source read through a short-lived store of the same policy: the value every expiry starts from. */
-async function warm(valkey: string, origin: Origin, policy: ExpiryPolicy, id: string) {
-  const source = httpSource({ url: origin.template, timeoutMs: 10_000 });
-  const store = await createStore({
-    valkey,
-    tables: { [TABLE]: { load: source.load, ...policy } },
-  });
+async function warm(origin: Origin, policy: ExpiryPolicy, id: string): Promise<number> {
+  const { store, close } = await originStore(args.valkey, TABLE, origin.template, policy);
   try {
     const r = await store.table(TABLE).get(id);
-    if (r.layer !== 'origin') throw new Error(`warm-up answered from ${r.layer}, not the source`);
+    if (!loaded(r)) throw new Error(`warm-up answered from ${layerOf(r)}, not the source`);
   } finally {
-    await store.close();
-    source.close();
+    await close();
   }
   const first = origin.readsLog(id)[0]?.answeredAtMs;
   if (first === undefined) throw new Error('the warm-up read never reached the origin');
   return first;
 }
 
-async function main(): Promise<number> {
+async function main() {
   const plan: ExpiryPlan = {
-    instances: numberArg('instances', 2, 16),
-    clients: numberArg('clients', 1, 1_000),
-    expiries: numberArg('expiries', 1, 20),
-    ttlMs: numberArg('ttl-ms', 200, 60_000),
-    staleMs: numberArg('stale-ms', 0, 600_000),
-    beta: numberArg('beta', 0, 100, false),
-    latencyMs: numberArg('latency-ms', 1, 2_000),
-    pauseMs: numberArg('pause-ms', 0, 1_000),
+    instances: args.instances,
+    clients: args.clients,
+    expiries: args.expiries,
+    ttlMs: args['ttl-ms'],
+    staleMs: args['stale-ms'],
+    beta: args.beta,
+    latencyMs: args['latency-ms'],
+    pauseMs: args['pause-ms'],
   };
-  const valkey = args.valkey as string;
   const policy: ExpiryPolicy = {
     ttlMs: plan.ttlMs,
     staleMs: plan.staleMs,
@@ -110,69 +87,41 @@ async function main(): Promise<number> {
     l1: { ttlMs: 60_000 },
   };
   const id = `expiry-${Date.now()}-${randomBytes(6).toString('hex')}`;
-  const keys = [valueKey(TABLE, id), leaseKey(TABLE, id)];
-  const admin = new Redis(valkey, {
-    maxRetriesPerRequest: 1,
-    connectTimeout: 3_000,
-    lazyConnect: true,
-  });
-  admin.on('error', () => {});
-  await admin.connect().catch((err: unknown) => {
-    throw new Error(`cannot reach Valkey at ${valkey}`, { cause: err });
-  });
+  const admin = await connectAdmin(args.valkey);
   const origin = await startOrigin(plan.latencyMs);
   const reaper = new Reaper();
-  let results: WorkerResult[];
-  let t0Ms: number;
-  let stopAtMs: number;
-  let runMs: number;
+  // Set when the warm-up fill lands: the epoch ms of the fill, of the clients' stop, and the run's length.
+  let [t0Ms, stopAtMs, runMs] = [0, 0, 0];
   try {
-    await admin.del(...keys);
+    await dropId(admin, TABLE, id);
     const setup: Setup = {
       kind: 'setup',
       table: TABLE,
       id,
       template: origin.template,
-      valkey,
+      valkey: args.valkey,
       policy,
       clients: plan.clients,
       pauseMs: plan.pauseMs,
       waitedAtMs: plan.latencyMs,
     };
-    const workers = Array.from({ length: plan.instances }, () =>
-      spawnWorker<FromWorker>(WORKER, setup satisfies ToWorker, reaper),
-    );
-    try {
-      await within(Promise.all(workers.map((w) => w.ready)), READY_TIMEOUT_MS, 'workers ready');
-      t0Ms = await warm(valkey, origin, policy, id);
+    const go = async () => {
+      t0Ms = await warm(origin, policy, id);
       stopAtMs = t0Ms + (plan.expiries + 0.5) * plan.ttlMs;
       const atMs = Date.now() + GO_LEAD_MS;
       runMs = stopAtMs - atMs;
-      for (const w of workers) w.child.send({ kind: 'go', atMs, stopAtMs } satisfies ToWorker);
-      results = await within(
-        Promise.all(workers.map((w) => w.result)),
-        stopAtMs - Date.now() + RESULT_GRACE_MS,
-        'workers result',
-      );
-      await within(Promise.all(workers.map((w) => w.exited)), EXIT_TIMEOUT_MS, 'workers exit');
-    } finally {
-      reaper.killAll();
-    }
+      const message: Go = { kind: 'go', atMs, stopAtMs };
+      return { message, resultWithinMs: stopAtMs - Date.now() + RESULT_GRACE_MS };
+    };
+    const setups = Array.from({ length: plan.instances }, () => setup);
+    const results = await runWorkers<WorkerResult>(WORKER, setups, go, reaper);
+    return judgeExpiry(plan, origin.readsLog(id), results, t0Ms, stopAtMs, runMs);
   } finally {
-    await admin.del(...keys).catch(() => {});
+    reaper.killAll();
+    await dropId(admin, TABLE, id).catch(() => {});
     admin.disconnect();
     await origin.close();
   }
-
-  const report = judgeExpiry(plan, origin.readsLog(id), results, t0Ms, stopAtMs, runMs);
-  if (!emitJson(args.json, report)) process.stdout.write(renderExpiry(report));
-  return report.pass ? 0 : 1;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    process.stderr.write(`expiry drill failed to run: ${(err as Error)?.stack ?? String(err)}\n`);
-    process.exit(2);
-  },
-);
+runDrill('expiry', args.json, main, renderExpiry);

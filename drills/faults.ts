@@ -22,20 +22,28 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { drillArgs, emitJson } from './lib/args.js';
-import { type Check, type PhaseRow, phaseRow, renderFaults } from './lib/fault-report.js';
-import { itemUrl, LoadGenerator, type Sample, type Target, timedGet } from './lib/load.js';
-import { HOLD_PREFIX, type Origin, startOrigin } from './lib/origin.js';
+import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
+import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
+import { drillArgs, int, runDrill } from './lib/cli.js';
+import {
+  type Check,
+  type FaultReport,
+  type PhaseRow,
+  phaseRow,
+  renderFaults,
+} from './lib/fault-report.js';
+import { itemUrl, timedGet } from './lib/http.js';
+import { LoadGenerator, type Target } from './lib/load.js';
+import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
-import { type Recovery, readyAgain, recovery } from './lib/recovery.js';
-import { type Service, scrape, startService } from './lib/service.js';
-import { spawnValkey, type ValkeyServer } from './lib/valkey-server.js';
+import { readyAgain, recovery } from './lib/recovery.js';
+import { type Service, startServices } from './lib/service.js';
 
 const args = drillArgs({
-  loops: { type: 'string', default: '20' },
-  'pause-ms': { type: 'string', default: '20' },
-  'latency-ms': { type: 'string', default: '20' },
-  hot: { type: 'string', default: '20' },
+  loops: int(20, 1, 200),
+  'pause-ms': int(20, 0, 1_000),
+  'latency-ms': int(20, 0, 1_000),
+  hot: int(20, 1, 1_000),
 });
 
 const TABLE = 'faults';
@@ -54,37 +62,20 @@ const REQUEST_TIMEOUT_MS = 10_000;
 const READY_WITHIN_MS = 5_000;
 const HOLDERS_READERS = 50;
 
-function int(name: string, min: number, max: number): number {
-  const n = Number(args[name as keyof typeof args]);
-  if (!Number.isInteger(n) || n < min || n > max)
-    throw new Error(`--${name} must be an integer from ${min} to ${max}`);
-  return n;
-}
-
-async function startServices(config: object, reaper: Reaper): Promise<Service[]> {
-  const started = await Promise.allSettled([startService(config), startService(config)]);
-  const services = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-  for (const s of services) reaper.track(s.process);
-  const failed = started.find((s) => s.status === 'rejected');
-  if (failed !== undefined) {
-    await Promise.all(services.map((s) => s.stop(3_000)));
-    throw failed.reason;
-  }
-  return services;
-}
+/** A timed GET of `id` on `service`. */
+const get = (service: { url: string }, id: string) =>
+  timedGet(itemUrl(service.url, TABLE, id), REQUEST_TIMEOUT_MS);
 
 /** Phase 4: A holds the lease of a held id and dies; B's readers wait for the takeover. */
 async function leaseHolderDies(a: Service, b: Service, origin: Origin) {
   const id = `${HOLD_PREFIX}${randomBytes(4).toString('hex')}`;
-  const holder = timedGet(itemUrl(a.url, TABLE, id), REQUEST_TIMEOUT_MS);
+  const holder = get(a, id);
   if (!(await origin.seen(id, 3_000))) throw new Error('instance A never asked the origin');
   const seenAt = performance.now();
-  const lease = (outcome: string) =>
-    scrape(b.url, 'echostore_lease_total', { table: TABLE, outcome });
+  const lease = async (outcome: string) =>
+    metric(await scrape(b.url), 'echostore_lease_total', { table: TABLE, outcome }) ?? 0;
   const [contended0, takeover0] = [await lease('contended'), await lease('takeover')];
-  const readers = Array.from({ length: HOLDERS_READERS }, () =>
-    timedGet(itemUrl(b.url, TABLE, id), REQUEST_TIMEOUT_MS),
-  );
+  const readers = Array.from({ length: HOLDERS_READERS }, () => get(b, id));
   // Kill A only once B is waiting on A's lease, and well before A's own loadTimeoutMs.
   let contended = false;
   while (!contended && performance.now() - seenAt < POLICY.loadTimeoutMs / 2) {
@@ -98,70 +89,71 @@ async function leaseHolderDies(a: Service, b: Service, origin: Origin) {
   origin.release(id);
   const answers = await Promise.all(readers);
   await holder;
-  const ok = answers.filter((r) => r.status === 200);
+  const ok = answers.filter((r) => r.status === 200).length;
+  const distinct = new Set(answers.filter((r) => r.status === 200).map((r) => r.body)).size;
+  const reads = origin.readsOf(id);
+  // Between A's read and the takeover's, at the origin; undefined without a second read.
   const [first, second] = origin.readsLog(id).map((r) => r.arrivedAtMs);
-  return {
-    id,
-    readers: answers,
-    ok: ok.length,
-    distinct: new Set(ok.map((r) => r.body)).size,
-    sourceReads: origin.readsOf(id),
-    /** Between A's read and the takeover's, at the origin; undefined without a second read. */
-    takeoverGapMs:
-      first === undefined || second === undefined ? undefined : Math.round(second - first),
-    bContended: contended,
-    bTakeovers: (await lease('takeover')) - takeover0,
-    killedAfterMs,
-    minMs: Math.round(Math.min(...answers.map((r) => r.ms))),
-    maxMs: Math.round(Math.max(...answers.map((r) => r.ms))),
+  const gapMs = second === undefined ? undefined : Math.round(second - (first as number));
+  const minMs = Math.round(Math.min(...answers.map((r) => r.ms)));
+  const maxMs = Math.round(Math.max(...answers.map((r) => r.ms)));
+  const takeovers = (await lease('takeover')) - takeover0;
+  const note =
+    `A killed ${killedAfterMs} ms after the origin saw its read (B contended: ${contended}); ` +
+    `${ok}/${HOLDERS_READERS} B readers 200 in ${minMs}–${maxMs} ms, ${distinct} distinct answer(s), ` +
+    `origin reads of ${id}: ${reads} (2nd ${gapMs} ms after the 1st), B takeovers: ${takeovers}`;
+  const check: Check = {
+    name: `dead lease holder: ${HOLDERS_READERS} readers on B answered 200 by one takeover after leaseMs, origin reads 2`,
+    pass:
+      ok === HOLDERS_READERS &&
+      distinct === 1 &&
+      reads === 2 &&
+      gapMs !== undefined &&
+      gapMs >= POLICY.leaseMs - 250 &&
+      gapMs <= POLICY.leaseMs + 1_000,
+    detail: `${ok} answered 200, ${distinct} distinct, origin reads ${reads}, takeover read ${gapMs ?? 'never'} ms after A's (law: leaseMs ${POLICY.leaseMs} −250/+1000)`,
   };
+  return { answers, note, check };
 }
 
-async function main(): Promise<number> {
-  const loops = int('loops', 1, 200);
-  const pauseMs = int('pause-ms', 0, 1_000);
-  const latencyMs = int('latency-ms', 0, 1_000);
-  const hotCount = int('hot', 1, 1_000);
+async function main(): Promise<FaultReport> {
   process.env.LOG_LEVEL ??= 'error'; // degraded-mode warnings are what this drill provokes
   const began = performance.now();
   const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   const rows: PhaseRow[] = [];
-  const checks: Check[] = [];
-  const recoveries: Record<string, Recovery> = {};
-  let phase4: Awaited<ReturnType<typeof leaseHolderDies>> | undefined;
+  /** Checks judged during the phases, in phase order. */
+  const judged: Check[] = [];
   let valkey: ValkeyServer | undefined;
   let origin: Origin | undefined;
   let services: Service[] = [];
   let load: LoadGenerator | undefined;
   try {
-    valkey = await spawnValkey((c) => reaper.track(c));
-    origin = await startOrigin(latencyMs);
-    services = await startServices(
-      {
-        valkey: { url: valkey.url, ...VALKEY },
-        tables: { [TABLE]: { source: { kind: 'http', url: origin.template }, ...POLICY } },
-      },
-      reaper,
-    );
+    valkey = await spawnValkey({ track: (c) => reaper.track(c) });
+    origin = await startOrigin(args['latency-ms']);
+    const config = {
+      valkey: { url: valkey.url, ...VALKEY },
+      tables: { [TABLE]: { source: { kind: 'http', url: origin.template }, ...POLICY } },
+    };
+    services = await startServices(2, config, (c) => reaper.track(c), 3_000);
     const [a, b] = services as [Service, Service];
     const targets: Target[] = [
       { label: 'A', url: a.url },
       { label: 'B', url: b.url },
     ];
-    const hotIds = Array.from({ length: hotCount }, (_, i) => `hot-${run}-${i}`);
+    const hotIds = Array.from({ length: args.hot }, (_, i) => `hot-${run}-${i}`);
     for (const t of targets) {
-      for (const id of hotIds) await timedGet(itemUrl(t.url, TABLE, id), REQUEST_TIMEOUT_MS);
+      for (const id of hotIds) await get(t, id);
       for (const id of hotIds) {
-        const r = await timedGet(itemUrl(t.url, TABLE, id), REQUEST_TIMEOUT_MS);
+        const r = await get(t, id);
         if (!r.l1) throw new Error(`warming: ${id} on ${t.label} is not an L1 hit (${r.status})`);
       }
     }
 
-    load = new LoadGenerator({
+    const gen = new LoadGenerator({
       table: TABLE,
-      loops,
-      pauseMs,
+      loops: args.loops,
+      pauseMs: args['pause-ms'],
       hotIds,
       hotShare: 0.5,
       coldPrefix: `cold-${run}-`,
@@ -169,11 +161,10 @@ async function main(): Promise<number> {
       maxRequests: 200_000,
       maxDurationMs: 90_000,
     });
-    load.targets = targets;
-    load.start();
-    const gen = load;
-    const o = origin;
-    const v = valkey;
+    load = gen;
+    gen.targets = targets;
+    gen.start();
+    const [o, v] = [origin, valkey];
     const phase = async (name: string, body: (notes: string[]) => Promise<void>) => {
       gen.phase = name;
       const [t0, reads0, notes] = [performance.now(), o.totalReads(), [] as string[]];
@@ -181,6 +172,13 @@ async function main(): Promise<number> {
       rows.push(
         phaseRow(name, gen.samples, performance.now() - t0, o.totalReads() - reads0, notes),
       );
+    };
+    // After a fault: keep the load on for `ms`, noting when /readyz said ready again; then judge recovery.
+    const recover = async (p: string, ms: number, after: string, notes: string[]) => {
+      const back = readyAgain(services, 8_000);
+      await sleep(ms);
+      notes.push(`/readyz ready again ${await back} ${after}`);
+      judged.push(await recovery(p, services, TABLE, READY_WITHIN_MS, REQUEST_TIMEOUT_MS));
     };
 
     await phase('1 baseline', () => sleep(3_000));
@@ -190,34 +188,23 @@ async function main(): Promise<number> {
       const t = performance.now();
       await v.restart();
       notes.push(`restarted on port ${v.port} in ${Math.round(performance.now() - t)} ms`);
-      const back = readyAgain(services, 8_000);
-      await sleep(5_000);
-      notes.push(`/readyz ready again ${await back} after the restart`);
-      recoveries['2'] = await recovery(services, TABLE, READY_WITHIN_MS, REQUEST_TIMEOUT_MS);
+      await recover('2', 5_000, 'after the restart', notes);
     });
     await phase('3 valkey SIGSTOP 5 s', async (notes) => {
       v.pause();
       await sleep(5_000);
       v.resume();
-      const back = readyAgain(services, 8_000);
-      await sleep(3_000);
-      notes.push(`/readyz ready again ${await back} after SIGCONT`);
-      recoveries['3'] = await recovery(services, TABLE, READY_WITHIN_MS, REQUEST_TIMEOUT_MS);
+      await recover('3', 3_000, 'after SIGCONT', notes);
     });
     await phase('4 lease holder A SIGKILL', async (notes) => {
       gen.targets = [targets[1] as Target];
       const p4 = await leaseHolderDies(a, b, o);
-      phase4 = p4;
-      for (const { status, code, l1, ms } of p4.readers)
-        gen.samples.push({ phase: gen.phase, target: 'B', hot: false, status, code, l1, ms });
-      notes.push(
-        `A killed ${p4.killedAfterMs} ms after the origin saw its read (B contended: ${p4.bContended}); ` +
-          `${p4.ok}/${HOLDERS_READERS} B readers 200 in ${p4.minMs}–${p4.maxMs} ms, ${p4.distinct} distinct answer(s), ` +
-          `origin reads of ${p4.id}: ${p4.sourceReads} (2nd ${p4.takeoverGapMs} ms after the 1st), B takeovers: ${p4.bTakeovers}`,
-      );
+      for (const { body: _, ...r } of p4.answers)
+        gen.samples.push({ phase: gen.phase, target: 'B', hot: false, ...r });
+      notes.push(p4.note);
+      judged.push(p4.check);
       await sleep(1_000);
     });
-    await load.stop();
   } finally {
     await load?.stop();
     await Promise.all(services.map((s) => s.stop(5_000)));
@@ -226,57 +213,32 @@ async function main(): Promise<number> {
     reaper.killAll();
   }
 
+  const samples = load?.samples ?? [];
   const hotFailed = rows.reduce((n, r) => n + r.hotFailed, 0);
-  checks.push({
-    name: 'L1 hits never fail',
-    pass: hotFailed === 0,
-    detail: `${hotFailed} of ${rows.reduce((n, r) => n + r.hotRequests, 0)} hot-id requests not answered 200`,
-  });
-  const samples: Sample[] = load?.samples ?? [];
   const late = samples.filter((s) => s.ms > BOUND_MS || s.code === 'CLIENT_TIMEOUT');
-  checks.push({
-    name: `no request waits past ${BOUND_MS} ms (waitTimeoutMs ${POLICY.waitTimeoutMs} + loadTimeoutMs ${POLICY.loadTimeoutMs} + commandTimeoutMs ${VALKEY.commandTimeoutMs} + 1000)`,
-    pass: late.length === 0,
-    detail: `${late.length} late; slowest ${Math.round(Math.max(0, ...samples.map((s) => s.ms)))} ms`,
-  });
-  for (const [p, r] of Object.entries(recoveries)) {
-    const ready = r.readyMs.every((ms) => ms !== undefined);
-    checks.push({
-      name: `recovery after phase ${p}: /readyz ready within ${READY_WITHIN_MS} ms and PUT + GET round-trip`,
-      pass: ready && r.roundTrip,
-      detail: `ready after ${r.readyMs.map((ms) => (ms === undefined ? 'never' : `${ms} ms`)).join(' / ')}; ${r.detail}`,
-    });
-  }
-  checks.push({
-    name: `dead lease holder: ${HOLDERS_READERS} readers on B answered 200 by one takeover after leaseMs, origin reads 2`,
-    pass:
-      phase4 !== undefined &&
-      phase4.ok === HOLDERS_READERS &&
-      phase4.distinct === 1 &&
-      phase4.sourceReads === 2 &&
-      phase4.takeoverGapMs !== undefined &&
-      phase4.takeoverGapMs >= POLICY.leaseMs - 250 &&
-      phase4.takeoverGapMs <= POLICY.leaseMs + 1_000,
-    detail:
-      phase4 === undefined
-        ? 'phase 4 did not run'
-        : `${phase4.ok} answered 200, ${phase4.distinct} distinct, origin reads ${phase4.sourceReads}, ` +
-          `takeover read ${phase4.takeoverGapMs ?? 'never'} ms after A's (law: leaseMs ${POLICY.leaseMs} −250/+1000)`,
-  });
-  const pass = checks.every((c) => c.pass);
-  const runtimeMs = Math.round(performance.now() - began);
-  const report = { drill: 'faults', boundMs: BOUND_MS, phases: rows, checks, runtimeMs, pass };
-  if (!emitJson(args.json, report)) {
-    const header = `faults drill: 2 instances, ${loops} loops (half hot L1 ids, half cold), source latency ${latencyMs} ms, runtime ${(runtimeMs / 1000).toFixed(1)} s`;
-    process.stdout.write(renderFaults(header, rows, checks));
-  }
-  return pass ? 0 : 1;
+  const checks: Check[] = [
+    {
+      name: 'L1 hits never fail',
+      pass: hotFailed === 0,
+      detail: `${hotFailed} of ${rows.reduce((n, r) => n + r.hotRequests, 0)} hot-id requests not answered 200`,
+    },
+    {
+      name: `no request waits past ${BOUND_MS} ms (waitTimeoutMs ${POLICY.waitTimeoutMs} + loadTimeoutMs ${POLICY.loadTimeoutMs} + commandTimeoutMs ${VALKEY.commandTimeoutMs} + 1000)`,
+      pass: late.length === 0,
+      detail: `${late.length} late; slowest ${Math.round(Math.max(0, ...samples.map((s) => s.ms)))} ms`,
+    },
+    ...judged,
+  ];
+  return {
+    drill: 'faults',
+    loops: args.loops,
+    sourceLatencyMs: args['latency-ms'],
+    boundMs: BOUND_MS,
+    phases: rows,
+    checks,
+    runtimeMs: Math.round(performance.now() - began),
+    pass: checks.every((c) => c.pass),
+  };
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    process.stderr.write(`faults drill failed to run: ${(err as Error)?.stack ?? String(err)}\n`);
-    process.exit(2);
-  },
-);
+runDrill('faults', args.json, main, renderFaults);

@@ -9,164 +9,100 @@
  * law is judged by that count. Exits 1 when the law does not hold.
  */
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { httpSource } from '../src/sources/http.js';
-import { createStore } from '../src/store/store.js';
-import { drillArgs, emitJson } from './lib/args.js';
-import { type Origin, startOrigin } from './lib/origin.js';
-import { percentile, table } from './lib/report.js';
-import { scrape, startService } from './lib/service.js';
+import { type Origin, startOrigin } from '../harness/origin.js';
+import { burst, httpRead, storeRead } from './lib/burst.js';
+import { drillArgs, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
+import { itemUrl } from './lib/http.js';
+import { metric, scrape } from './lib/metrics.js';
+import { columns, p50p99 } from './lib/report.js';
+import { startService } from './lib/service.js';
+import { connectAdmin, dropId, originStore } from './lib/store.js';
 
 const args = drillArgs({
-  readers: { type: 'string', default: '200' },
-  'latency-ms': { type: 'string', default: '50' },
-  via: { type: 'string', default: 'inproc' },
-  valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
+  readers: int(200, 1),
+  'latency-ms': float(50, 0),
+  via: oneOf('inproc', 'http'),
+  valkey: valkeyOption(),
 });
 
 const TABLE = 'herd';
 
-interface Run {
-  answers: string[];
-  failures: number;
-  latenciesMs: number[];
-  coalesced: number;
-}
-
-async function inProcess(
-  origin: Origin,
-  valkey: string,
-  readers: number,
-  id: string,
-): Promise<Run> {
-  const source = httpSource({ url: origin.template, timeoutMs: 10_000 });
-  const store = await createStore({ valkey, tables: { [TABLE]: { load: source.load } } });
+/** The readers call `table.get` on one store in this process; `coalesced` from its stats. */
+async function inProcess(origin: Origin, id: string) {
+  const { store, close } = await originStore(args.valkey, TABLE, origin.template);
   try {
     const t = store.table(TABLE);
-    const started = performance.now();
-    const settled = await Promise.allSettled(
-      Array.from({ length: readers }, () =>
-        t.get(id).then((r) => ({ r, ms: performance.now() - started })),
-      ),
-    );
-    return collect(
-      settled.map((s) =>
-        s.status === 'fulfilled'
-          ? { body: s.value.r.found ? s.value.r.json : '404', ms: s.value.ms }
-          : undefined,
-      ),
-      t.stats().coalesced,
-    );
+    return { ...(await burst(storeRead(t, id), args.readers)), coalesced: t.stats().coalesced };
   } finally {
-    await store.close();
-    source.close();
+    await close();
   }
 }
 
-async function viaHttp(origin: Origin, valkey: string, readers: number, id: string): Promise<Run> {
+/** The readers GET one service instance; `coalesced` from its `/metrics`. */
+async function viaHttp(origin: Origin, id: string) {
   const service = await startService({
-    valkey: { url: valkey },
+    valkey: { url: args.valkey },
     tables: { [TABLE]: { source: { kind: 'http', url: origin.template } } },
   });
   try {
-    const url = `${service.url}/v1/tables/${TABLE}/items/${encodeURIComponent(id)}`;
-    const started = performance.now();
-    const settled = await Promise.allSettled(
-      Array.from({ length: readers }, async () => {
-        const res = await fetch(url);
-        const body = await res.text();
-        return res.status === 200 ? { body, ms: performance.now() - started } : undefined;
-      }),
-    );
-    const coalesced = await scrape(service.url, 'echostore_coalesced_total', { table: TABLE });
-    return collect(
-      settled.map((s) => (s.status === 'fulfilled' ? s.value : undefined)),
-      coalesced,
-    );
+    const result = await burst(httpRead(itemUrl(service.url, TABLE, id)), args.readers);
+    const samples = await scrape(service.url);
+    const coalesced = metric(samples, 'echostore_coalesced_total', { table: TABLE }) ?? 0;
+    return { ...result, coalesced };
   } finally {
     await service.stop();
   }
 }
 
-function collect(results: Array<{ body: string; ms: number } | undefined>, coalesced: number): Run {
-  const ok = results.filter((r) => r !== undefined);
-  return {
-    answers: ok.map((r) => r.body),
-    failures: results.length - ok.length,
-    latenciesMs: ok.map((r) => r.ms),
-    coalesced,
-  };
-}
-
-async function main(): Promise<number> {
-  const readers = Number(args.readers);
-  const latencyMs = Number(args['latency-ms']);
-  const via = args.via;
-  if (!Number.isInteger(readers) || readers < 1 || !Number.isFinite(latencyMs) || latencyMs < 0) {
-    throw new Error('--readers must be a positive integer and --latency-ms a non-negative number');
-  }
-  if (via !== 'inproc' && via !== 'http') throw new Error('--via must be inproc or http');
-  const valkey = args.valkey as string;
+async function main() {
+  const { readers, via } = args;
   const id = `herd-${Date.now()}-${randomBytes(4).toString('hex')}`;
-  const admin = new Redis(valkey, { maxRetriesPerRequest: 1, connectTimeout: 3_000 });
-  await admin.del(`ecc:${TABLE}:{${id}}`, `ecc:${TABLE}:{${id}}:lease`);
-  const origin = await startOrigin(latencyMs);
-  let run: Run;
+  const admin = await connectAdmin(args.valkey);
+  await dropId(admin, TABLE, id);
+  const origin = await startOrigin(args['latency-ms']);
+  let run: Awaited<ReturnType<typeof inProcess>>;
   try {
-    run =
-      via === 'http'
-        ? await viaHttp(origin, valkey, readers, id)
-        : await inProcess(origin, valkey, readers, id);
+    run = via === 'http' ? await viaHttp(origin, id) : await inProcess(origin, id);
   } finally {
     await origin.close();
-    await admin.del(`ecc:${TABLE}:{${id}}`);
+    await dropId(admin, TABLE, id);
     admin.disconnect();
   }
   const sourceReads = origin.readsOf(id);
-  const distinct = new Set(run.answers).size;
+  const distinctAnswers = run.answers.length;
   // In-process every reader is in the mailbox before the flight lands, so all
   // but one coalesce. Over HTTP a late request may be an L1 hit instead, which
   // is equally lawful: the law is one source read and one answer.
   const coalescedOk = via === 'inproc' ? run.coalesced === readers - 1 : true;
-  const pass = sourceReads === 1 && distinct === 1 && run.failures === 0 && coalescedOk;
-  const report = {
+  return {
     drill: 'herd',
     via,
     readers,
-    sourceLatencyMs: latencyMs,
+    sourceLatencyMs: args['latency-ms'],
     sourceReads,
     coalesced: run.coalesced,
-    distinctAnswers: distinct,
+    distinctAnswers,
     failures: run.failures,
-    p50Ms: Number(percentile(run.latenciesMs, 50).toFixed(1)),
-    p99Ms: Number(percentile(run.latenciesMs, 99).toFixed(1)),
-    pass,
+    ...p50p99(run.latenciesMs, 1),
+    pass: sourceReads === 1 && distinctAnswers === 1 && run.failures === 0 && coalescedOk,
   };
-  if (!emitJson(args.json, report)) {
-    process.stdout.write(
-      `herd drill (${via}): ${readers} concurrent cold readers, source latency ${latencyMs} ms\n${table(
-        [
-          ['readers', readers],
-          ['source reads (counted by the source)', `${sourceReads}   (law: 1)`],
-          [
-            'coalesced waiters',
-            `${run.coalesced}   (${via === 'inproc' ? `law: ${readers - 1}` : `expected ${readers - 1}; the rest are L1 hits`})`,
-          ],
-          ['distinct answers', `${distinct}   (law: 1)`],
-          ['failed readers', `${run.failures}   (law: 0)`],
-          ['latency p50', `${report.p50Ms} ms`],
-          ['latency p99', `${report.p99Ms} ms`],
-        ],
-      )}\n${pass ? 'PASS' : 'FAIL'}: the coalescing law ${pass ? 'holds' : 'is broken'}\n`,
-    );
-  }
-  return pass ? 0 : 1;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    process.stderr.write(`herd drill failed to run: ${(err as Error)?.stack ?? String(err)}\n`);
-    process.exit(2);
-  },
-);
+function render(r: Awaited<ReturnType<typeof main>>): string {
+  const law =
+    r.via === 'inproc'
+      ? `law: ${r.readers - 1}`
+      : `expected ${r.readers - 1}; the rest are L1 hits`;
+  const table = columns([
+    ['readers', r.readers],
+    ['source reads (counted by the source)', `${r.sourceReads}   (law: 1)`],
+    ['coalesced waiters', `${r.coalesced}   (${law})`],
+    ['distinct answers', `${r.distinctAnswers}   (law: 1)`],
+    ['failed readers', `${r.failures}   (law: 0)`],
+    ['latency p50', `${r.p50Ms} ms`],
+    ['latency p99', `${r.p99Ms} ms`],
+  ]);
+  return `herd drill (${r.via}): ${r.readers} concurrent cold readers, source latency ${r.sourceLatencyMs} ms\n${table}\n${r.pass ? 'PASS' : 'FAIL'}: the coalescing law ${r.pass ? 'holds' : 'is broken'}\n`;
+}
+
+runDrill('herd', args.json, main, render);

@@ -23,24 +23,24 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
-import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
-import { drillArgs, emitJson } from './lib/args.js';
-import { columns } from './lib/columns.js';
-import { type Origin, startOrigin } from './lib/origin.js';
-import { percentile } from './lib/report.js';
-import { type Service, startService } from './lib/service.js';
+import type { Redis } from 'ioredis';
+import { type Origin, startOrigin } from '../harness/origin.js';
+import type { BurstResult } from './lib/burst.js';
+import { drillArgs, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
+import { addCounts, columns, listCounts, p50p99 } from './lib/report.js';
+import { type Service, startServices } from './lib/service.js';
+import { connectAdmin, dropId } from './lib/store.js';
 import { barChartSvg } from './lib/svg.js';
-import { spawnWorker, within } from './lib/workers.js';
-import type { BurstResult, FromWorker, RegimePolicy, Setup, ToWorker } from './regimes-worker.js';
+import { runWorkers } from './lib/workers.js';
+import type { Go, RegimePolicy, Setup } from './regimes-worker.js';
 
 const args = drillArgs({
-  instances: { type: 'string', default: '6' },
-  readers: { type: 'string', default: '200' },
-  'latency-ms': { type: 'string', default: '50' },
-  via: { type: 'string', default: 'inproc' },
-  svg: { type: 'string', default: 'drills/out/regimes.svg' },
-  valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
+  instances: int(6, 1, 64),
+  readers: int(200, 1, 10_000),
+  'latency-ms': float(50, 0, 2_000),
+  via: oneOf('inproc', 'http'),
+  svg: text('drills/out/regimes.svg'),
+  valkey: valkeyOption(),
 });
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'regimes-worker.js');
@@ -49,205 +49,141 @@ type Regime = (typeof REGIMES)[number];
 
 /** Lead time between `go` and the burst, so every instance fires at the same wall-clock moment. */
 const GO_LEAD_MS = 150;
-const READY_TIMEOUT_MS = 20_000;
 /** Longer than any reader can lawfully take: a wait (5 s) plus a load (4 s). */
 const RESULT_TIMEOUT_MS = 30_000;
-const EXIT_TIMEOUT_MS = 10_000;
+const POLICY: RegimePolicy = {
+  loadTimeoutMs: 4_000,
+  leaseMs: 5_000,
+  waitTimeoutMs: 5_000,
+  maxConcurrentLoads: args.readers,
+};
 
-interface Plan {
-  via: 'inproc' | 'http';
-  instances: number;
-  readers: number;
-  latencyMs: number;
-  valkey: string;
-}
+/** Every worker fires at the same wall-clock moment, {@link GO_LEAD_MS} from now. */
+const go = async () => ({
+  message: { kind: 'go', atEpochMs: Date.now() + GO_LEAD_MS } satisfies Go,
+  resultWithinMs: RESULT_TIMEOUT_MS,
+});
 
-interface RegimeReport {
-  regime: Regime;
-  table: string;
-  id: string;
-  expectedReads: number;
-  sourceReads: number;
-  distinctAnswers: number;
-  /** The most distinct answers the law allows. */
-  maxDistinctAnswers: number;
-  failures: number;
-  failureCodes: Record<string, number>;
-  p50Ms: number;
-  p99Ms: number;
-  pass: boolean;
-}
-
-/** A forked worker and the promises of what it reports. */
-
-/** Forks one worker per setup, starts them together, and gathers their bursts. */
-async function burst(setups: Setup[]): Promise<BurstResult[]> {
-  const workers = setups.map((setup) => spawnWorker<FromWorker>(WORKER, setup satisfies ToWorker));
-  try {
-    await within(Promise.all(workers.map((w) => w.ready)), READY_TIMEOUT_MS, 'workers ready');
-    const go: ToWorker = { kind: 'go', atEpochMs: Date.now() + GO_LEAD_MS };
-    for (const w of workers) w.child.send(go);
-    const results = await within(
-      Promise.all(workers.map((w) => w.result)),
-      RESULT_TIMEOUT_MS,
-      'workers burst',
-    );
-    await within(Promise.all(workers.map((w) => w.exited)), EXIT_TIMEOUT_MS, 'workers exit');
-    return results;
-  } finally {
-    for (const w of workers) {
-      if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL');
-    }
-  }
-}
-
-/** Starts `count` services, or none: a failed start stops those that did start. */
-async function startServices(count: number, config: object): Promise<Service[]> {
-  const started = await Promise.allSettled(
-    Array.from({ length: count }, () => startService(config)),
-  );
-  const services = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-  const failed = started.find((s) => s.status === 'rejected');
-  if (failed !== undefined) {
-    await Promise.all(services.map((s) => s.stop()));
-    throw failed.reason;
-  }
-  return services;
-}
-
-async function runRegime(
-  plan: Plan,
-  origin: Origin,
-  admin: Redis,
-  regime: Regime,
-): Promise<RegimeReport> {
+/** Fires one burst per instance at one fresh id in the regime's table and judges it. */
+async function runRegime(origin: Origin, admin: Redis, regime: Regime) {
+  const { via, instances, readers, valkey } = args;
   const table = `regimes-${regime}`;
   const id = `regimes-${Date.now()}-${randomBytes(6).toString('hex')}`;
-  const keys = [valueKey(table, id), leaseKey(table, id)];
-  const policy: RegimePolicy = {
-    loadTimeoutMs: 4_000,
-    leaseMs: 5_000,
-    waitTimeoutMs: 5_000,
-    maxConcurrentLoads: plan.readers,
-  };
-  const base = {
-    kind: 'setup',
-    via: plan.via,
-    coalescing: regime,
-    table,
-    id,
-    readers: plan.readers,
-    policy,
-    valkey: plan.valkey,
-  } as const;
-  await admin.del(...keys);
+  let services: Service[] = [];
   let results: BurstResult[];
+  await dropId(admin, table, id);
   try {
-    if (plan.via === 'inproc') {
-      results = await burst(
-        Array.from({ length: plan.instances }, () => ({ ...base, template: origin.template })),
-      );
-    } else {
-      const services = await startServices(plan.instances, {
-        valkey: { url: plan.valkey },
-        tables: {
-          [table]: {
-            source: { kind: 'http', url: origin.template, timeoutMs: 10_000 },
-            coalescing: regime,
-            ...policy,
-          },
-        },
+    if (via === 'http') {
+      const source = { kind: 'http', url: origin.template, timeoutMs: 10_000 };
+      services = await startServices(instances, {
+        valkey: { url: valkey },
+        tables: { [table]: { source, coalescing: regime, ...POLICY } },
       });
-      try {
-        results = await burst(services.map((s) => ({ ...base, serviceUrl: s.url })));
-      } finally {
-        await Promise.all(services.map((s) => s.stop()));
-      }
     }
+    const { template } = origin;
+    const setup = (serviceUrl?: string): Setup => {
+      const base = { kind: 'setup', via, table, id, readers, valkey, template } as const;
+      return { ...base, serviceUrl, coalescing: regime, policy: POLICY };
+    };
+    const setups =
+      via === 'http'
+        ? services.map((s) => setup(s.url))
+        : Array.from({ length: instances }, () => setup());
+    results = await runWorkers<BurstResult>(WORKER, setups, go);
   } finally {
-    await admin.del(...keys);
+    await Promise.all(services.map((s) => s.stop()));
+    await dropId(admin, table, id);
   }
 
-  const { instances, readers } = plan;
   const expectedReads = { none: readers * instances, process: instances, fleet: 1 }[regime];
-  const maxDistinctAnswers = { none: readers * instances, process: instances, fleet: 1 }[regime];
   const sourceReads = origin.readsOf(id);
-  const latencies = results.flatMap((r) => r.latenciesMs);
   const distinctAnswers = new Set(results.flatMap((r) => r.answers)).size;
   const failures = results.reduce((n, r) => n + r.failures, 0);
-  const failureCodes: Record<string, number> = {};
-  for (const r of results) {
-    for (const [code, n] of Object.entries(r.errorCodes))
-      failureCodes[code] = (failureCodes[code] ?? 0) + n;
-  }
-  const pass =
-    sourceReads === expectedReads &&
-    failures === 0 &&
-    distinctAnswers >= 1 &&
-    distinctAnswers <= maxDistinctAnswers;
+  const failureCodes = {};
+  for (const r of results) addCounts(failureCodes, r.errorCodes);
   return {
     regime,
     table,
     id,
+    /** The law: exactly this many source reads, counted by the origin. */
     expectedReads,
     sourceReads,
     distinctAnswers,
-    maxDistinctAnswers,
+    /** The most distinct answers the law allows. */
+    maxDistinctAnswers: expectedReads,
     failures,
     failureCodes,
-    p50Ms: round(percentile(latencies, 50)),
-    p99Ms: round(percentile(latencies, 99)),
-    pass,
+    ...p50p99(
+      results.flatMap((r) => r.latenciesMs),
+      1,
+    ),
+    pass:
+      sourceReads === expectedReads &&
+      failures === 0 &&
+      distinctAnswers >= 1 &&
+      distinctAnswers <= expectedReads,
   };
 }
 
-function round(ms: number): number {
-  return Number(ms.toFixed(1));
-}
-
-function positiveInt(name: string, text: string | undefined, max: number): number {
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < 1 || n > max) {
-    throw new Error(`--${name} must be an integer from 1 to ${max}`);
+async function main() {
+  const admin = await connectAdmin(args.valkey);
+  const origin = await startOrigin(args['latency-ms']);
+  const regimes: Array<Awaited<ReturnType<typeof runRegime>>> = [];
+  try {
+    for (const regime of REGIMES) regimes.push(await runRegime(origin, admin, regime));
+  } finally {
+    await origin.close();
+    admin.disconnect();
   }
-  return n;
+  const report = {
+    drill: 'regimes',
+    via: args.via,
+    instances: args.instances,
+    readersPerInstance: args.readers,
+    sourceLatencyMs: args['latency-ms'],
+    regimes,
+    worstP99Ms: Math.max(...regimes.map((r) => (Number.isNaN(r.p99Ms) ? 0 : r.p99Ms))),
+    svg: resolve(args.svg),
+    pass: regimes.every((r) => r.pass),
+  };
+  mkdirSync(dirname(report.svg), { recursive: true });
+  writeFileSync(
+    report.svg,
+    barChartSvg(
+      `Source reads per regime (${report.via})`,
+      `${report.instances} instances × ${report.readersPerInstance} cold readers on one id, source latency ${report.sourceLatencyMs} ms; dashed line = expected`,
+      'source reads, counted by the source',
+      regimes.map((r) => ({
+        label: r.regime,
+        value: r.sourceReads,
+        expected: r.expectedReads,
+        pass: r.pass,
+      })),
+    ),
+  );
+  return report;
 }
 
-function render(plan: Plan, regimes: RegimeReport[], worstP99Ms: number, svg: string): string {
-  const rows = regimes.map((r) => [
-    r.regime,
-    r.expectedReads,
-    r.sourceReads,
-    r.regime === 'fleet'
-      ? `${r.distinctAnswers} (law: 1)`
-      : `${r.distinctAnswers} (≤ ${r.maxDistinctAnswers})`,
-    r.failures === 0
-      ? '0'
-      : `${r.failures} (${Object.entries(r.failureCodes)
-          .map(([c, n]) => `${c}×${n}`)
-          .join(', ')})`,
-    r.p50Ms,
-    r.p99Ms,
-    r.pass ? 'PASS' : 'FAIL',
+type Report = Awaited<ReturnType<typeof main>>;
+
+function render(r: Report): string {
+  const rows = r.regimes.map((x) => [
+    x.regime,
+    x.expectedReads,
+    x.sourceReads,
+    `${x.distinctAnswers} (${x.regime === 'fleet' ? 'law: 1' : `≤ ${x.maxDistinctAnswers}`})`,
+    x.failures === 0 ? '0' : `${x.failures} (${listCounts(x.failureCodes)})`,
+    x.p50Ms,
+    x.p99Ms,
+    x.pass ? 'PASS' : 'FAIL',
   ]);
-  const broken = regimes.filter((r) => !r.pass).map((r) => r.regime);
+  const broken = r.regimes.filter((x) => !x.pass).map((x) => x.regime);
+  const header = ['regime', 'expected reads', 'source reads', 'distinct answers', 'failures'];
   return [
-    `regimes drill (${plan.via}): ${plan.instances} instances × ${plan.readers} concurrent cold readers, source latency ${plan.latencyMs} ms`,
-    columns(
-      [
-        'regime',
-        'expected reads',
-        'source reads',
-        'distinct answers',
-        'failures',
-        'p50 ms',
-        'p99 ms',
-        'result',
-      ],
-      rows,
-    ),
-    `  worst p99: ${worstP99Ms} ms`,
-    `  chart: ${svg}`,
+    `regimes drill (${r.via}): ${r.instances} instances × ${r.readersPerInstance} concurrent cold readers, source latency ${r.sourceLatencyMs} ms`,
+    columns(rows, [...header, 'p50 ms', 'p99 ms', 'result']),
+    `  worst p99: ${r.worstP99Ms} ms`,
+    `  chart: ${r.svg}`,
     broken.length === 0
       ? 'PASS: every regime keeps its law (source reads counted by the source)'
       : `FAIL: ${broken.join(', ')} broke ${broken.length === 1 ? 'its law' : 'their laws'}`,
@@ -255,76 +191,4 @@ function render(plan: Plan, regimes: RegimeReport[], worstP99Ms: number, svg: st
   ].join('\n');
 }
 
-async function main(): Promise<number> {
-  const via = args.via;
-  if (via !== 'inproc' && via !== 'http') throw new Error('--via must be inproc or http');
-  const latencyMs = Number(args['latency-ms']);
-  if (!Number.isFinite(latencyMs) || latencyMs < 0 || latencyMs > 2_000) {
-    throw new Error('--latency-ms must be a number from 0 to 2000');
-  }
-  const plan: Plan = {
-    via,
-    instances: positiveInt('instances', args.instances, 64),
-    readers: positiveInt('readers', args.readers, 10_000),
-    latencyMs,
-    valkey: args.valkey as string,
-  };
-  const admin = new Redis(plan.valkey, {
-    maxRetriesPerRequest: 1,
-    connectTimeout: 3_000,
-    lazyConnect: true,
-  });
-  admin.on('error', () => {});
-  const origin = await startOrigin(latencyMs);
-  const regimes: RegimeReport[] = [];
-  try {
-    await admin.connect().catch((err: unknown) => {
-      throw new Error(`cannot reach Valkey at ${plan.valkey}`, { cause: err });
-    });
-    for (const regime of REGIMES) regimes.push(await runRegime(plan, origin, admin, regime));
-  } finally {
-    await origin.close();
-    admin.disconnect();
-  }
-
-  const worstP99Ms = Math.max(...regimes.map((r) => (Number.isNaN(r.p99Ms) ? 0 : r.p99Ms)));
-  const svgPath = resolve(args.svg as string);
-  mkdirSync(dirname(svgPath), { recursive: true });
-  writeFileSync(
-    svgPath,
-    barChartSvg({
-      title: `Source reads per regime (${plan.via})`,
-      subtitle: `${plan.instances} instances × ${plan.readers} cold readers on one id, source latency ${plan.latencyMs} ms; dashed line = expected`,
-      yLabel: 'source reads, counted by the source',
-      bars: regimes.map((r) => ({
-        label: r.regime,
-        value: r.sourceReads,
-        expected: r.expectedReads,
-        pass: r.pass,
-      })),
-    }),
-  );
-  const pass = regimes.every((r) => r.pass);
-  const report = {
-    drill: 'regimes',
-    via: plan.via,
-    instances: plan.instances,
-    readersPerInstance: plan.readers,
-    sourceLatencyMs: plan.latencyMs,
-    regimes,
-    worstP99Ms,
-    svg: svgPath,
-    pass,
-  };
-  if (!emitJson(args.json, report))
-    process.stdout.write(render(plan, regimes, worstP99Ms, svgPath));
-  return pass ? 0 : 1;
-}
-
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    process.stderr.write(`regimes drill failed to run: ${(err as Error)?.stack ?? String(err)}\n`);
-    process.exit(2);
-  },
-);
+runDrill('regimes', args.json, main, render);

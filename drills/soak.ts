@@ -21,21 +21,25 @@
  * than {@link MAX_RSS_GROWTH}×; 2 when the drill cannot run.
  */
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
-import { Redis } from 'ioredis';
-import { redactUrl } from '../src/valkey.js';
-import { drillArgs } from './lib/args.js';
-import { hotId, itemPath, type Kind, mixedLoad } from './lib/mix.js';
-import { type Origin, startOrigin } from './lib/origin.js';
-import { type Service, scrape, startService } from './lib/service.js';
-import { type AtRest, printSoak, soakReport } from './lib/soak-report.js';
+import type { Redis } from 'ioredis';
+import { type Origin, startOrigin } from '../harness/origin.js';
+import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
+import { errorCode, itemUrl } from './lib/http.js';
+import { metric, scrape } from './lib/metrics.js';
+import { hotId, type Kind, mixedLoad } from './lib/mix.js';
+import { bump } from './lib/report.js';
+import { type Service, startService } from './lib/service.js';
+import { type AtRest, renderSoak, soakReport } from './lib/soak-report.js';
+import { connectAdmin, dropTable } from './lib/store.js';
 
 const args = drillArgs({
-  seconds: { type: 'string', default: '120' },
-  connections: { type: 'string', default: '32' },
-  'hot-ids': { type: 'string', default: '1000' },
-  'latency-ms': { type: 'string', default: '5' },
-  valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
+  seconds: int(120, 1),
+  connections: int(32, 1),
+  'hot-ids': int(1000, 1),
+  'latency-ms': float(5, 0),
+  valkey: valkeyOption(),
 });
 
 const WEIGHTS: Record<Kind, number> = {
@@ -62,32 +66,20 @@ const SETTLE_MS = 2_000;
 const REQUEST_TIMEOUT_S = 10;
 const RSS_SAMPLE_MS = 5_000;
 
-/** The value of an unlabelled sample (e.g. `process_resident_memory_bytes`) in `<url>/metrics`. */
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-  if (line === undefined) throw new Error(`${url}/metrics has no ${name}`);
-  return Number(line.slice(name.length + 1));
-}
-
-/** The stats of `name` from `GET /v1/tables`. */
-async function tableStats(url: string, name: string): Promise<AtRest> {
-  const res = await fetch(`${url}/v1/tables`);
-  const body = (await res.json()) as {
-    tables: Array<{ name: string; stats: AtRest }>;
-  };
-  const t = body.tables.find((x) => x.name === name);
-  if (t === undefined) throw new Error(`GET /v1/tables does not list ${name}`);
-  return t.stats;
+/** The service's resident set size, bytes, from its `/metrics`. */
+async function rss(url: string): Promise<number> {
+  const bytes = metric(await scrape(url), 'process_resident_memory_bytes');
+  if (bytes === undefined) throw new Error(`${url}/metrics has no process_resident_memory_bytes`);
+  return bytes;
 }
 
 /** GETs every hot id once (`concurrency` at a time), so the run starts with them in L1. */
-async function warm(url: string, tableName: string, hotIds: number, concurrency: number) {
+async function warm(url: string, table: string, concurrency: number) {
   let next = 0;
   const worker = async () => {
-    while (next < hotIds) {
+    while (next < args['hot-ids']) {
       const id = hotId(next++);
-      const res = await fetch(url + itemPath(tableName, id));
+      const res = await fetch(itemUrl(url, table, id));
       await res.arrayBuffer();
       if (res.status !== 200) throw new Error(`warm-up GET ${id} answered ${res.status}`);
     }
@@ -96,61 +88,39 @@ async function warm(url: string, tableName: string, hotIds: number, concurrency:
 }
 
 /** Polls the table's stats until `flights` and `mailbox_depth` are 0, or `SETTLE_MS` passes. */
-async function settle(url: string, tableName: string) {
+async function settle(url: string, table: string) {
   const started = performance.now();
   for (;;) {
-    const stats = await tableStats(url, tableName);
+    const body = (await (await fetch(`${url}/v1/tables`)).json()) as {
+      tables: Array<{ name: string; stats: AtRest }>;
+    };
+    const stats = body.tables.find((x) => x.name === table)?.stats;
+    if (stats === undefined) throw new Error(`GET /v1/tables does not list ${table}`);
     const waitedMs = Math.round(performance.now() - started);
     if ((stats.flights === 0 && stats.mailbox_depth === 0) || waitedMs >= SETTLE_MS) {
       return { stats, waitedMs };
     }
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
   }
 }
 
 /** Runs autocannon; failed requests (timeouts, connection errors) are counted by reason. */
 function runLoad(opts: autocannon.Options) {
-  const failures = new Map<string, number>();
-  return new Promise<{ result: autocannon.Result; failures: Map<string, number> }>((ok, fail) => {
-    const instance = autocannon(opts, (err, result) =>
-      err ? fail(err) : ok({ result, failures }),
-    );
-    instance.on('reqError', (err: { code?: string; message?: string }) => {
-      const reason = err?.code ?? err?.message ?? String(err);
-      failures.set(reason, (failures.get(reason) ?? 0) + 1);
-    });
-  });
+  const failures: Record<string, number> = {};
+  return new Promise<{ result: autocannon.Result; failures: Record<string, number> }>(
+    (ok, fail) => {
+      const instance = autocannon(opts, (err, result) =>
+        err ? fail(err) : ok({ result, failures }),
+      );
+      instance.on('reqError', (err: Error) => bump(failures, errorCode(err) ?? err.message));
+    },
+  );
 }
 
-/** Deletes every key of `tableName` (`ecc:<table>:*`). */
-async function dropKeys(redis: Redis, tableName: string): Promise<number> {
-  let dropped = 0;
-  const stream = redis.scanStream({ match: `ecc:${tableName}:*`, count: 1000 });
-  for await (const keys of stream as AsyncIterable<string[]>) {
-    if (keys.length > 0) dropped += await redis.unlink(...keys);
-  }
-  return dropped;
-}
-
-async function main(): Promise<number> {
-  const seconds = Number(args.seconds);
-  const connections = Number(args.connections);
-  const hotIds = Number(args['hot-ids']);
-  const latencyMs = Number(args['latency-ms']);
-  for (const [name, v] of [
-    ['--seconds', seconds],
-    ['--connections', connections],
-    ['--hot-ids', hotIds],
-  ] as const) {
-    if (!Number.isInteger(v) || v < 1) throw new Error(`${name} must be a positive integer`);
-  }
-  if (!Number.isFinite(latencyMs) || latencyMs < 0) {
-    throw new Error('--latency-ms must be a non-negative number');
-  }
-  const valkey = args.valkey as string;
+async function main() {
+  const { seconds, connections, valkey } = args;
   const tag = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
-  const tableName = `soak-${tag}`;
-
+  const table = `soak-${tag}`;
   let service: Service | undefined;
   let origin: Origin | undefined;
   // Bounded: startup, warm-up, the run, the settle and the shutdown fit well within this.
@@ -167,52 +137,40 @@ async function main(): Promise<number> {
     process.exit(2);
   };
   process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
-
-  const redis = new Redis(valkey, {
-    maxRetriesPerRequest: 1,
-    connectTimeout: 3_000,
-    lazyConnect: true,
-    retryStrategy: () => null,
-  });
-  let lastRedisError: unknown;
-  redis.on('error', (err) => {
-    lastRedisError = err;
-  });
+  let redis: Redis | undefined;
   try {
-    await redis.connect().catch((err: unknown) => {
-      const reason = (lastRedisError ?? err) as Error;
-      throw new Error(`no Valkey/Redis at ${redactUrl(valkey)}: ${reason.message}`);
-    });
-    origin = await startOrigin(latencyMs);
+    redis = await connectAdmin(valkey);
+    origin = await startOrigin(args['latency-ms']);
     // The drill exercises open writes; an inherited token would turn every PUT and DELETE into a 401.
     delete process.env.ECHOSTORE_ADMIN_TOKEN;
     service = await startService({
       valkey: { url: valkey },
       log: { level: 'warn' },
       tables: {
-        [tableName]: {
+        [table]: {
           source: { kind: 'http', url: origin.template },
           maxConcurrentLoads: MAX_CONCURRENT_LOADS,
         },
       },
     });
-    const ready = (await (await fetch(`${service.url}/readyz`)).json()) as { status?: string };
+    const url = service.url;
+    const ready = (await (await fetch(`${url}/readyz`)).json()) as { status?: string };
     if (ready.status !== 'ready') throw new Error(`the service is ${ready.status}, not ready`);
-    await warm(service.url, tableName, hotIds, Math.min(connections, 32));
+    await warm(url, table, Math.min(connections, 32));
     const readsBefore = origin.totalReads();
 
-    const rssStart = await metric(service.url, 'process_resident_memory_bytes');
+    const rssStart = await rss(url);
     const rssSamples = [rssStart];
-    const svcUrl = service.url;
     const sampler = setInterval(() => {
-      metric(svcUrl, 'process_resident_memory_bytes').then(
+      rss(url).then(
         (v) => rssSamples.push(v),
         () => {},
       );
     }, RSS_SAMPLE_MS);
-    const { request, tally } = mixedLoad({ table: tableName, hotIds, tag, weights: WEIGHTS });
+    const hotIds = args['hot-ids'];
+    const { request, tally } = mixedLoad({ table, hotIds, tag, weights: WEIGHTS });
     const { result, failures } = await runLoad({
-      url: service.url,
+      url,
       connections,
       duration: seconds,
       timeout: REQUEST_TIMEOUT_S,
@@ -220,20 +178,20 @@ async function main(): Promise<number> {
     });
     clearInterval(sampler);
 
-    const { stats, waitedMs } = await settle(service.url, tableName);
-    const rssEnd = await metric(service.url, 'process_resident_memory_bytes');
+    const { stats, waitedMs } = await settle(url, table);
+    const rssEnd = await rss(url);
     rssSamples.push(rssEnd);
-    const label = { table: tableName };
-    const loadSeconds = await scrape(service.url, 'echostore_load_duration_seconds_sum', label);
-    const loads = await scrape(service.url, 'echostore_load_duration_seconds_count', label);
-    const report = soakReport({
+    const samples = await scrape(url);
+    const load = (what: string) =>
+      metric(samples, `echostore_load_duration_seconds_${what}`, { table }) ?? 0;
+    return soakReport({
       weights: WEIGHTS,
       maxConcurrentLoads: MAX_CONCURRENT_LOADS,
       maxRssGrowth: MAX_RSS_GROWTH,
       seconds,
       connections,
       hotIds,
-      latencyMs,
+      latencyMs: args['latency-ms'],
       result,
       failures,
       tally,
@@ -243,23 +201,15 @@ async function main(): Promise<number> {
       rssEnd,
       rssSamples,
       sourceReads: origin.totalReads() - readsBefore,
-      loaderMeanMs: (loadSeconds * 1000) / Math.max(1, loads),
+      loaderMeanMs: (load('sum') * 1000) / Math.max(1, load('count')),
     });
-    printSoak(report, tally, args.json);
-    return report.pass ? 0 : 1;
   } finally {
     clearTimeout(watchdog);
     await service?.stop();
     await origin?.close();
-    if (redis.status === 'ready') await dropKeys(redis, tableName).catch(() => 0);
-    redis.disconnect();
+    if (redis?.status === 'ready') await dropTable(redis, table).catch(() => 0);
+    redis?.disconnect();
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    process.stderr.write(`soak drill failed to run: ${(err as Error)?.stack ?? String(err)}\n`);
-    process.exit(2);
-  },
-);
+runDrill('soak', args.json, main, renderSoak);

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { freePort } from '../drills/lib/service.js';
-import { serverBinary } from '../drills/lib/valkey-server.js';
+import { freePort } from '../harness/free-port.js';
+import { serverBinary } from '../harness/valkey-server.js';
 import { createStore } from '../src/index.js';
 import {
   metricValue,

@@ -8,10 +8,10 @@
  * answered before it arrived; the law is at most one such read per
  * generation, i.e. one source read per expiry across the fleet.
  */
+
+import type { StampedRead } from '../../harness/origin.js';
 import type { WorkerResult } from '../expiry-worker.js';
-import { columns } from './columns.js';
-import type { SlowRead } from './expiry-reads.js';
-import type { StampedRead } from './origin.js';
+import { addCounts, bump, columns } from './report.js';
 
 /** What the drill was asked to do. */
 export interface ExpiryPlan {
@@ -25,62 +25,6 @@ export interface ExpiryPlan {
   pauseMs: number;
 }
 
-/** One expiry: the end of one generation's freshness, and what it cost. */
-export interface ExpiryRow {
-  /** 1-based, in order of generations. */
-  expiry: number;
-  /** The generation that expired (origin read number). */
-  gen: number;
-  /** Its soft expiry, ms after the warm-up fill. */
-  softAtMs: number;
-  /** Source reads that replaced this generation (goal 1), counted by the origin. */
-  sourceReads: number;
-  /** Arrival of the first of them at the origin, ms relative to the soft expiry (negative: early). */
-  refreshReadAtMs: number | undefined;
-  /** When its answer left the origin, ms relative to the soft expiry. */
-  newValueAtMs: number | undefined;
-  /** Reads that waited on the loader for the value replacing this one (goal 0 with stale on). */
-  waited: number;
-  /** Reads answered with this generation after its soft expiry. */
-  staleServed: number;
-  /** Last stale read of it, ms after its soft expiry. */
-  staleForMs: number | undefined;
-  /** Background refreshes started while this generation was the newest, all instances. */
-  earlyRefreshes: number;
-  staleRefreshes: number;
-  /** `ok`, or why not. */
-  verdict: string;
-  pass: boolean;
-}
-
-/** The drill's report (also its `--json`). */
-export interface ExpiryReport {
-  drill: 'expiry';
-  plan: ExpiryPlan;
-  /** Expiries that fell inside the run. */
-  expiriesObserved: number;
-  rows: ExpiryRow[];
-  /** All source reads, the warm-up included, counted by the origin. */
-  sourceReads: number;
-  reads: number;
-  readsPerSecond: number;
-  waited: number;
-  /** Waited reads by the layer that answered them. */
-  waitedBySource: Record<string, number>;
-  failures: number;
-  errorCodes: Record<string, number>;
-  worstP99Ms: number;
-  maxMs: number;
-  /** The instances' own counters, summed. */
-  metrics: Record<string, Record<string, number>>;
-  /** Per instance: its reads and its own counters. */
-  instances: Array<Omit<WorkerResult, 'kind' | 'generations' | 'slowReads' | 'refreshSamples'>>;
-  /** Every read that waited or failed (up to 2,000 per instance), by instance pid, ms after the warm-up fill. */
-  slowReads: Array<SlowRead & { pid: number }>;
-  failed: string[];
-  pass: boolean;
-}
-
 /**
  * Judges the run. `t0Ms` is the warm-up fill (the first source read's answer),
  * `stopAtMs` when the clients stopped; both epoch ms.
@@ -92,7 +36,7 @@ export function judgeExpiry(
   t0Ms: number,
   stopAtMs: number,
   runMs: number,
-): ExpiryReport {
+) {
   const answered = (r: StampedRead) => r.answeredAtMs ?? r.arrivedAtMs + plan.latencyMs;
   const byN = new Map(reads.map((r) => [r.n, r]));
   // The newest generation answered at or before `atMs`.
@@ -115,7 +59,7 @@ export function judgeExpiry(
   for (const w of workers) {
     for (const s of w.slowReads) {
       if (!s.waited) continue;
-      waitedBySource[s.source] = (waitedBySource[s.source] ?? 0) + 1;
+      bump(waitedBySource, s.source);
       // A read that waited for generation g waited for the refresh of the one g replaced;
       // a failed one is placed by when it started.
       const gen = s.gen > 0 ? (replaces.get(s.gen) ?? 0) : currentAt(s.atMs);
@@ -135,51 +79,62 @@ export function judgeExpiry(
     }
   }
 
-  const rows: ExpiryRow[] = [];
-  for (const r of reads) {
-    const gen = r.n;
+  /** The row of one expiry, number `expiry`: the end of generation `gen`'s freshness, and what it cost. */
+  const expiryRow = (gen: number, expiry: number) => {
     const soft = softAt(gen);
     const refreshedBy = reads.filter((x) => replaces.get(x.n) === gen);
-    if (soft >= stopAtMs && refreshedBy.length === 0) continue;
+    if (soft >= stopAtMs && refreshedBy.length === 0) return undefined;
     const first = refreshedBy[0];
     const seen = workers.flatMap((w) => w.generations.filter((g) => g.gen === gen));
     const lastStale = Math.max(...seen.map((g) => g.lastStaleAtMs ?? Number.NEGATIVE_INFINITY));
     const superseded = reads.some((x) => x.n > gen && answered(x) <= soft);
-    const row: ExpiryRow = {
-      expiry: rows.length + 1,
+    const sourceReads = refreshedBy.length;
+    const waited = waitedFor.get(gen) ?? 0;
+    const why: string[] = [];
+    if (sourceReads > 1) why.push(`${sourceReads} source reads`);
+    if (sourceReads === 0 && superseded) why.push('superseded');
+    else if (sourceReads === 0 && stopAtMs - soft > 2 * plan.latencyMs) why.push('never refreshed');
+    if (waited > 0 && plan.staleMs > 0) why.push(`${waited} waited`);
+    return {
+      /** 1-based, in order of generations. */
+      expiry,
+      /** The generation that expired (origin read number). */
       gen,
+      /** Its soft expiry, ms after the warm-up fill. */
       softAtMs: soft - t0Ms,
-      sourceReads: refreshedBy.length,
+      /** Source reads that replaced this generation (goal 1), counted by the origin. */
+      sourceReads,
+      /** Arrival of the first of them at the origin, ms relative to the soft expiry (negative: early). */
       refreshReadAtMs: first === undefined ? undefined : first.arrivedAtMs - soft,
+      /** When its answer left the origin, ms relative to the soft expiry. */
       newValueAtMs: first === undefined ? undefined : answered(first) - soft,
-      waited: waitedFor.get(gen) ?? 0,
+      /** Reads that waited on the loader for the value replacing this one (goal 0 with stale on). */
+      waited,
+      /** Reads answered with this generation after its soft expiry. */
       staleServed: seen.reduce((n, g) => n + g.stale, 0),
+      /** Last stale read of it, ms after its soft expiry. */
       staleForMs: Number.isFinite(lastStale) ? lastStale - soft : undefined,
+      /** Background refreshes started while this generation was the newest, all instances. */
       earlyRefreshes: refreshes.get(gen)?.early ?? 0,
       staleRefreshes: refreshes.get(gen)?.stale ?? 0,
-      verdict: 'ok',
-      pass: true,
+      /** `ok`, or why not. */
+      verdict: why.length === 0 ? 'ok' : why.join(', '),
+      pass: why.every((w) => w === 'superseded'),
     };
-    const why: string[] = [];
-    if (row.sourceReads > 1) why.push(`${row.sourceReads} source reads`);
-    if (row.sourceReads === 0 && superseded) why.push('superseded');
-    else if (row.sourceReads === 0 && stopAtMs - soft > 2 * plan.latencyMs)
-      why.push('never refreshed');
-    if (row.waited > 0 && plan.staleMs > 0) why.push(`${row.waited} waited`);
-    row.pass = !why.some((w) => w !== 'superseded');
-    row.verdict = why.length === 0 ? 'ok' : why.join(', ');
-    rows.push(row);
+  };
+  const rows: Array<NonNullable<ReturnType<typeof expiryRow>>> = [];
+  for (const r of reads) {
+    const row = expiryRow(r.n, rows.length + 1);
+    if (row !== undefined) rows.push(row);
   }
 
   const sum = (f: (w: WorkerResult) => number) => workers.reduce((n, w) => n + f(w), 0);
   const errorCodes: Record<string, number> = {};
   const metrics: Record<string, Record<string, number>> = {};
   for (const w of workers) {
-    for (const [c, n] of Object.entries(w.errorCodes)) errorCodes[c] = (errorCodes[c] ?? 0) + n;
+    addCounts(errorCodes, w.errorCodes);
     for (const [name, values] of Object.entries(w.metrics)) {
-      const m = metrics[name] ?? {};
-      metrics[name] = m;
-      for (const [k, n] of Object.entries(values)) m[k] = (m[k] ?? 0) + n;
+      metrics[name] = addCounts(metrics[name] ?? {}, values);
     }
   }
   const expiriesObserved = rows.filter(
@@ -194,21 +149,27 @@ export function judgeExpiry(
     failed.push(`only ${expiriesObserved} of ${plan.expiries} expiries happened during the run`);
   const readsTotal = sum((w) => w.reads);
   return {
-    drill: 'expiry',
+    drill: 'expiry' as const,
     plan,
+    /** Expiries that fell inside the run. */
     expiriesObserved,
     rows,
+    /** All source reads, the warm-up included, counted by the origin. */
     sourceReads: reads.length,
     reads: readsTotal,
     readsPerSecond: Math.round(readsTotal / (runMs / 1000)),
     waited,
+    /** Waited reads by the layer that answered them. */
     waitedBySource,
     failures,
     errorCodes,
     worstP99Ms: Math.max(...workers.map((w) => w.p99Ms)),
     maxMs: Math.max(...workers.map((w) => w.maxMs)),
+    /** The instances' own counters, summed. */
     metrics,
-    instances: workers.map(({ kind, generations, slowReads, refreshSamples, ...rest }) => rest),
+    /** Per instance: its reads and its own counters. */
+    instances: workers.map(({ generations, slowReads, refreshSamples, ...rest }) => rest),
+    /** Every read that waited or failed (up to 2,000 per instance), by instance pid, ms after the warm-up fill. */
     slowReads: workers
       .flatMap((w) => w.slowReads.map((s) => ({ ...s, pid: w.pid, atMs: s.atMs - t0Ms })))
       .sort((a, b) => a.atMs - b.atMs),
@@ -216,6 +177,9 @@ export function judgeExpiry(
     pass: failed.length === 0,
   };
 }
+
+/** The drill's report (also its `--json`). */
+export type ExpiryReport = ReturnType<typeof judgeExpiry>;
 
 const ms = (x: number | undefined) => (x === undefined ? '-' : Math.round(x));
 const labelled = (m: Record<string, number> | undefined) =>
@@ -245,23 +209,10 @@ export function renderExpiry(r: ExpiryReport): string {
   const early = r.rows.filter((x) => x.newValueAtMs !== undefined && x.newValueAtMs < 0).length;
   return [
     `expiry drill: ${p.instances} processes × ${p.clients} client loops on one hot key, ttlMs ${p.ttlMs}, staleMs ${p.staleMs}, jitter 0, earlyRefreshBeta ${p.beta}, source latency ${p.latencyMs} ms, pause ${p.pauseMs} ms`,
-    columns(
-      [
-        'expiry',
-        'value',
-        'soft at ms',
-        'source reads',
-        'refresh read at',
-        'new value at',
-        'waited',
-        'stale served',
-        'stale for ms',
-        'early refr.',
-        'stale refr.',
-        'result',
-      ],
-      rows,
-    ),
+    columns(rows, [
+      ...['expiry', 'value', 'soft at ms', 'source reads', 'refresh read at', 'new value at'],
+      ...['waited', 'stale served', 'stale for ms', 'early refr.', 'stale refr.', 'result'],
+    ]),
     '  (soft at: ms after the warm-up fill; refresh read / new value at: ms relative to that soft expiry, negative = before it)',
     `  soft expiries within the run ${r.expiriesObserved} (asked ${p.expiries}); ${early} of ${r.rows.length} values replaced before their soft expiry (XFetch); source reads ${r.sourceReads} incl. the warm-up (law: ≤ 1 per expiry)`,
     `  reads ${r.reads} (${r.readsPerSecond}/s); waited on the loader ${r.waited}${r.waited > 0 ? ` (${labelled(r.waitedBySource)})` : ''} (law: 0${p.staleMs === 0 ? '; not judged with staleMs 0' : ''}); failed ${r.failures}${r.failures > 0 ? ` (${labelled(r.errorCodes)})` : ''}`,

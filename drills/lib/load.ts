@@ -4,23 +4,16 @@
  * to the service instances, recording every request.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { itemUrl, type Timed, timedGet } from './http.js';
 
 /** One request as the client saw it. */
-export interface Sample {
+export interface Sample extends Omit<Timed, 'body'> {
   /** The drill phase in effect when the request started. */
   phase: string;
   /** Label of the instance asked. */
   target: string;
   /** A hot id (warmed into that instance's L1 beforehand). */
   hot: boolean;
-  /** HTTP status; 0 when no answer arrived (connection error or client timeout). */
-  status: number;
-  /** `error.code` of a JSON error body, or the client-side error's name when there was no answer. */
-  code: string | undefined;
-  /** `Cache-Status` said `detail=l1`. */
-  l1: boolean;
-  /** Latency, ms. */
-  ms: number;
 }
 
 /** A service instance the generator may ask. */
@@ -47,38 +40,6 @@ export interface LoadOptions {
   /** Bounds of the whole run: requests in all, and wall time, ms. */
   maxRequests: number;
   maxDurationMs: number;
-}
-
-/** The item URL of `id` in `table` on the service at `base`. */
-export function itemUrl(base: string, table: string, id: string): string {
-  return `${base}/v1/tables/${table}/items/${encodeURIComponent(id)}`;
-}
-
-/** One timed GET; never rejects. */
-export async function timedGet(
-  url: string,
-  timeoutMs: number,
-): Promise<{ status: number; code: string | undefined; l1: boolean; ms: number; body: string }> {
-  const started = performance.now();
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-    const body = await res.text();
-    const ms = performance.now() - started;
-    const l1 = /detail=l1(;|$)/.test(res.headers.get('cache-status') ?? '');
-    return { status: res.status, code: res.ok ? undefined : errorCode(body), l1, ms, body };
-  } catch (err) {
-    const e = err as Error & { cause?: { code?: string } };
-    const code = e.name === 'TimeoutError' ? 'CLIENT_TIMEOUT' : (e.cause?.code ?? e.name);
-    return { status: 0, code, l1: false, ms: performance.now() - started, body: '' };
-  }
-}
-
-function errorCode(body: string): string {
-  try {
-    return (JSON.parse(body) as { error?: { code?: string } }).error?.code ?? 'NO_CODE';
-  } catch {
-    return 'NOT_JSON';
-  }
 }
 
 /**
@@ -123,16 +84,11 @@ export class LoadGenerator {
           ? (o.hotIds[Math.floor(Math.random() * o.hotIds.length)] as string)
           : `${o.coldPrefix}${++this.#cold}`;
         const phase = this.phase;
-        const r = await timedGet(itemUrl(target.url, o.table, id), o.requestTimeoutMs);
-        this.samples.push({
-          phase,
-          target: target.label,
-          hot,
-          status: r.status,
-          code: r.code,
-          l1: r.l1,
-          ms: r.ms,
-        });
+        const { body: _, ...r } = await timedGet(
+          itemUrl(target.url, o.table, id),
+          o.requestTimeoutMs,
+        );
+        this.samples.push({ phase, target: target.label, hot, ...r });
       }
       await sleep(o.pauseMs);
     }

@@ -5,6 +5,8 @@
  * the request in flight, so the response is attributed to the kind that was sent.
  */
 import type autocannon from 'autocannon';
+import { errorCode, itemUrl } from './http.js';
+import { bump } from './report.js';
 
 /** What a request of the mix does. */
 export type Kind = 'hot GET' | 'cold GET' | 'PUT' | 'DELETE';
@@ -28,7 +30,7 @@ export interface MixOptions {
 export interface KindTally {
   responses: number;
   /** Responses by HTTP status. */
-  statuses: Map<number, number>;
+  statuses: Record<string, number>;
   /** Time from building the request to its response, in milliseconds. */
   latenciesMs: number[];
   /** Responses whose `Cache-Status` says `detail=l1` (an L1 hit). */
@@ -39,7 +41,7 @@ export interface KindTally {
 export interface Tally {
   byKind: Record<Kind, KindTally>;
   /** Non-2xx responses by `<status> <error code>` (`<status> -` when the body has no code). */
-  errorCodes: Map<string, number>;
+  errorCodes: Record<string, number>;
   /** Responses in all. */
   responses: number;
 }
@@ -47,11 +49,6 @@ export interface Tally {
 interface Context {
   kind?: Kind;
   sentAtMs?: number;
-}
-
-/** The path of item `id` in `table`. */
-export function itemPath(table: string, id: string): string {
-  return `/v1/tables/${table}/items/${encodeURIComponent(id)}`;
 }
 
 /** The id of hot item `i`. */
@@ -69,10 +66,10 @@ export function mixedLoad(options: MixOptions): { request: autocannon.Request; t
     byKind: Object.fromEntries(
       KINDS.map((k): [Kind, KindTally] => [
         k,
-        { responses: 0, statuses: new Map(), latenciesMs: [], l1Hits: 0 },
+        { responses: 0, statuses: {}, latenciesMs: [], l1Hits: 0 },
       ]),
     ) as Record<Kind, KindTally>,
-    errorCodes: new Map(),
+    errorCodes: {},
     responses: 0,
   };
   let cold = 0;
@@ -93,39 +90,26 @@ export function mixedLoad(options: MixOptions): { request: autocannon.Request; t
       const kind = pick();
       ctx.kind = kind;
       ctx.sentAtMs = performance.now();
-      switch (kind) {
-        case 'hot GET':
-          return { ...req, method: 'GET', path: itemPath(table, randomHot()), headers: {} };
-        case 'cold GET':
-          return {
-            ...req,
-            method: 'GET',
-            path: itemPath(table, `cold-${tag}-${cold++}`),
-            headers: {},
-          };
-        case 'PUT': {
-          const id = randomHot();
-          const body = JSON.stringify({ id, write: ++writes, at: Date.now() });
-          const headers = { 'content-type': 'application/json' };
-          return { ...req, method: 'PUT', path: itemPath(table, id), headers, body };
-        }
-        case 'DELETE':
-          return { ...req, method: 'DELETE', path: itemPath(table, randomHot()), headers: {} };
+      const id = kind === 'cold GET' ? `cold-${tag}-${cold++}` : randomHot();
+      const path = itemUrl('', table, id);
+      if (kind !== 'PUT') {
+        return { ...req, method: kind === 'DELETE' ? 'DELETE' : 'GET', path, headers: {} };
       }
+      const body = JSON.stringify({ id, write: ++writes, at: Date.now() });
+      return { ...req, method: 'PUT', path, headers: { 'content-type': 'application/json' }, body };
     },
     onResponse(status, body, context, headers) {
       const ctx = context as Context;
       const t = tally.byKind[ctx.kind ?? 'hot GET'];
       tally.responses++;
       t.responses++;
-      t.statuses.set(status, (t.statuses.get(status) ?? 0) + 1);
+      bump(t.statuses, String(status));
       if (ctx.sentAtMs !== undefined) t.latenciesMs.push(performance.now() - ctx.sentAtMs);
       if (status >= 200 && status < 300) {
         if (/detail=l1(?:;|$)/.test(header(headers, 'cache-status'))) t.l1Hits++;
         return;
       }
-      const key = `${status} ${errorCode(body)}`;
-      tally.errorCodes.set(key, (tally.errorCodes.get(key) ?? 0) + 1);
+      bump(tally.errorCodes, `${status} ${errorCode(body) ?? '-'}`);
     },
   };
   return { request, tally };
@@ -136,14 +120,4 @@ function header(headers: autocannon.Request['headers'], name: string): string {
     if (k.toLowerCase() === name) return String(v);
   }
   return '';
-}
-
-/** `error.code` of an EchoStore error body, or `-`. */
-function errorCode(body: string): string {
-  try {
-    const code = (JSON.parse(body) as { error?: { code?: unknown } }).error?.code;
-    return typeof code === 'string' ? code : '-';
-  } catch {
-    return '-';
-  }
 }

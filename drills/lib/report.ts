@@ -1,4 +1,4 @@
-/** Small helpers shared by drills: percentiles and a plain-text table. */
+/** What the drills' reports are made of: percentiles, rounding, tallies, and one table renderer. */
 
 /** The p-th percentile (0–100) of `samples` by nearest rank; NaN when empty. */
 export function percentile(samples: number[], p: number): number {
@@ -8,8 +8,57 @@ export function percentile(samples: number[], p: number): number {
   return sorted[rank] as number;
 }
 
-/** Renders rows of label/value pairs as an aligned two-column table. */
-export function table(rows: Array<[string, string | number]>): string {
-  const width = Math.max(...rows.map(([k]) => k.length));
-  return rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`).join('\n');
+/** `x` rounded to `digits` decimals, as a number. */
+export const round = (x: number, digits = 2): number => Number(x.toFixed(digits));
+
+/** The median and the 99th percentile of `samplesMs`, rounded to `digits` decimals. */
+export function p50p99(samplesMs: number[], digits = 2): { p50Ms: number; p99Ms: number } {
+  return {
+    p50Ms: round(percentile(samplesMs, 50), digits),
+    p99Ms: round(percentile(samplesMs, 99), digits),
+  };
+}
+
+/** Adds `n` to `counts[key]`. */
+export function bump(counts: Record<string, number>, key: string, n = 1): void {
+  counts[key] = (counts[key] ?? 0) + n;
+}
+
+/** Adds every count of `from` into `into`; returns `into`. */
+export function addCounts(
+  into: Record<string, number>,
+  from: Record<string, number>,
+): Record<string, number> {
+  for (const [k, n] of Object.entries(from)) bump(into, k, n);
+  return into;
+}
+
+/** `a×3, b×1` in key order; `empty` when there is nothing to list. */
+export function listCounts(c: Record<string, number>, empty = '0'): string {
+  const parts = Object.entries(c)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, n]) => `${k}×${n}`);
+  return parts.length === 0 ? empty : parts.join(', ');
+}
+
+/**
+ * Renders `rows` as aligned columns, each line indented two spaces. With a
+ * `header`: a header row and a rule, cells separated by ` | `, numbers
+ * right-aligned; without: label/value lines, cells separated by two spaces.
+ */
+export function columns(rows: Array<Array<string | number>>, header?: string[]): string {
+  const all = header === undefined ? rows : [header, ...rows];
+  const widths = (all[0] ?? []).map((_, i) => Math.max(...all.map((r) => String(r[i]).length)));
+  const line = (cells: Array<string | number>) =>
+    `  ${cells
+      .map((c, i) =>
+        typeof c === 'number' && header !== undefined
+          ? String(c).padStart(widths[i] as number)
+          : String(c).padEnd(widths[i] as number),
+      )
+      .join(header === undefined ? '  ' : ' | ')
+      .trimEnd()}`;
+  if (header === undefined) return rows.map(line).join('\n');
+  const rule = `  ${widths.map((w) => '-'.repeat(w)).join('-+-')}`;
+  return [line(header), rule, ...rows.map(line)].join('\n');
 }

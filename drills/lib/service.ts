@@ -1,14 +1,15 @@
 /**
- * Runs the real service (`dist/src/main.js`) as a child process for drills
+ * Runs the real service (`dist/src/main.js`) as child processes for drills
  * that go through the HTTP API.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
+import { freePort } from '../../harness/free-port.js';
 
 /** A running service instance. */
 export interface Service {
@@ -21,18 +22,6 @@ export interface Service {
 
 const MAIN = resolve(dirname(fileURLToPath(import.meta.url)), '../../src/main.js');
 
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.on('error', fail);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => ok(port));
-    });
-  });
-}
-
 /**
  * Writes `config` (the service's config file shape) to a temporary YAML file,
  * starts the service on a free port, and waits until `/readyz` answers.
@@ -41,8 +30,7 @@ export function freePort(): Promise<number> {
  */
 export async function startService(config: object, readyTimeoutMs = 15_000): Promise<Service> {
   const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'echostore-drill-'));
-  const file = join(dir, 'config.yaml');
+  const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
   writeFileSync(file, stringify(config));
   const child = spawn(process.execPath, [MAIN, '--config', file], {
     env: {
@@ -58,17 +46,18 @@ export async function startService(config: object, readyTimeoutMs = 15_000): Pro
   const deadline = Date.now() + readyTimeoutMs;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`the service exited with code ${child.exitCode}`);
-    try {
-      const r = await fetch(`${url}/readyz`);
-      if (r.ok) break;
-    } catch {
-      // not listening yet
-    }
+    if (
+      await fetch(`${url}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      break;
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       throw new Error(`the service was not ready within ${readyTimeoutMs} ms`);
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
   return {
     url,
@@ -83,18 +72,23 @@ export async function startService(config: object, readyTimeoutMs = 15_000): Pro
   };
 }
 
-/** Reads one sample of a Prometheus counter or gauge from `<url>/metrics`; 0 when absent. */
-export async function scrape(
-  url: string,
-  name: string,
-  labels: Record<string, string>,
-): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`)) continue;
-    const labelText = line.slice(name.length + 1, line.indexOf('}'));
-    if (want.every((w) => labelText.split(',').includes(w))) return Number(line.split(' ').pop());
-  }
-  return 0;
+/**
+ * Starts `count` services on `config`, or none: a failed start stops those
+ * that did start (within `graceMs`) and rethrows. `track` sees every process.
+ */
+export async function startServices(
+  count: number,
+  config: object,
+  track: (child: ChildProcess) => void = () => {},
+  graceMs?: number,
+): Promise<Service[]> {
+  const started = await Promise.allSettled(
+    Array.from({ length: count }, () => startService(config)),
+  );
+  const services = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  for (const s of services) track(s.process);
+  const failed = started.find((s) => s.status === 'rejected');
+  if (failed === undefined) return services;
+  await Promise.all(services.map((s) => s.stop(graceMs)));
+  throw failed.reason;
 }

@@ -1,35 +1,17 @@
 /**
  * Forked drill workers (real OS processes) that talk over IPC: the parent
- * sends one setup message; a worker answers `{ kind: 'ready' }`, later
- * `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
+ * sends one `setup` message; a worker answers `{ kind: 'ready' }`, waits for
+ * `go`, then sends `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { fork } from 'node:child_process';
 import type { Reaper } from './reaper.js';
 
-/** The messages a worker may send. */
-export type WorkerMessage =
-  | { kind: 'ready' }
-  | { kind: 'error'; message: string }
-  | { kind: 'result' };
-
-/** A running worker and the promises of its protocol. */
-export interface Worker<R> {
-  child: ChildProcess;
-  /** Resolves on `ready`; rejects if the worker fails or exits first. */
-  ready: Promise<void>;
-  /** Resolves with the `result` message; rejects if the worker fails or exits first. */
-  result: Promise<R>;
-  exited: Promise<void>;
-}
-
 /**
- * Forks `file`, sends it `setup`, and follows its messages. A `reaper` makes
- * sure the child never outlives the drill.
+ * Forks `file`, sends it `setup`, and follows its messages: `ready` and
+ * `result` (the message without its `kind`) reject if the worker fails or
+ * exits first.
  */
-export function spawnWorker<
-  M extends { kind: string },
-  R extends M = Extract<M, { kind: 'result' }>,
->(file: string, setup: unknown, reaper?: Reaper): Worker<R> {
+function spawnWorker<R>(file: string, setup: object, reaper?: Reaper) {
   const child = fork(file, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   reaper?.track(child);
   const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
@@ -38,25 +20,27 @@ export function spawnWorker<
       throw new Error(`worker ${child.pid} exited (code ${child.exitCode}) before ${what}`);
     });
   const message = (kind: string) =>
-    new Promise<M>((ok, fail) => {
-      child.on('message', (m: M) => {
-        if (m.kind === kind) ok(m);
-        else if (m.kind === 'error')
-          fail(new Error(`worker ${child.pid}: ${(m as { message?: string }).message}`));
+    new Promise<R>((ok, fail) => {
+      child.on('message', (m: { kind: string; message?: string }) => {
+        if (m.kind === kind) ok(m as R);
+        else if (m.kind === 'error') fail(new Error(`worker ${child.pid}: ${m.message}`));
       });
       child.once('error', fail);
     });
   const ready = Promise.race([message('ready'), gone('ready')]).then(() => {});
-  const result = Promise.race([message('result'), gone('its result')]) as Promise<R>;
+  const result = Promise.race([message('result'), gone('its result')]).then((m) => {
+    const { kind: _, ...r } = m as { kind: string };
+    return r as R;
+  });
   // Awaited later (or not at all when another worker fails first): never unhandled.
   ready.catch(() => {});
   result.catch(() => {});
-  child.send(setup as object);
+  child.send(setup);
   return { child, ready, result, exited };
 }
 
 /** `p`, or a rejection naming `what` after `ms` milliseconds. */
-export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, fail) => {
     timer = setTimeout(() => fail(new Error(`${what}: no answer within ${ms} ms`)), ms);
@@ -64,24 +48,81 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * Forks one worker of `file` per setup and waits (20 s) until all are ready;
+ * then `go` says which message starts them all and how long their results may
+ * take. Resolves with the results once every worker has exited (10 s); no
+ * worker outlives the call. A `reaper` also kills them if the drill exits.
+ */
+export async function runWorkers<R>(
+  file: string,
+  setups: object[],
+  go: () => Promise<{ message: object; resultWithinMs: number }>,
+  reaper?: Reaper,
+): Promise<R[]> {
+  const workers = setups.map((setup) => spawnWorker<R>(file, setup, reaper));
+  try {
+    await within(Promise.all(workers.map((w) => w.ready)), 20_000, 'workers ready');
+    const { message, resultWithinMs } = await go();
+    for (const w of workers) w.child.send(message);
+    const all = Promise.all(workers.map((w) => w.result));
+    const results = await within(all, resultWithinMs, 'workers result');
+    await within(Promise.all(workers.map((w) => w.exited)), 10_000, 'workers exit');
+    return results;
+  } finally {
+    for (const { child } of workers) {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }
+}
+
 /** Worker side: resolves once `message` is handed to the IPC channel, so an exit right after cannot lose it. */
-export function sendToParent(message: object): Promise<void> {
+function sendToParent(message: object): Promise<void> {
   return new Promise((resolve) => {
     if (process.send === undefined || !process.connected) resolve();
     else process.send(message, undefined, {}, () => resolve());
   });
 }
 
-/** Worker side: the first message of `kind` from the parent (`M` is the worker's message union). */
-export function fromParent<M extends { kind: string }, K extends M['kind']>(
-  kind: K,
-): Promise<Extract<M, { kind: K }>> {
+/** Worker side: the first message of `kind` from the parent. */
+function fromParent<M>(kind: string): Promise<M> {
   return new Promise((resolve) => {
-    const onMessage = (m: M) => {
+    const onMessage = (m: { kind: string }) => {
       if (m.kind !== kind) return;
       process.off('message', onMessage);
-      resolve(m as Extract<M, { kind: K }>);
+      resolve(m as M);
     };
     process.on('message', onMessage);
   });
+}
+
+/**
+ * Worker side: the whole life of a worker. `prepare` gets the parent's setup
+ * and returns `run`; the worker then answers `ready`, waits for `go`, sends
+ * what `run(go)` returns as its result, calls `close` and exits 0. Any error
+ * is sent to the parent (exit 2); a lost parent exits 3.
+ */
+export function runWorker<S extends { kind: 'setup' }, G extends { kind: 'go' }>(
+  prepare: (setup: S) => Promise<{ run(go: G): Promise<object>; close(): Promise<void> }>,
+): void {
+  const main = async () => {
+    if (process.send === undefined) throw new Error('run me with child_process.fork (IPC)');
+    process.once('disconnect', () => process.exit(3));
+    const setup = await fromParent<S>('setup');
+    const go = fromParent<G>('go');
+    const { run, close } = await prepare(setup);
+    try {
+      await sendToParent({ kind: 'ready' });
+      await sendToParent({ kind: 'result', ...(await run(await go)) });
+    } finally {
+      await close();
+    }
+  };
+  main().then(
+    () => process.exit(0),
+    async (err: unknown) => {
+      await sendToParent({ kind: 'error', message: (err as Error)?.stack ?? String(err) });
+      process.exit(2);
+    },
+  );
 }

@@ -7,7 +7,7 @@
  * else it fails with a message that says what to install.
  */
 import type { ChildProcess } from 'node:child_process';
-import { serverBinary, spawnValkey, waitForPing } from '../../drills/lib/valkey-server.js';
+import { serverBinary, spawnValkey, waitForPing } from '../../harness/valkey-server.js';
 
 /** A server the tests may use, and how to stop it. */
 export interface TestServer {
@@ -20,11 +20,11 @@ export interface TestServer {
 
 /**
  * Spawns a server binary on a free port, without persistence, and waits until
- * it answers PING (the drills' `spawnValkey`, which tests that kill or pause a
- * server use too).
+ * it answers PING (the harness's `spawnValkey`, shared with the drills; tests
+ * that kill or pause a server use its process).
  */
 export async function spawnServer(): Promise<TestServer> {
-  const server = await spawnValkey(() => {});
+  const server = await spawnValkey();
   return {
     url: server.url,
     port: server.port,

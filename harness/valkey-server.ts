@@ -1,20 +1,36 @@
 /**
- * A Valkey/Redis server owned by a drill: spawned on a free loopback port
- * without persistence, and killed, paused, resumed or restarted (same port,
- * same command line) on purpose.
+ * A Valkey/Redis server process owned by a drill or a test: spawned on a
+ * loopback port without persistence, and killed, paused, resumed or restarted
+ * (same port, same command line) on purpose. Launchers of several servers
+ * (a cluster, sentinels) build on {@link spawnValkey} with their own `args`.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { freePort } from './service.js';
+import { freePort } from './free-port.js';
 
-/** A server process the drill controls. */
+/** Options of {@link spawnValkey}. */
+export interface ValkeyServerOptions {
+  /** Arguments after the defaults (`--port`, `--bind 127.0.0.1`, no persistence, protected mode off); later ones win. */
+  args?: string[];
+  /** Default: a free port. */
+  port?: number;
+  /** Default: {@link serverBinary}. */
+  binary?: string;
+  /** Called with every process spawned (the first and each restart), e.g. to kill it if the caller exits early. */
+  track?: (child: ChildProcess) => void;
+  /** How long each start may take to answer PING, ms. Default 10,000. */
+  readyTimeoutMs?: number;
+}
+
+/** A server process the caller controls. */
 export interface ValkeyServer {
   /** `redis://127.0.0.1:<port>`. */
   url: string;
   port: number;
   /** The current process (a restart replaces it). */
   readonly process: ChildProcess;
+  readonly pid: number | undefined;
   /** SIGKILL, and wait for the exit. */
   kill(): Promise<void>;
   /** SIGSTOP: the server keeps its connections but answers nothing. */
@@ -41,47 +57,33 @@ export function serverBinary(): string | undefined {
 }
 
 /**
- * Spawns a server on a free 127.0.0.1 port with `--save '' --appendonly no`
- * and waits until it answers PING.
+ * Spawns a server on 127.0.0.1 with `--save '' --appendonly no` (and
+ * `options.args`) and waits until it answers PING.
  *
- * @param track called with every process spawned (the first and each restart),
- *   so the caller can kill them all if it exits early.
  * @throws {Error} when no server binary is installed or it does not answer within `readyTimeoutMs`.
  */
-export async function spawnValkey(
-  track: (child: ChildProcess) => void,
-  readyTimeoutMs = 10_000,
-): Promise<ValkeyServer> {
-  const binary = serverBinary();
+export async function spawnValkey(options: ValkeyServerOptions = {}): Promise<ValkeyServer> {
+  const binary = options.binary ?? serverBinary();
   if (binary === undefined) {
     throw new Error(
       'no valkey-server or redis-server on the PATH (apt-get install -y redis-server)',
     );
   }
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const argv = [
-    '--port',
-    String(port),
-    '--bind',
-    '127.0.0.1',
-    '--save',
-    '',
-    '--appendonly',
-    'no',
-    '--protected-mode',
-    'no',
+    ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    ...['--protected-mode', 'no', ...(options.args ?? [])],
   ];
   const url = `redis://127.0.0.1:${port}`;
   const launch = async (): Promise<ChildProcess> => {
     const child = spawn(binary, argv, { stdio: 'ignore' });
-    track(child);
-    await waitForPing(url, readyTimeoutMs, child);
+    options.track?.(child);
+    await waitForPing(url, options.readyTimeoutMs ?? 10_000, child);
     return child;
   };
   let child = await launch();
-  const exited = (c: ChildProcess) => c.exitCode !== null || c.signalCode !== null;
   const kill = async () => {
-    if (exited(child)) return;
+    if (child.exitCode !== null || child.signalCode !== null) return;
     const gone = new Promise((ok) => child.once('exit', ok));
     child.kill('SIGKILL');
     await gone;
@@ -91,6 +93,9 @@ export async function spawnValkey(
     port,
     get process() {
       return child;
+    },
+    get pid() {
+      return child.pid;
     },
     kill,
     pause: () => child.kill('SIGSTOP'),
@@ -106,7 +111,7 @@ export async function spawnValkey(
 /**
  * Resolves once the server at `url` answers PING, trying every 50 ms.
  *
- * @param child the server process, when this code started it: its exit fails
+ * @param child the server process, when the caller started it: its exit fails
  *   the wait at once, and it is SIGKILLed when the wait times out.
  * @throws {Error} when it does not answer within `timeoutMs`.
  */

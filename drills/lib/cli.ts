@@ -1,0 +1,120 @@
+/**
+ * A drill's command line and its ending: typed options (`--json [file]`
+ * always among them), and {@link runDrill}, which prints the report and exits
+ * 0 (the laws hold), 1 (one is broken) or 2 (the drill could not run).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { parseArgs } from 'node:util';
+
+/** One option: a number within bounds, one of some words, or free text. */
+type Option =
+  | { kind: 'int' | 'float'; default: number; min: number; max: number }
+  | { kind: 'oneOf'; default: string; choices: readonly string[] }
+  | { kind: 'text'; default: string };
+
+type Values<O extends Record<string, Option>> = {
+  [K in keyof O]: O[K] extends { choices: readonly (infer C)[] }
+    ? C
+    : O[K] extends { kind: 'text' }
+      ? string
+      : number;
+} & { json: string | undefined };
+
+/** An integer option from `min` to `max`. */
+export const int = (dflt: number, min: number, max = Number.POSITIVE_INFINITY) =>
+  ({ kind: 'int', default: dflt, min, max }) as const;
+
+/** A number option from `min` to `max`. */
+export const float = (dflt: number, min: number, max = Number.POSITIVE_INFINITY) =>
+  ({ kind: 'float', default: dflt, min, max }) as const;
+
+/** One of `choices`; the first is the default. */
+export const oneOf = <const C extends readonly string[]>(...choices: C) =>
+  ({ kind: 'oneOf', default: choices[0] as string, choices }) as const;
+
+/** Free text. */
+export const text = (dflt: string) => ({ kind: 'text', default: dflt }) as const;
+
+/** `--valkey`: the Valkey/Redis the drill uses, default `VALKEY_URL` or redis://127.0.0.1:6379. */
+export const valkeyOption = () => text(process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379');
+
+/**
+ * Parses the drill's options, plus `--json [file]`: a bare `--json` means
+ * "JSON to stdout" (`'-'`), `--json <file>` writes the file as well as the
+ * table. A usage mistake (an unknown option, a number out of bounds, a word
+ * not among the choices) exits 2 with a one-line message.
+ */
+export function drillArgs<const O extends Record<string, Option>>(options: O): Values<O> {
+  const args = process.argv
+    .slice(2)
+    .map((a, i, all) =>
+      a === '--json' && (i === all.length - 1 || all[i + 1]?.startsWith('--')) ? '--json=-' : a,
+    );
+  const usage = (message: string): never => {
+    process.stderr.write(`${message}\n`);
+    process.exit(2);
+  };
+  const config = Object.fromEntries(
+    [...Object.keys(options), 'json'].map((k) => [k, { type: 'string' as const }]),
+  );
+  let given: Record<string, string | undefined> = {};
+  try {
+    given = parseArgs({ args, options: config, strict: true }).values as typeof given;
+  } catch (err) {
+    const known = Object.keys(config).map((k) => `--${k}`);
+    usage(`${(err as Error).message} (options: ${known.join(' ')})`);
+  }
+  const values: Record<string, unknown> = { json: given.json };
+  for (const [name, o] of Object.entries(options)) {
+    const raw = given[name];
+    if (raw === undefined || o.kind === 'text') values[name] = raw ?? o.default;
+    else if (o.kind === 'oneOf') {
+      if (!o.choices.includes(raw)) usage(`--${name} must be ${o.choices.join(' or ')}`);
+      values[name] = raw;
+    } else {
+      const n = raw.trim() === '' ? Number.NaN : Number(raw);
+      if (!(n >= o.min && n <= o.max) || (o.kind === 'int' && !Number.isInteger(n))) {
+        const what = o.kind === 'int' ? 'an integer' : 'a number';
+        const range =
+          o.max === Number.POSITIVE_INFINITY ? `≥ ${o.min}` : `from ${o.min} to ${o.max}`;
+        usage(`--${name} must be ${what} ${range} (got ${JSON.stringify(raw)})`);
+      }
+      values[name] = n;
+    }
+  }
+  return values as Values<O>;
+}
+
+/**
+ * Runs a drill: `main` builds the report (one JSON object); it is printed as
+ * `render` makes it, or as `--json` asks (`'-'`: one line of JSON instead of
+ * the table; a path: pretty JSON written there as well). Exits 0 when
+ * `report.pass`, 1 when not, 2 when `main` throws.
+ */
+export function runDrill<R extends { pass: boolean }>(
+  name: string,
+  json: string | undefined,
+  main: () => Promise<R>,
+  render: (report: R) => string,
+): void {
+  main().then(
+    (report) => {
+      if (json === '-') process.stdout.write(`${JSON.stringify(report)}\n`);
+      else {
+        if (json !== undefined) {
+          mkdirSync(dirname(json), { recursive: true });
+          writeFileSync(json, `${JSON.stringify(report, null, 2)}\n`);
+        }
+        process.stdout.write(render(report));
+      }
+      process.exit(report.pass ? 0 : 1);
+    },
+    (err: unknown) => {
+      process.stderr.write(
+        `${name} drill failed to run: ${(err as Error)?.stack ?? String(err)}\n`,
+      );
+      process.exit(2);
+    },
+  );
+}

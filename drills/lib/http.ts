@@ -1,0 +1,70 @@
+/** Talking to a service instance over HTTP: item URLs, timed GETs, readiness, and error codes. */
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** The item URL of `id` in `table` on the service at `base` (`''`: just the path). */
+export function itemUrl(base: string, table: string, id: string): string {
+  return `${base}/v1/tables/${table}/items/${encodeURIComponent(id)}`;
+}
+
+/**
+ * The stable code of a failure: the `code` of a thrown error (or of its
+ * `cause`, as with `fetch`'s network errors), or `error.code` of an EchoStore
+ * JSON error body; undefined when it has none.
+ */
+export function errorCode(failure: unknown): string | undefined {
+  let f = failure as { code?: unknown; cause?: { code?: unknown } } | undefined;
+  if (typeof failure === 'string') {
+    try {
+      f = (JSON.parse(failure) as { error?: typeof f } | null)?.error;
+    } catch {
+      return undefined;
+    }
+  }
+  if (typeof f?.code === 'string') return f.code;
+  return typeof f?.cause?.code === 'string' ? f.cause.code : undefined;
+}
+
+/** A GET as the client saw it. */
+export interface Timed {
+  /** HTTP status; 0 when no answer arrived (connection error or client timeout). */
+  status: number;
+  /** `error.code` of the error body (`NO_CODE` without one); with no answer, `CLIENT_TIMEOUT` or the network error's code. */
+  code: string | undefined;
+  /** `Cache-Status` said `detail=l1`. */
+  l1: boolean;
+  ms: number;
+  body: string;
+}
+
+/** One timed GET, bounded by `timeoutMs`; never rejects. */
+export async function timedGet(url: string, timeoutMs: number): Promise<Timed> {
+  const started = performance.now();
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    const body = await res.text();
+    const ms = performance.now() - started;
+    const l1 = /detail=l1(;|$)/.test(res.headers.get('cache-status') ?? '');
+    const code = res.ok ? undefined : (errorCode(body) ?? 'NO_CODE');
+    return { status: res.status, code, l1, ms, body };
+  } catch (err) {
+    const e = err as Error;
+    const code = e.name === 'TimeoutError' ? 'CLIENT_TIMEOUT' : (errorCode(e) ?? e.name);
+    return { status: 0, code, l1: false, ms: performance.now() - started, body: '' };
+  }
+}
+
+/** Polls `/readyz` until it says "ready"; the ms it took, or undefined after `withinMs`. */
+export async function readyWithin(url: string, withinMs: number): Promise<number | undefined> {
+  const started = performance.now();
+  while (performance.now() - started < withinMs) {
+    try {
+      const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(1_000) });
+      if (((await r.json()) as { status?: string }).status === 'ready')
+        return Math.round(performance.now() - started);
+    } catch {
+      // not answering: keep polling
+    }
+    await sleep(100);
+  }
+  return undefined;
+}
