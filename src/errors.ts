@@ -112,8 +112,13 @@ export class WaitTimeoutError extends EchoStoreError {
 export class ShedError extends EchoStoreError {
   static override readonly code = 'ECC_SHED';
   static override readonly statusCode = 503;
-  /** Suggested client back-off, in milliseconds (HTTP `Retry-After` is this in whole seconds). */
-  readonly retryAfterMs: number = 1000;
+  /** Suggested client back-off, in milliseconds (HTTP `Retry-After` is this in whole seconds, at least 1). */
+  readonly retryAfterMs: number;
+
+  constructor(message: string, options: EchoStoreErrorOptions & { retryAfterMs?: number } = {}) {
+    super(message, options);
+    this.retryAfterMs = options.retryAfterMs ?? 1000;
+  }
 }
 
 /** The store is shutting down and takes no new work. */

@@ -5,7 +5,7 @@ import type { TableStats } from './store/types.js';
 export type ReadCountLayer = 'l1' | 'l2' | 'origin' | 'negative' | 'stale';
 
 /** Lease outcomes counted by `echostore_lease_total{outcome}`. */
-export type LeaseOutcome = 'acquired' | 'contended' | 'lost' | 'takeover';
+export type LeaseOutcome = 'acquired' | 'contended' | 'lost' | 'takeover' | 'renewed' | 'expired';
 
 /**
  * One table's counters, EchoStore's counter array: plain integers bumped
@@ -59,7 +59,7 @@ export function newCounters(): TableCounters {
     l2_hits: 0,
     coalesced: 0,
     reads: { l1: 0, l2: 0, origin: 0, negative: 0, stale: 0 },
-    lease: { acquired: 0, contended: 0, lost: 0, takeover: 0 },
+    lease: { acquired: 0, contended: 0, lost: 0, takeover: 0, renewed: 0, expired: 0 },
     shed: 0,
     lateLoads: 0,
     badEnvelopes: 0,
@@ -111,7 +111,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_lease_total',
-    help: 'Fleet lease outcomes: acquired (this flight loads), contended (another instance loads), lost (the fill was refused: lease expired or invalidated), takeover (acquired after waiting on a holder that did not fill).',
+    help: 'Fleet lease outcomes: acquired (this flight loads), contended (another instance loads), lost (the fill was refused: lease expired or invalidated), takeover (acquired after waiting on a holder that did not fill), renewed (the holder extended its lease while loading), expired (a renewal found the lease gone: the load is fenced).',
     label: 'outcome',
     pick: (c) => c.lease,
   },
@@ -192,8 +192,18 @@ const GAUGES: Array<{ name: string; help: string; pick(s: TableStats): number }>
   },
   {
     name: 'echostore_loads_queued',
-    help: 'Loads waiting for a maxConcurrentLoads slot.',
+    help: 'Loads waiting for a slot under the load limit.',
     pick: (s) => s.loads_queued,
+  },
+  {
+    name: 'echostore_load_limit',
+    help: 'Loader calls allowed at once now: the adaptive limit (1 to maxConcurrentLoads), lower while the source is slow or failing.',
+    pick: (s) => s.load_limit,
+  },
+  {
+    name: 'echostore_load_queue_delay_seconds',
+    help: 'How long the oldest queued load has waited, in seconds (0 when none waits).',
+    pick: (s) => s.queue_delay_ms / 1000,
   },
 ];
 

@@ -99,15 +99,17 @@ describe('writes win races', () => {
     expect(after.layer).toBe('l1');
   });
 
-  it('versions order after any version seen from a peer whose clock runs ahead (hybrid logical clock)', async () => {
-    const table = uniqueTable('hlc');
+  it("versions come from Valkey's clock (µs), whatever this host's clock says, and rise per key", async () => {
+    const table = uniqueTable('valkey-clock');
     const raw = scopedValkey();
     const store = await openStore({ [table]: { load: () => ({}) } });
-    const ahead = (Date.now() + 30_000) * 1000;
-    await plantEnvelope(raw, table, 'peer', { version: ahead, value: 1 });
-    await store.table(table).get('peer');
-    const { version } = await store.table(table).put('mine', 2);
-    expect(version).toBeGreaterThan(ahead);
+    const [sec, us] = (await raw.time()) as [number, number];
+    const before = Number(sec) * 1_000_000 + Number(us);
+    const { version: v1 } = await store.table(table).put('k', 1);
+    const { version: v2 } = await store.table(table).put('k', 2);
+    expect(v1).toBeGreaterThanOrEqual(before);
+    expect(v1).toBeLessThan(before + 60_000_000);
+    expect(v2).toBeGreaterThan(v1);
   });
 });
 

@@ -1,9 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import type { ShedError } from '../src/errors.js';
 import { errorOf, metricValue, openStore } from './helpers/probe.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
 describe('shedding and bounded waiting', () => {
-  it('queues loads beyond maxConcurrentLoads up to maxQueuedLoads, then sheds with ECC_SHED', async () => {
+  it('queues loads beyond the load limit; maxQueuedLoads bounds the queue (memory), beyond it ECC_SHED', async () => {
     const table = uniqueTable('queue');
     const gate = deferred<void>();
     let running = 0;
@@ -12,8 +13,8 @@ describe('shedding and bounded waiting', () => {
       [table]: {
         maxConcurrentLoads: 2,
         maxQueuedLoads: 3,
+        maxQueueDelayMs: 10_000,
         loadTimeoutMs: 5_000,
-        leaseMs: 10_000,
         load: async (id) => {
           running++;
           peak = Math.max(peak, running);
@@ -30,9 +31,7 @@ describe('shedding and bounded waiting', () => {
         (e: { code: string }) => e.code,
       ),
     );
-    await new Promise((r) => setTimeout(r, 100));
-    expect(t.stats().loads_active).toBe(2);
-    expect(t.stats().loads_queued).toBe(3);
+    await vi.waitFor(() => expect(t.stats()).toMatchObject({ loads_active: 2, loads_queued: 3 }));
     gate.resolve();
     const outcomes = await Promise.all(reads);
     expect(outcomes.filter((o) => o === true)).toHaveLength(5);
@@ -42,14 +41,13 @@ describe('shedding and bounded waiting', () => {
     expect(t.stats().loads_active + t.stats().loads_queued).toBe(0);
   });
 
-  it('sheds a queued load that waited leaseMs − loadTimeoutMs, so its lease cannot expire under it', async () => {
+  it('sheds a queued load that has waited maxQueueDelayMs', async () => {
     const table = uniqueTable('queue-wait');
     const gate = deferred<void>();
     const store = await openStore({
       [table]: {
         maxConcurrentLoads: 1,
-        loadTimeoutMs: 1_000,
-        leaseMs: 1_200,
+        maxQueueDelayMs: 150,
         load: async (id) => {
           await gate.promise;
           return { id };
@@ -58,13 +56,52 @@ describe('shedding and bounded waiting', () => {
     });
     const t = store.table(table);
     const first = t.get('a');
-    await new Promise((r) => setTimeout(r, 20));
+    await vi.waitFor(() => expect(t.stats().loads_active).toBe(1));
     const started = performance.now();
     const queued = await errorOf(t.get('b'));
     expect(queued.code).toBe('ECC_SHED');
-    expect(performance.now() - started).toBeGreaterThanOrEqual(150);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(140);
     gate.resolve();
     expect((await first).found).toBe(true);
+  });
+
+  it('sheds at once, with a retry hint, a load whose predicted wait exceeds maxQueueDelayMs', async () => {
+    const table = uniqueTable('queue-predict');
+    const gates: Array<ReturnType<typeof deferred<void>>> = [];
+    const store = await openStore({
+      [table]: {
+        maxConcurrentLoads: 1,
+        maxQueueDelayMs: 1_000,
+        load: async (id) => {
+          if (id === 'warm') {
+            await new Promise((r) => setTimeout(r, 400));
+            return { id };
+          }
+          const gate = deferred<void>();
+          gates.push(gate);
+          await gate.promise;
+          return { id };
+        },
+      },
+    });
+    const t = store.table(table);
+    await t.get('warm'); // the table learns that a load takes ~400 ms
+    const running = t.get('a');
+    await vi.waitFor(() => expect(t.stats().loads_active).toBe(1));
+    // Predicted waits: b 1 × 400 ms, c 2 × 400 ms: queued; d 3 × 400 ms > 1,000 ms: shed.
+    const b = t.get('b');
+    const c = t.get('c');
+    await vi.waitFor(() => expect(t.stats().loads_queued).toBe(2));
+    const shed = await errorOf(t.get('d'));
+    // Shed while the running load is still held: at once, not after a wait.
+    expect(gates).toHaveLength(1);
+    expect(shed.code).toBe('ECC_SHED');
+    expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(1_000);
+    for (let i = 0; i < 3; i++) {
+      await vi.waitFor(() => expect(gates.length).toBeGreaterThan(i));
+      gates[i]?.resolve();
+    }
+    expect((await Promise.all([running, b, c])).every((r) => r.found)).toBe(true);
   });
 
   it('caps the callers waiting on one flight at maxWaitersPerFlight', async () => {

@@ -144,8 +144,6 @@ describe('tables', () => {
     ['a missing load function', { fine: {} as TableOptions }],
     ['ttlMs: -1', { fine: { load, ttlMs: -1 } }],
     ['an unknown policy field', { fine: { load, ttlMS: 5 } as TableOptions }],
-    ['leaseMs equal to loadTimeoutMs', { fine: { load, leaseMs: 1_000, loadTimeoutMs: 1_000 } }],
-    ['leaseMs below loadTimeoutMs', { fine: { load, leaseMs: 500, loadTimeoutMs: 1_000 } }],
     ['an idPattern that is not a regular expression', { fine: { load, idPattern: '(' } }],
   ])('createStore rejects %s with ECC_BAD_CONFIG', async (_, tables) => {
     const e = await errorOf(createStore({ valkey: valkeyUrl(), tables }));

@@ -1,7 +1,8 @@
 /**
  * The value format, defined once: what `ecc:<table>:{<id>}` holds, how TS and
- * Lua read its header, how a row's lifetimes are minted (jitter, per-row
- * policy), and the version clock that orders writes.
+ * Lua read and write its header, how a row's lifetimes are minted (jitter,
+ * per-row policy), and the clocks: Valkey's for the fleet, this process's
+ * monotonic one for L1.
  *
  * A stored value is a fixed header and the value's JSON text:
  *
@@ -12,6 +13,14 @@
  * ({@link LUA_ENVELOPE}), never by parsing the JSON or by a regex over its key
  * order. A value in any other format (the older `{"v":1,…}` JSON envelope, a
  * foreign string) is a miss: it is reloaded and overwritten, never a crash.
+ *
+ * One clock for the fleet: a stored header's versions and expiries are on
+ * Valkey's clock. The scripts write them from Valkey's `TIME` (an instance
+ * sends only lifetimes, "fresh for 300 000 ms") and judge freshness against
+ * it; an instance never compares its own wall clock with another host's. A
+ * value read from Valkey is moved onto this process's monotonic clock with
+ * what Valkey said remains ({@link localize}), so a host whose clock is off by
+ * minutes neither reloads fresh values nor serves expired ones as fresh.
  */
 
 /** The magic that starts every stored value of this format. */
@@ -23,20 +32,28 @@ const FLAG_NEGATIVE = 1;
 /** Longest digit run of a header field: 2^53 has 16 digits. */
 const MAX_FIELD_DIGITS = 16;
 
-/** A decoded envelope. `json` is the value's JSON text, kept so HTTP replies need not re-serialise. */
+/**
+ * A decoded envelope. `json` is the value's JSON text, kept so HTTP replies
+ * need not re-serialise. Its expiries are on one clock: as stored (and as
+ * {@link decodeEnvelope} returns them), Valkey's, in epoch milliseconds; in
+ * L1 and in a flight, this process's monotonic clock (`TableContext.now`).
+ */
 export interface Envelope {
   /** The cached value; `null` for a negative (not-found) entry. */
   value: unknown;
   /** The value as JSON text (`"null"` for a negative entry). */
   json: string;
-  /** Orders writes of one id (newer wins); raised by Valkey above the key's current version. */
+  /**
+   * Orders writes of one id (newer wins): set by the script that wrote it, from
+   * Valkey's clock (microseconds) and always above the key's previous version.
+   */
   version: number;
-  /** When the value goes stale, epoch milliseconds (soft TTL). */
+  /** When the value goes stale (soft TTL), ms. */
   softExpiresAt: number;
   /**
-   * When the value is gone, epoch milliseconds (hard TTL: Valkey's `PX` ends
-   * here too). Between the two it may be served stale while one caller
-   * refreshes it (stale-while-revalidate, stale-if-error).
+   * When the value is gone (hard TTL: Valkey's `PX` ends here too), ms.
+   * Between the two it may be served stale while one caller refreshes it
+   * (stale-while-revalidate, stale-if-error).
    */
   hardExpiresAt: number;
   /** How long the load that produced it took, milliseconds (XFetch's delta). */
@@ -159,14 +176,53 @@ export function readMark(text: string | null | undefined): string {
 }
 
 /**
+ * An envelope read from Valkey, moved onto this process's clock: Valkey's
+ * clock said `valkeyNowMs` when it answered, and `localNowMs` is this
+ * process's clock when the command was sent, so the remaining lifetimes are
+ * counted from a moment no later than Valkey's (never fresh for longer than
+ * Valkey says).
+ */
+export function localize(stored: Envelope, valkeyNowMs: number, localNowMs: number): Envelope {
+  const shift = localNowMs - valkeyNowMs;
+  return {
+    ...stored,
+    softExpiresAt: stored.softExpiresAt + shift,
+    hardExpiresAt: stored.hardExpiresAt + shift,
+  };
+}
+
+/**
+ * What a script needs to write `envelope` at `now` (this process's clock):
+ * its remaining lifetimes, not its expiry instants, which the script sets on
+ * Valkey's clock. `[softInMs, hardInMs, deltaMs, flags, json]`.
+ */
+export function writeArgs(
+  envelope: Envelope,
+  now: number,
+): [number, number, number, number, string] {
+  const softInMs = Math.max(0, Math.round(envelope.softExpiresAt - now));
+  const hardInMs = Math.max(softInMs, Math.round(envelope.hardExpiresAt - now));
+  return [
+    softInMs,
+    hardInMs,
+    envelope.deltaMs,
+    envelope.negative ? FLAG_NEGATIVE : 0,
+    envelope.json,
+  ];
+}
+
+/**
  * The same format for the Lua scripts, prepended to each of them:
  * - `getv(k)`: the key's string, or false when absent or of another type
  *   (WRONGTYPE is garbage to overwrite, not an error);
- * - `header(v)`: `version, softExpiresAt, hardExpiresAt, verEnd` (the index of
- *   the version's last digit), or nil when `v` is not of this format;
+ * - `header(v)`: `version, softExpiresAt, hardExpiresAt`, or nil when `v` is
+ *   not of this format;
  * - `mark(v)`: as {@link readMark};
- * - `stamp(env, cur)`: raises `env`'s version above `cur` (the key's current
- *   one), so the order of versions is the order Valkey applied the writes.
+ * - `clock()`: Valkey's time, in ms and in µs since the epoch (`TIME`);
+ * - `stored(cur, nowus, softIn, hardIn, delta, flags, json, nowms)`: the text
+ *   to store, its version above `cur` (the key's version) and at least Valkey's
+ *   µs clock, so the order of versions is the order Valkey applied the writes,
+ *   and its expiries `softIn`/`hardIn` ms from Valkey's now. Returns text, version.
  */
 export const LUA_ENVELOPE = `
 local function getv(k)
@@ -180,7 +236,7 @@ local function header(v)
   if not s or #ver > 16 or #soft > 16 or #hard > 16 then return nil end
   local n = tonumber(ver)
   if n >= 9007199254740992 then return nil end
-  return n, tonumber(soft), tonumber(hard), 3 + #ver
+  return n, tonumber(soft), tonumber(hard)
 end
 local function mark(v)
   if not v then return '' end
@@ -188,13 +244,17 @@ local function mark(v)
   if not n then return '*' end
   return string.format('%.0f', n)
 end
-local function stamp(env, cur)
-  local mine, _, _, verEnd = header(env)
-  if cur and cur >= mine then
-    mine = cur + 1
-    env = 'E2|' .. string.format('%.0f', mine) .. string.sub(env, verEnd + 1)
-  end
-  return env, mine
+local function clock()
+  local t = redis.call('TIME')
+  local sec, us = tonumber(t[1]), tonumber(t[2])
+  return sec * 1000 + math.floor(us / 1000), sec * 1000000 + us
+end
+local function stored(cur, nowus, softIn, hardIn, delta, flags, json, nowms)
+  local v = nowus
+  if cur and cur >= v then v = cur + 1 end
+  local f = function(n) return string.format('%.0f', n) end
+  return 'E2|' .. f(v) .. '|' .. f(nowms + tonumber(softIn)) .. '|' .. f(nowms + tonumber(hardIn))
+    .. '|' .. delta .. '|' .. flags .. '|' .. json, v
 end
 `;
 
@@ -269,51 +329,60 @@ export function hardTtlMs(envelope: Envelope, now: number): number {
 }
 
 /**
- * A tombstone: "not found", never fresh, carrying a deletion's version, so a
- * fill that read the old value (or a lease-less fill expecting an empty key)
- * cannot bring the deleted value back.
+ * A tombstone: "not found", never fresh. Written by a DELETE with a version
+ * above the deleted value's, so a fill that read the old value (or a
+ * lease-less fill expecting an empty key) cannot bring it back.
  */
-export function tombstone(version: number): Envelope {
+export function tombstone(now: number): Envelope {
   return {
     value: null,
     json: 'null',
-    version,
-    softExpiresAt: 0,
-    hardExpiresAt: 0,
+    version: 0,
+    softExpiresAt: now,
+    hardExpiresAt: now,
     deltaMs: 0,
     negative: true,
   };
 }
 
-/** Mints and observes versions; see {@link createVersionClock}. */
-export interface VersionClock {
-  /** A version greater than every version minted or observed so far. */
-  mint(): number;
-  /** Takes note of a version read from L2 (written by another instance). */
-  observe(version: number): void;
-}
-
-/** How far ahead of this machine's clock an observed version may be and still move the clock. */
-const MAX_SKEW_MS = 60_000;
-
 /**
- * A hybrid logical clock (Kulkarni et al., "Logical Physical Clocks", OPODIS
- * 2014) for envelope versions: epoch milliseconds × 1000, but never below one
- * more than the greatest version minted or observed. So a write always orders
- * after every value this instance has seen, even when another instance's clock
- * runs ahead; observations more than a minute ahead are ignored, so a planted
- * version cannot push the clock toward 2^53. Stays below 2^53 until 2255.
+ * The highest version this process has seen from Valkey. Versions come from
+ * Valkey's clock (the scripts write them, µs since the epoch, always above the
+ * key's previous one), so this instance's wall clock never orders anything. A
+ * flight starts "at" the clock's `last`: a write of its id announced with a
+ * higher version came after it and supersedes it.
+ *
+ * An observation further than a minute ahead of Valkey's latest known time is
+ * ignored, so a planted version cannot push `last` out of reach of real writes.
  */
-export function createVersionClock(now: () => number = Date.now): VersionClock {
-  let last = 0;
-  return {
-    mint() {
-      const v = Math.max(now() * 1000, last + 1);
-      last = v;
-      return v;
-    },
-    observe(version) {
-      if (version > last && version <= (now() + MAX_SKEW_MS) * 1000) last = version;
-    },
-  };
+export class VersionClock {
+  #last = 0;
+  #horizon = 0;
+
+  /** The highest version observed (0 before any). */
+  get last(): number {
+    return this.#last;
+  }
+
+  /** Valkey said its clock reads `valkeyNowMs`. */
+  sawValkeyTime(valkeyNowMs: number): void {
+    const horizon = (valkeyNowMs + 60_000) * 1000;
+    if (horizon > this.#horizon) this.#horizon = horizon;
+  }
+
+  /** Takes note of a version read from Valkey or announced by an event. */
+  observe(version: number): void {
+    if (version > this.#last && version <= this.#horizon) this.#last = version;
+  }
+
+  /** Valkey wrote `version` when its clock read `valkeyNowMs`. */
+  wrote(version: number, valkeyNowMs: number): void {
+    this.sawValkeyTime(valkeyNowMs);
+    this.observe(version);
+  }
+
+  /** A version for a value that never reached Valkey (loaded while it was unusable): above every one seen. */
+  local(): number {
+    return this.#last + 1;
+  }
 }

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { EchoStoreError } from '../errors.js';
 import type { TableCounters, TableHistograms } from '../metrics.js';
 import type { Envelope, VersionClock } from './envelope.js';
-import type { LoadGate } from './gate.js';
+import type { Admission } from './admission.js';
 import type { TablePolicy } from './policy.js';
 import type { LoadFn, ReadLayer, ReadResult } from './types.js';
 import type { TableEvents } from './valkey/events.js';
@@ -82,9 +82,10 @@ export interface TableContext {
   /** The table's histograms. */
   metrics: TableHistograms;
   clock: VersionClock;
-  gate: LoadGate;
+  /** Admission to the source: the adaptive limit and the delay-bounded queue. */
+  admission: Admission;
   log: Logger;
-  /** Epoch milliseconds (injected in tests). */
+  /** This process's monotonic clock, ms, for L1 and flights (injected in tests); Valkey judges its own values on its own clock. */
   now(): number;
 }
 

@@ -308,7 +308,7 @@ export class TableOwner {
   // --- internals ------------------------------------------------------------
 
   #launch(flight: Flight): void {
-    flight.startVersion = this.#ctx.clock.mint();
+    flight.startVersion = this.#ctx.clock.last;
     this.#flights.set(flight.id, flight);
     this.#run(flight).then(
       (outcome) => this.post({ kind: 'landed', flight, outcome }),

@@ -91,8 +91,8 @@ export const TablePolicySchema = Type.Object(
     ),
     leaseMs: Type.Optional(
       ms(
-        'Lease lifetime (Valkey `PX`): how long one instance holds the right to load an id for the whole fleet. Must be greater than `loadTimeoutMs`.',
-        5_000,
+        "Lease lifetime (Valkey `PX`): how long one instance holds the right to load an id for the whole fleet without renewing it. The holder renews it every third of `leaseMs` while it loads, so a slow but live loader keeps it and a dead holder's lease expires within `leaseMs` (then exactly one waiter takes over). Keep it well below `waitTimeoutMs`.",
+        2_000,
       ),
     ),
     loadTimeoutMs: Type.Optional(
@@ -113,16 +113,25 @@ export const TablePolicySchema = Type.Object(
         maximum: 100_000,
         default: 16,
         description:
-          'Loader calls at once for this table, per process; more wait in the queue (`maxQueuedLoads`).',
+          'Ceiling of the loader calls at once for this table, per process. The limit in force adapts below it to the source: it shrinks when loads slow down or fail, and grows back while they are fast (see docs/operations.md, admission).',
+      }),
+    ),
+    maxQueueDelayMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 31 * 24 * 3600 * 1000,
+        default: 2_000,
+        description:
+          'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) exceeds it is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',
       }),
     ),
     maxQueuedLoads: Type.Optional(
       Type.Integer({
         minimum: 0,
         maximum: 1_000_000,
-        default: 64,
+        default: 10_000,
         description:
-          'Loads that may wait for a free slot when `maxConcurrentLoads` run; more are shed with `ECC_SHED`. A queued load waits at most `leaseMs` − `loadTimeoutMs`.',
+          'Most loads queued for a slot at once: a memory bound only (loads are shed by queueing delay, `maxQueueDelayMs`).',
       }),
     ),
     maxWaitersPerFlight: Type.Optional(
@@ -187,8 +196,7 @@ export const policySchemaProperties = TablePolicySchema.properties;
  * @param at - dotted path of `input` in the configuration (e.g. `tables.products`), prefixed to
  *   the field an error names. Default: none (the field alone, e.g. `leaseMs`).
  * @returns the resolved policy.
- * @throws {ConfigError} `ECC_BAD_CONFIG` whose `field` is `<at>.leaseMs` when
- *   `leaseMs <= loadTimeoutMs`, or `<at>.idPattern` when `idPattern` is not a valid regular
+ * @throws {ConfigError} `ECC_BAD_CONFIG` whose `field` is `<at>.idPattern` when `idPattern` is not a valid regular
  *   expression or is one safe-regex2 flags (star height above 1, i.e. nested quantifiers such
  *   as `^(a+)+$`, or more than 25 quantifiers): matching an id against it could take
  *   exponential time (ReDoS). The message is `<field>: <what is wrong>`.
@@ -205,12 +213,6 @@ export function resolvePolicy(input: TablePolicyInput, at?: string): TablePolicy
     const field = at === undefined || at === '' ? name : `${at}.${name}`;
     throw new ConfigError(`${field}: ${problem}`, { field, cause });
   };
-  if (policy.leaseMs <= policy.loadTimeoutMs) {
-    fail(
-      'leaseMs',
-      `must be greater than loadTimeoutMs (${policy.loadTimeoutMs}); it is ${policy.leaseMs}`,
-    );
-  }
   if (idPattern !== undefined) {
     try {
       policy.idPattern = new RegExp(idPattern, 'u');

@@ -18,13 +18,14 @@ import { bump } from '../metrics.js';
 import {
   decodeEnvelope,
   type Envelope,
-  hardTtlMs,
   LoadResult,
+  localize,
   mintEnvelope,
   type RowPolicy,
   readMark,
   toJson,
 } from './envelope.js';
+import type { LoadEnd } from './admission.js';
 import type { Flight, Outcome, TableContext } from './flight.js';
 import { classifyValkeyError } from './valkey/breaker.js';
 import type { Watch } from './valkey/events.js';
@@ -70,15 +71,19 @@ type Run = (
 /** Plain cache-aside: GET, load on a miss, compare-and-set fill. */
 const runPlain: Run = async (ctx, flight, serveStale) => {
   let text: string | null;
+  let cached: Envelope | undefined;
+  const sentAt = ctx.now();
   try {
-    text = await ctx.l2.get(flight.id);
+    const read = await ctx.l2.read(flight.id);
+    ctx.clock.sawValkeyTime(read.valkeyNowMs);
+    text = read.text;
+    cached = text === null ? undefined : decode(ctx, text, read.valkeyNowMs, sentAt);
   } catch (err) {
-    // A key of another type is garbage to overwrite, not a sick server.
     if (classifyValkeyError(err) !== 'data') return runDegraded(ctx, flight, err, 'get');
+    // A script error about the data: garbage to overwrite, not a sick server.
     ctx.counters.badEnvelopes++;
     text = null;
   }
-  const cached = text === null ? undefined : decode(ctx, text);
   const now = ctx.now();
   if (cached !== undefined && cached.softExpiresAt > now && cached.version > flight.replaceUpTo) {
     return { kind: 'value', envelope: cached, layer: 'l2', refused: false };
@@ -120,13 +125,15 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
   try {
     for (;;) {
       let answer: LeaseAnswer;
+      const sentAt = ctx.now();
       try {
-        answer = await ctx.l2.readOrLease(flight.id, policy.leaseMs, ctx.now(), replaceUpTo);
+        answer = await ctx.l2.readOrLease(flight.id, policy.leaseMs, replaceUpTo);
       } catch (err) {
         return await runDegraded(ctx, flight, err, 'lease');
       }
+      ctx.clock.sawValkeyTime(answer.valkeyNowMs);
       if (answer.kind === 'value') {
-        const envelope = decode(ctx, answer.text);
+        const envelope = decode(ctx, answer.text, answer.valkeyNowMs, sentAt);
         if (envelope !== undefined) {
           waited();
           return { kind: 'value', envelope, layer: 'l2', refused: false };
@@ -139,7 +146,7 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
       const stale =
         answer.stale === undefined || answer.stale === undecodable
           ? undefined
-          : decode(ctx, answer.stale);
+          : decode(ctx, answer.stale, answer.valkeyNowMs, sentAt);
       const servableStale = stale !== undefined && servable(stale, ctx.now()) ? stale : undefined;
       if (answer.kind === 'leased') {
         counters.lease[waitStarted === undefined ? 'acquired' : 'takeover']++;
@@ -180,39 +187,86 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
   }
 };
 
-/** Holding the lease: load, then `fillAndRelease`; on a failed load, release the lease and wake the waiters. */
+/**
+ * Holding the lease: load while renewing it, then `fillAndRelease`; on a
+ * failed load, release the lease and wake the waiters. A renewal that finds
+ * the lease gone fences the flight: its answer is not stored.
+ */
 async function loadAndFill(ctx: TableContext, flight: Flight, token: string): Promise<Outcome> {
   let envelope: Envelope;
+  const lease = keepLease(ctx, flight.id, token);
   try {
     envelope = await loadEnvelope(ctx, flight);
   } catch (err) {
+    lease.stop();
     release(ctx, flight.id, token);
     throw err;
+  } finally {
+    lease.stop();
   }
   if (flight.superseded) {
     release(ctx, flight.id, token);
     return { kind: 'value', envelope, layer: 'origin', refused: false };
   }
+  if (lease.fenced) return { kind: 'value', envelope, layer: 'origin', refused: true };
   let refused = false;
   try {
-    const version = await ctx.l2.fillAndRelease(
-      flight.id,
-      token,
-      envelope,
-      hardTtlMs(envelope, ctx.now()),
-    );
-    if (version === undefined) {
+    const written = await ctx.l2.fillAndRelease(flight.id, token, envelope, ctx.now());
+    if (written === undefined) {
       refused = true;
       ctx.counters.lease.lost++;
     } else {
-      // Valkey may have ordered it above a newer version it held: answer what it stored.
-      envelope = { ...envelope, version };
-      ctx.clock.observe(version);
+      // Valkey gave it its version (above whatever the key held): answer what it stored.
+      ctx.clock.wrote(written.version, written.valkeyNowMs);
+      envelope = { ...envelope, version: written.version };
     }
   } catch (err) {
     valkeyFailed(ctx, err, 'fill');
   }
   return { kind: 'value', envelope, layer: 'origin', refused };
+}
+
+/**
+ * Renews the lease every third of `leaseMs` while the holder loads (the
+ * watchdog of Redisson's locks, etcd's lease keep-alive), so a short lease
+ * outlives a slow but live loader while a dead holder's lease expires within
+ * `leaseMs`. `fenced` turns true when a renewal finds the lease gone.
+ */
+function keepLease(
+  ctx: TableContext,
+  id: string,
+  token: string,
+): { readonly fenced: boolean; stop(): void } {
+  let fenced = false;
+  let stopped = false;
+  const timer = setInterval(
+    () => {
+      ctx.l2.renew(id, token, ctx.policy.leaseMs).then(
+        (held) => {
+          if (stopped || fenced) return;
+          if (held) {
+            ctx.counters.lease.renewed++;
+            return;
+          }
+          fenced = true;
+          ctx.counters.lease.expired++;
+          clearInterval(timer);
+        },
+        (err: unknown) => valkeyFailed(ctx, err, 'renew'),
+      );
+    },
+    Math.max(10, Math.floor(ctx.policy.leaseMs / 3)),
+  );
+  timer.unref();
+  return {
+    get fenced() {
+      return fenced;
+    },
+    stop() {
+      stopped = true;
+      clearInterval(timer);
+    },
+  };
 }
 
 function release(ctx: TableContext, id: string, token: string): void {
@@ -252,14 +306,10 @@ async function fillWithoutLease(
   expected: string,
 ): Promise<number | undefined> {
   try {
-    const version = await ctx.l2.fillIfUnchanged(
-      flight.id,
-      expected,
-      envelope,
-      hardTtlMs(envelope, ctx.now()),
-    );
-    if (version !== undefined) ctx.clock.observe(version);
-    return version;
+    const written = await ctx.l2.fillIfUnchanged(flight.id, expected, envelope, ctx.now());
+    if (written === undefined) return undefined;
+    ctx.clock.wrote(written.version, written.valkeyNowMs);
+    return written.version;
   } catch (err) {
     valkeyFailed(ctx, err, 'set');
     return undefined;
@@ -278,39 +328,52 @@ function servable(envelope: Envelope, now: number): boolean {
   return !envelope.negative && envelope.hardExpiresAt > now;
 }
 
-/** Decodes an L2 envelope and lets the version clock observe it; counts the undecodable. */
-function decode(ctx: TableContext, text: string): Envelope | undefined {
-  const envelope = decodeEnvelope(text);
-  if (envelope === undefined) ctx.counters.badEnvelopes++;
-  else ctx.clock.observe(envelope.version);
-  return envelope;
+/**
+ * Decodes an L2 envelope onto this process's clock (`sentAt`: when the command
+ * that read it was sent; Valkey's clock read `valkeyNowMs` then) and lets the
+ * version clock observe it; counts the undecodable.
+ */
+function decode(
+  ctx: TableContext,
+  text: string,
+  valkeyNowMs: number,
+  sentAt: number,
+): Envelope | undefined {
+  const stored = decodeEnvelope(text);
+  if (stored === undefined) {
+    ctx.counters.badEnvelopes++;
+    return undefined;
+  }
+  ctx.clock.observe(stored.version);
+  return localize(stored, valkeyNowMs, sentAt);
 }
 
 /**
- * Loads `flight.id` from the source under the table's gate and wraps it in a
+ * Loads `flight.id` from the source once admitted, and wraps it in a
  * fresh envelope (`undefined` from the loader becomes a negative envelope).
  *
- * @throws {ShedError} `ECC_SHED` when the table runs `maxConcurrentLoads` loads and
- *   `maxQueuedLoads` wait already, or a queued load waited `leaseMs − loadTimeoutMs`
- *   (so a lease can never expire under a queued load).
+ * @throws {ShedError} `ECC_SHED` when admission refuses it: its predicted or
+ *   actual wait for a slot exceeds `maxQueueDelayMs` (see admission.ts).
  * @throws {LoadTimeoutError} `ECC_LOAD_TIMEOUT`; {@link BadValueError} `ECC_BAD_VALUE`;
  *   anything the loader throws (mapped later by {@link asStoreError}).
  */
 async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope> {
-  const { policy, table } = ctx;
-  await ctx.gate.acquire(policy.leaseMs - policy.loadTimeoutMs, () => {
+  const { admission, table } = ctx;
+  const permit = await admission.acquire((retryAfterMs) => {
     ctx.counters.shed++;
     return new ShedError(
-      `table ${table} runs ${policy.maxConcurrentLoads} loads; its queue (${policy.maxQueuedLoads}) is full or the wait ran out`,
-      { table, id: flight.id },
+      `table ${table} runs ${admission.active} loads (limit ${admission.limit}); a load would wait longer than maxQueueDelayMs`,
+      { table, id: flight.id, retryAfterMs },
     );
   });
+  let end: LoadEnd = 'failed';
   try {
     const started = performance.now();
     const value = await callLoader(ctx, flight);
+    end = 'ok';
     return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
   } finally {
-    ctx.gate.release();
+    permit.release(end);
   }
 }
 
@@ -376,7 +439,8 @@ function buildEnvelope(ctx: TableContext, id: string, result: unknown, deltaMs: 
     });
   }
   return mintEnvelope(
-    { value: negative ? null : value, json, version: ctx.clock.mint(), deltaMs, negative },
+    // Valkey sets the version when it stores the fill; this one stands only while it does not.
+    { value: negative ? null : value, json, version: ctx.clock.local(), deltaMs, negative },
     {
       ttlMs: override.ttlMs ?? (negative ? policy.negativeTtlMs : policy.ttlMs),
       staleMs: negative ? 0 : (override.staleMs ?? policy.staleMs),

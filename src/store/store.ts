@@ -6,9 +6,9 @@ import { schemaProblem } from '../config/schema-error.js';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
-import { createVersionClock, type VersionClock } from './envelope.js';
+import { VersionClock } from './envelope.js';
+import { Admission } from './admission.js';
 import type { TableContext } from './flight.js';
-import { LoadGate } from './gate.js';
 import { L1 } from './l1.js';
 import { TableOwner } from './owner.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
@@ -36,7 +36,11 @@ export interface StoreOptions {
   logger?: Logger;
   /** How long `createStore` waits for Valkey before starting degraded (reads go to the source). Default 2,000 ms. */
   readyTimeoutMs?: number;
-  /** @internal Epoch-millisecond clock for freshness decisions (tests inject one). Default `Date.now`. */
+  /**
+   * @internal This process's monotonic clock, ms, for L1 freshness (tests
+   * inject one). Default `performance.now`. Freshness in Valkey is judged on
+   * Valkey's clock.
+   */
   now?: () => number;
 }
 
@@ -96,8 +100,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       : 'status' in options.valkey
         ? options.valkey
         : createValkeyClient(options.valkey);
-  const now = options.now ?? Date.now;
-  const clock = createVersionClock(now);
+  const now = options.now ?? (() => performance.now());
+  const clock = new VersionClock();
   const breaker = new Breaker(valkey, log);
   metrics.watchDegraded(() => breaker.degraded);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
@@ -192,7 +196,11 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     counters,
     metrics: deps.metrics.forTable(name, counters, () => (table as Table).stats()),
     clock: deps.clock,
-    gate: new LoadGate(policy.maxConcurrentLoads, policy.maxQueuedLoads),
+    admission: new Admission({
+      maxLimit: policy.maxConcurrentLoads,
+      maxQueueDelayMs: policy.maxQueueDelayMs,
+      maxQueued: policy.maxQueuedLoads,
+    }),
     log: deps.log.child({ table: name }),
     now: deps.now,
   };

@@ -199,8 +199,10 @@ export class Table {
       l1_bytes: this.#l1.bytes,
       flights: this.#owner.flights,
       mailbox_depth: this.#owner.mailboxDepth,
-      loads_active: this.#ctx.gate.active,
-      loads_queued: this.#ctx.gate.queued,
+      loads_active: this.#ctx.admission.active,
+      loads_queued: this.#ctx.admission.queued,
+      load_limit: this.#ctx.admission.limit,
+      queue_delay_ms: Math.round(this.#ctx.admission.queueDelayMs),
     };
   }
 

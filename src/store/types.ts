@@ -86,8 +86,12 @@ export interface TableStats {
   flights: number;
   /** Messages waiting in the owner's mailbox now. */
   mailbox_depth: number;
-  /** Loader calls running now (at most `maxConcurrentLoads`). */
+  /** Loader calls running now (at most `load_limit`). */
   loads_active: number;
-  /** Loads waiting for a slot now (at most `maxQueuedLoads`). */
+  /** Loads waiting for a slot now. */
   loads_queued: number;
+  /** Loader calls allowed at once now: the adaptive limit, between 1 and `maxConcurrentLoads`. */
+  load_limit: number;
+  /** How long the oldest queued load has waited, ms (0 when none waits). */
+  queue_delay_ms: number;
 }

@@ -82,20 +82,18 @@ export class Writes {
     const ctx = this.#ctx;
     const { policy } = ctx;
     const now = ctx.now();
+    // The version is Valkey's to set (above the key's); 0 stands until it answers.
     const envelope = mintEnvelope(
-      { value: m.value, json: m.json, version: ctx.clock.mint(), deltaMs: 0, negative: false },
+      { value: m.value, json: m.json, version: 0, deltaMs: 0, negative: false },
       policy,
       now,
     );
     this.#parked.set(m.id, []);
-    ctx.l2.write(m.id, envelope, hardTtlMs(envelope, now), 'put').then(
-      (version) =>
-        this.#post({
-          kind: 'written',
-          id: m.id,
-          envelope: { ...envelope, version },
-          waiter: m.waiter,
-        }),
+    ctx.l2.write(m.id, envelope, now, hardTtlMs(envelope, now), 'put').then(
+      ({ version, valkeyNowMs }) => {
+        ctx.clock.wrote(version, valkeyNowMs);
+        this.#post({ kind: 'written', id: m.id, envelope: { ...envelope, version }, waiter: m.waiter });
+      },
       (error: unknown) =>
         this.#post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
     );
@@ -104,7 +102,6 @@ export class Writes {
   /** Valkey answered a PUT. */
   written(m: Written): void {
     if (m.error === undefined) {
-      this.#ctx.clock.observe(m.envelope.version);
       // This instance's own acknowledged write goes into its L1, unless Valkey
       // already applied a later write of the id (its event arrived before this
       // acknowledgement): then L1 must not hold ours.
@@ -127,15 +124,14 @@ export class Writes {
     const ctx = this.#ctx;
     this.#l1.delete(m.id);
     this.#parked.set(m.id, []);
-    ctx.l2
-      .write(m.id, tombstone(ctx.clock.mint()), ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS, 'del')
-      .then(
-        (version) => {
-          ctx.clock.observe(version);
-          this.#post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
-        },
-        (error: unknown) => this.#post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
-      );
+    const now = ctx.now();
+    ctx.l2.write(m.id, tombstone(now), now, ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS, 'del').then(
+      ({ version, valkeyNowMs }) => {
+        ctx.clock.wrote(version, valkeyNowMs);
+        this.#post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
+      },
+      (error: unknown) => this.#post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
+    );
   }
 
   /** Valkey answered a DELETE. */

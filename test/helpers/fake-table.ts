@@ -4,9 +4,9 @@
  */
 import { pino } from 'pino';
 import { newCounters } from '../../src/metrics.js';
-import { createVersionClock, type Envelope } from '../../src/store/envelope.js';
+import { Admission } from '../../src/store/admission.js';
+import { type Envelope, VersionClock } from '../../src/store/envelope.js';
 import type { Flight, Outcome, TableContext } from '../../src/store/flight.js';
-import { LoadGate } from '../../src/store/gate.js';
 import { L1 } from '../../src/store/l1.js';
 import { TableOwner } from '../../src/store/owner.js';
 import { resolvePolicy, type TablePolicyInput } from '../../src/store/policy.js';
@@ -48,8 +48,12 @@ export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
     events: undefined,
     counters: newCounters(),
     metrics: { loadSeconds: { observe() {} }, waitSeconds: { observe() {} } },
-    clock: createVersionClock(() => now),
-    gate: new LoadGate(resolved.maxConcurrentLoads, resolved.maxQueuedLoads),
+    clock: new VersionClock(),
+    admission: new Admission({
+      maxLimit: resolved.maxConcurrentLoads,
+      maxQueueDelayMs: resolved.maxQueueDelayMs,
+      maxQueued: resolved.maxQueuedLoads,
+    }),
     log: pino({ level: 'silent' }),
     now: () => now,
   };

@@ -114,3 +114,15 @@ export async function storedValue(raw: Redis, table: string, id: string): Promis
   const envelope = await readEnvelope(raw, table, id);
   return envelope === null || envelope === 'garbage' ? undefined : envelope.value;
 }
+
+/** A DELETE's tombstone: "not found", never fresh (its soft and hard expiry are the moment it was written, on Valkey's clock). */
+export function isTombstone(envelope: Envelope | null | 'garbage'): boolean {
+  return (
+    envelope !== null &&
+    envelope !== 'garbage' &&
+    envelope.negative &&
+    envelope.value === null &&
+    envelope.softExpiresAt === envelope.hardExpiresAt &&
+    envelope.softExpiresAt <= Date.now()
+  );
+}

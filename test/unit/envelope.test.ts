@@ -1,15 +1,17 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  createVersionClock,
   decodeEnvelope,
   decodeHeader,
   type Envelope,
   encodeEnvelope,
   LUA_ENVELOPE,
+  localize,
   mintEnvelope,
   readMark,
   tombstone,
+  VersionClock,
+  writeArgs,
 } from '../../src/store/envelope.js';
 import { rawValkey } from '../helpers/probe.js';
 
@@ -115,16 +117,50 @@ describe('envelope format in Lua (the same rules on a real server)', () => {
     expect(await lua('return mark(false)')).toBe(readMark(null));
   });
 
-  it('stamp() raises the version above the current one and keeps the rest byte for byte', async () => {
-    const text = encodeEnvelope({ ...sample, version: 10 });
-    const raised = (await lua(
-      'local env, v = stamp(ARGV[1], tonumber(ARGV[2])) return env',
-      text,
-      '1764547200000999',
-    )) as string;
-    expect(decodeEnvelope(raised)).toEqual({ ...sample, version: 1764547200001000 });
-    const kept = await lua('local env, v = stamp(ARGV[1], 5) return env', text);
-    expect(kept).toBe(text);
+  it("stored() writes the header on Valkey's clock, its version above the key's and at least TIME in µs", async () => {
+    const [softIn, hardIn, delta, flags, json] = writeArgs(sample, sample.softExpiresAt - 60_000);
+    expect([softIn, hardIn, delta, flags, json]).toEqual([60_000, 120_000, 42, 0, sample.json]);
+    const run = (cur: string) =>
+      lua(
+        "local nowms, nowus = clock() local env, v = stored(tonumber(ARGV[1]), nowus, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], nowms) return {env, string.format('%.0f', v), string.format('%.0f', nowms), string.format('%.0f', nowus)}",
+        cur,
+        String(softIn),
+        String(hardIn),
+        String(delta),
+        String(flags),
+        json,
+      ) as Promise<[string, string, string, string]>;
+    const [text, version, nowms, nowus] = await run('1');
+    const decoded = decodeEnvelope(text) as Envelope;
+    expect(decoded.version).toBe(Number(version));
+    expect(Number(version)).toBe(Number(nowus));
+    expect(decoded.softExpiresAt).toBe(Number(nowms) + 60_000);
+    expect(decoded.hardExpiresAt).toBe(Number(nowms) + 120_000);
+    expect(decoded).toMatchObject({
+      value: sample.value,
+      json: sample.json,
+      deltaMs: 42,
+      negative: false,
+    });
+    // A key holding a version ahead of Valkey's clock: the write goes one above it.
+    const ahead = String(Number(nowus) + 10_000_000_000);
+    const [, above] = await run(ahead);
+    expect(Number(above)).toBe(Number(ahead) + 1);
+  });
+});
+
+describe('two clocks', () => {
+  it("localize moves stored expiries onto this process's clock by what Valkey said remains", () => {
+    const local = localize(sample, sample.softExpiresAt - 1_000, 50);
+    expect(local.softExpiresAt).toBe(1_050);
+    expect(local.hardExpiresAt).toBe(61_050);
+    expect(local.version).toBe(sample.version);
+  });
+
+  it('writeArgs sends lifetimes, never instants, and never a negative one', () => {
+    expect(writeArgs({ ...sample, softExpiresAt: 10, hardExpiresAt: 5 }, 100).slice(0, 2)).toEqual([
+      0, 0,
+    ]);
   });
 });
 
@@ -149,21 +185,19 @@ describe('minting', () => {
   });
 });
 
-describe('version clock (hybrid logical clock)', () => {
-  it('mints epoch ms × 1000, strictly increasing even when time stands still', () => {
-    const clock = createVersionClock(() => 1_000);
-    expect(clock.mint()).toBe(1_000_000);
-    expect(clock.mint()).toBe(1_000_001);
-  });
-
-  it('mints above what it observed, but ignores observations more than a minute ahead', () => {
-    let now = 1_000;
-    const clock = createVersionClock(() => now);
-    clock.observe(30_000_000); // 29 s ahead
-    expect(clock.mint()).toBe(30_000_001);
-    clock.observe(500_000_000); // 499 s ahead: a planted version
-    expect(clock.mint()).toBe(30_000_002);
-    now = 40_000;
-    expect(clock.mint()).toBe(40_000_000);
+describe('version clock (the highest version seen from Valkey)', () => {
+  it("keeps the highest version observed, within a minute of Valkey's latest known time", () => {
+    const clock = new VersionClock();
+    clock.observe(5); // no Valkey time seen yet: nothing is within reach
+    expect(clock.last).toBe(0);
+    clock.sawValkeyTime(1_000);
+    clock.observe(900_000);
+    clock.observe(800_000);
+    expect(clock.last).toBe(900_000);
+    clock.observe(61_000_000); // exactly a minute ahead
+    expect(clock.last).toBe(61_000_000);
+    clock.observe(61_000_001); // a planted version beyond it
+    expect(clock.last).toBe(61_000_000);
+    expect(clock.local()).toBe(61_000_001);
   });
 });

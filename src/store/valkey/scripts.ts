@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { type Envelope, encodeEnvelope, LUA_ENVELOPE } from '../envelope.js';
+import { type Envelope, LUA_ENVELOPE, writeArgs } from '../envelope.js';
 import type { Breaker } from './breaker.js';
 
 /**
@@ -44,39 +44,65 @@ end
 `;
 
 /**
- * readOrLease — KEYS: value, lease. ARGV: token, leaseMs, nowMs, replaceUpTo.
- * Fresh (soft expiry after now, version above replaceUpTo) → `{1, value}`.
- * Anything else (absent, stale, older format, garbage, another type) needs a
- * load: the caller competes for the lease → `{2, old}` (leased) or
- * `{3, pttl, old}` (contended). A lease without an expiry (or of another type)
- * is broken: it is taken over at once.
+ * readOrLease — KEYS: value, lease. ARGV: token, leaseMs, replaceUpTo.
+ * Fresh on Valkey's clock (soft expiry after its now, version above
+ * replaceUpTo) → `{1, value, now}`. Anything else (absent, stale, older
+ * format, garbage, another type) needs a load: the caller competes for the
+ * lease → `{2, old, now}` (leased) or `{3, pttl, old, now}` (contended). A
+ * lease without an expiry (or of another type) is broken: it is taken over at once.
  */
 const READ_OR_LEASE = `${LUA_ENVELOPE}
+local nowms = clock()
 local v = getv(KEYS[1])
 local n, soft = header(v)
-if n and soft > tonumber(ARGV[3]) and n > tonumber(ARGV[4]) then return {1, v} end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2, v} end
+if n and soft > nowms and n > tonumber(ARGV[3]) then return {1, v, nowms} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2, v, nowms} end
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl < 0 then
   redis.call('DEL', KEYS[2])
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-  return {2, v}
+  return {2, v, nowms}
 end
-return {3, ttl, v}
+return {3, ttl, v, nowms}
+`;
+
+/** read — KEYS: value. The value (or false) and Valkey's now: `{v, now}` (cache-aside without the lease). */
+const READ = `${LUA_ENVELOPE}
+return {getv(KEYS[1]), (clock())}
 `;
 
 /**
- * fillAndRelease — KEYS: value, lease. ARGV: token, envelope, pxMs, channel, idjson.
- * Writes only while the lease still holds this token: a PUT or DELETE (which
- * delete the lease) or an expiry in between refuses the stale set (→ 0).
+ * renew — KEYS: lease. ARGV: token, leaseMs. While the holder loads, it
+ * extends its lease (compare-token `PEXPIRE`); 0 when the lease is gone or
+ * another's (the holder is fenced: its fill would be refused).
  */
-const FILL_AND_RELEASE = `${LUA_ENVELOPE}${LUA_EVENT}
+const RENEW = `
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+`;
+
+// The written value's ARGV, shared by the write scripts: softIn, hardIn, delta, flags, json, pxMs.
+const WRITE_ARGV = `
+local function write(key, cur, a)
+  local nowms, nowus = clock()
+  local env, v = stored(cur, nowus, ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], nowms)
+  redis.call('SET', key, env, 'PX', ARGV[a + 5])
+  return v, nowms
+end
+`;
+
+/**
+ * fillAndRelease — KEYS: value, lease. ARGV: token, softIn, hardIn, delta,
+ * flags, json, pxMs, channel, idjson. Writes only while the lease still holds
+ * this token: a PUT or DELETE (which delete the lease) or an expiry in
+ * between refuses the stale set (→ 0).
+ */
+const FILL_AND_RELEASE = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 if redis.pcall('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-local env, v = stamp(ARGV[2], header(getv(KEYS[1])))
-redis.call('SET', KEYS[1], env, 'PX', ARGV[3])
+local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 2)
 redis.call('DEL', KEYS[2])
-redis.call('PUBLISH', ARGV[4], event('fill', ARGV[5], v))
-return string.format('%.0f', v)
+redis.call('PUBLISH', ARGV[8], event('fill', ARGV[9], v))
+return {string.format('%.0f', v), nowms}
 `;
 
 /** release — KEYS: lease. ARGV: token, channel, message. Compare-and-delete, then wake the waiters. */
@@ -88,37 +114,39 @@ return 1
 `;
 
 /**
- * writeAndCancel — KEYS: value, lease. ARGV: envelope, pxMs, channel, idjson, kind.
- * PUT (kind "put") or DELETE (kind "del", the envelope a tombstone): replaces
- * the value with a version above the current one and cancels any lease, so a
- * fill already in flight anywhere is refused, then tells the fleet.
+ * writeAndCancel — KEYS: value, lease. ARGV: softIn, hardIn, delta, flags,
+ * json, pxMs, channel, idjson, kind. PUT (kind "put") or DELETE (kind "del",
+ * a tombstone): replaces the value with a version above the current one and
+ * cancels any lease, so a fill already in flight anywhere is refused, then
+ * tells the fleet.
  */
-const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}
-local env, v = stamp(ARGV[1], header(getv(KEYS[1])))
-redis.call('SET', KEYS[1], env, 'PX', ARGV[2])
+const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
+local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 1)
 redis.call('DEL', KEYS[2])
-redis.call('PUBLISH', ARGV[3], event(ARGV[5], ARGV[4], v))
-return string.format('%.0f', v)
+redis.call('PUBLISH', ARGV[7], event(ARGV[9], ARGV[8], v))
+return {string.format('%.0f', v), nowms}
 `;
 
 /**
- * fillIfUnchanged — KEYS: value. ARGV: expected, envelope, pxMs, channel, idjson.
- * A fill without the lease (plain regimes, degraded mode) writes only if the
- * key still holds what the flight read (`expected`, a mark). Anything written
- * in between (a PUT, another fill, a DELETE's tombstone) wins (→ 0).
+ * fillIfUnchanged — KEYS: value. ARGV: expected, softIn, hardIn, delta,
+ * flags, json, pxMs, channel, idjson. A fill without the lease (plain
+ * regimes, degraded mode) writes only if the key still holds what the flight
+ * read (`expected`, a mark). Anything written in between (a PUT, another
+ * fill, a DELETE's tombstone) wins (→ 0).
  */
-const FILL_IF_UNCHANGED = `${LUA_ENVELOPE}${LUA_EVENT}
+const FILL_IF_UNCHANGED = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 local cur = getv(KEYS[1])
 if mark(cur) ~= ARGV[1] then return 0 end
-local env, v = stamp(ARGV[2], header(cur))
-redis.call('SET', KEYS[1], env, 'PX', ARGV[3])
-redis.call('PUBLISH', ARGV[4], event('fill', ARGV[5], v))
-return string.format('%.0f', v)
+local v, nowms = write(KEYS[1], (header(cur)), 2)
+redis.call('PUBLISH', ARGV[8], event('fill', ARGV[9], v))
+return {string.format('%.0f', v), nowms}
 `;
 
 /** The scripts by name: the ioredis command is `ecc` + the capitalised name. */
 const SCRIPTS = {
   readOrLease: { keys: 2, lua: READ_OR_LEASE },
+  read: { keys: 1, lua: READ },
+  renew: { keys: 1, lua: RENEW },
   fillAndRelease: { keys: 2, lua: FILL_AND_RELEASE },
   release: { keys: 1, lua: RELEASE },
   writeAndCancel: { keys: 2, lua: WRITE_AND_CANCEL },
@@ -140,14 +168,20 @@ export function defineScripts(client: Redis): void {
   }
 }
 
-/** The answer of {@link L2.readOrLease}. */
+/** The answer of {@link L2.readOrLease}; `valkeyNowMs` is Valkey's clock when it answered. */
 export type LeaseAnswer =
   /** A fresh envelope (text). */
-  | { kind: 'value'; text: string }
+  | { kind: 'value'; text: string; valkeyNowMs: number }
   /** This caller holds the lease and must load; `stale` is the old envelope text, if any. */
-  | { kind: 'leased'; token: string; stale: string | undefined }
+  | { kind: 'leased'; token: string; stale: string | undefined; valkeyNowMs: number }
   /** Another loader holds the lease for `remainingMs` more. */
-  | { kind: 'contended'; remainingMs: number; stale: string | undefined };
+  | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number };
+
+/** What a write script stored: the version Valkey gave it, and Valkey's clock then. */
+export interface Written {
+  version: number;
+  valkeyNowMs: number;
+}
 
 /** The kinds of coherence message a write publishes. */
 export type WriteKind = 'put' | 'del';
@@ -156,7 +190,8 @@ export type WriteKind = 'put' | 'del';
  * One table's view of Valkey: every command goes through the breaker
  * (`breaker.run`), so a dead or sick server is noticed in one place.
  * All methods throw what {@link Breaker.run} throws (`CircuitOpenError` when
- * nothing was sent; a timeout or reply error otherwise).
+ * nothing was sent; a timeout or reply error otherwise). Written envelopes
+ * carry this process's clock (`now`); the scripts store them on Valkey's.
  */
 export class L2 {
   readonly #client: ScriptClient;
@@ -177,23 +212,19 @@ export class L2 {
     return this.#breaker.run(() => this.#client[command]?.(...args) as Promise<unknown>);
   }
 
-  /** Plain `GET` of the value key (cache-aside without the lease). */
-  get(id: string): Promise<string | null> {
-    return this.#breaker.run(() => this.#client.get(valueKey(this.#table, id)));
+  /** `read`: the value key's text (null when absent or not a string) and Valkey's clock (cache-aside without the lease). */
+  async read(id: string): Promise<{ text: string | null; valkeyNowMs: number }> {
+    const reply = (await this.#call('read', valueKey(this.#table, id))) as unknown[];
+    return { text: optionalText(reply[0]) ?? null, valkeyNowMs: Number(reply[1]) };
   }
 
   /**
-   * `readOrLease`: the value if fresh at `nowMs` and newer than `replaceUpTo`;
-   * else `SET <lease> <random token> NX PX leaseMs`. An early refresh passes the
-   * version it means to replace; a caller that could not decode the value
-   * passes `Number.MAX_SAFE_INTEGER`.
+   * `readOrLease`: the value if fresh on Valkey's clock and newer than
+   * `replaceUpTo`; else `SET <lease> <random token> NX PX leaseMs`. An early
+   * refresh passes the version it means to replace; a caller that could not
+   * decode the value passes `Number.MAX_SAFE_INTEGER`.
    */
-  async readOrLease(
-    id: string,
-    leaseMs: number,
-    nowMs: number,
-    replaceUpTo: number,
-  ): Promise<LeaseAnswer> {
+  async readOrLease(id: string, leaseMs: number, replaceUpTo: number): Promise<LeaseAnswer> {
     const token = randomBytes(12).toString('base64url');
     const reply = (await this.#call(
       'readOrLease',
@@ -201,40 +232,55 @@ export class L2 {
       leaseKey(this.#table, id),
       token,
       leaseMs,
-      nowMs,
       String(replaceUpTo),
     )) as unknown[];
-    if (reply[0] === 1) return { kind: 'value', text: String(reply[1]) };
-    if (reply[0] === 2) return { kind: 'leased', token, stale: optionalText(reply[1]) };
+    if (reply[0] === 1) {
+      return { kind: 'value', text: String(reply[1]), valkeyNowMs: Number(reply[2]) };
+    }
+    if (reply[0] === 2) {
+      return {
+        kind: 'leased',
+        token,
+        stale: optionalText(reply[1]),
+        valkeyNowMs: Number(reply[2]),
+      };
+    }
     return {
       kind: 'contended',
       remainingMs: Math.max(0, Number(reply[1])),
       stale: optionalText(reply[2]),
+      valkeyNowMs: Number(reply[3]),
     };
   }
 
+  /** `renew`: extends the lease by `leaseMs` if it still holds `token`; false when it is gone (fenced). */
+  async renew(id: string, token: string, leaseMs: number): Promise<boolean> {
+    return (await this.#call('renew', leaseKey(this.#table, id), token, leaseMs)) === 1;
+  }
+
   /**
-   * `fillAndRelease`: writes `envelope` (hard TTL `pxMs`) if the lease still
-   * holds `token`, deletes the lease and publishes the fill.
+   * `fillAndRelease`: writes `envelope` if the lease still holds `token`,
+   * deletes the lease and publishes the fill.
    *
-   * @returns the version Valkey wrote it at (raised above the key's), or
-   *   undefined when the lease was lost (expired, or cancelled by a PUT or
-   *   DELETE): nothing was written.
+   * @param now this process's clock, on which `envelope`'s expiries are.
+   * @returns the version Valkey wrote it at (and its clock), or undefined when the lease was
+   *   lost (expired, or cancelled by a PUT or DELETE): nothing was written.
    */
   async fillAndRelease(
     id: string,
     token: string,
     envelope: Envelope,
-    pxMs: number,
-  ): Promise<number | undefined> {
+    now: number,
+  ): Promise<Written | undefined> {
+    const args = writeArgs(envelope, now);
     return versionOf(
       await this.#call(
         'fillAndRelease',
         valueKey(this.#table, id),
         leaseKey(this.#table, id),
         token,
-        encodeEnvelope(envelope),
-        pxMs,
+        ...args,
+        Math.max(1, args[1]),
         this.#channel,
         JSON.stringify(id),
       ),
@@ -252,15 +298,16 @@ export class L2 {
     id: string,
     expected: string,
     envelope: Envelope,
-    pxMs: number,
-  ): Promise<number | undefined> {
+    now: number,
+  ): Promise<Written | undefined> {
+    const args = writeArgs(envelope, now);
     return versionOf(
       await this.#call(
         'fillIfUnchanged',
         valueKey(this.#table, id),
         expected,
-        encodeEnvelope(envelope),
-        pxMs,
+        ...args,
+        Math.max(1, args[1]),
         this.#channel,
         JSON.stringify(id),
       ),
@@ -269,19 +316,25 @@ export class L2 {
 
   /**
    * `writeAndCancel`: PUT (`kind` "put") or DELETE (`kind` "del", `envelope` a
-   * tombstone): writes with a version above the key's, deletes the lease (so
-   * any fill in flight is refused) and publishes the change.
+   * tombstone), kept `pxMs`: writes with a version above the key's, deletes
+   * the lease (so any fill in flight is refused) and publishes the change.
    *
    * @returns the version Valkey ordered the write at.
    */
-  async write(id: string, envelope: Envelope, pxMs: number, kind: WriteKind): Promise<number> {
+  async write(
+    id: string,
+    envelope: Envelope,
+    now: number,
+    pxMs: number,
+    kind: WriteKind,
+  ): Promise<Written> {
     const v = versionOf(
       await this.#call(
         'writeAndCancel',
         valueKey(this.#table, id),
         leaseKey(this.#table, id),
-        encodeEnvelope(envelope),
-        pxMs,
+        ...writeArgs(envelope, now),
+        Math.max(1, Math.round(pxMs)),
         this.#channel,
         JSON.stringify(id),
         kind,
@@ -300,11 +353,12 @@ export class L2 {
   }
 }
 
-/** A script's version answer: the version written, or undefined when it refused (0). */
-function versionOf(reply: unknown): number | undefined {
-  if (reply === 0 || reply === '0' || reply === null) return undefined;
-  const n = Number(reply);
-  return Number.isSafeInteger(n) && n > 0 ? n : undefined;
+/** A write script's answer: `{version, valkeyNowMs}` written, or 0 when it refused. */
+function versionOf(reply: unknown): Written | undefined {
+  if (!Array.isArray(reply)) return undefined;
+  const version = Number(reply[0]);
+  if (!Number.isSafeInteger(version) || version <= 0) return undefined;
+  return { version, valkeyNowMs: Number(reply[1]) };
 }
 
 function optionalText(x: unknown): string | undefined {

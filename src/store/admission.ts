@@ -1,0 +1,190 @@
+/**
+ * Admission to the source for one table, per process: what protects the source.
+ *
+ * Two rules, after Netflix's concurrency-limits (Gradient2) and CoDel's idea
+ * as Facebook applies it to queues ("Fail at Scale", Maurer, ACM Queue 2015):
+ *
+ * 1. **An adaptive concurrency limit.** At most `limit` loader calls run at
+ *    once. The limit follows the source's latency: while loads take about as
+ *    long as they usually do it grows toward `maxConcurrentLoads`; when they
+ *    get slower (the short-term average rises above twice the long-term one)
+ *    it shrinks in proportion, and a failed or timed-out load halves it. So a
+ *    source that slows down or fails sees less concurrency, not more.
+ * 2. **Shedding by queueing delay, not by count.** A load that finds every slot
+ *    taken waits in a FIFO queue only if its predicted wait — the loads ahead
+ *    of it, divided by the limit, times the current load latency — is within
+ *    `maxQueueDelayMs`; otherwise it is shed at once with `ECC_SHED` and a
+ *    `Retry-After`. No queued load waits longer than `maxQueueDelayMs` either.
+ *    A healthy source that can drain a burst in time is never shed; a slow one
+ *    sheds the excess fast instead of letting callers queue into timeouts.
+ *    `maxQueuedLoads` only bounds memory.
+ */
+import type { ShedError } from '../errors.js';
+
+/** Tuning of {@link Admission}. Durations are milliseconds. */
+export interface AdmissionOptions {
+  /** Ceiling of the limit (`maxConcurrentLoads`). */
+  maxLimit: number;
+  /** Longest a load may wait for a slot, predicted or actual (`maxQueueDelayMs`). */
+  maxQueueDelayMs: number;
+  /** Most loads queued at once, a memory bound (`maxQueuedLoads`). */
+  maxQueued: number;
+  /** Clock, ms (tests inject one). Default `performance.now`. */
+  now?: () => number;
+}
+
+/** How a load ended, for the limit. */
+export type LoadEnd = 'ok' | 'failed';
+
+/** A slot: `release` it exactly once, saying how the load ended. */
+export interface Permit {
+  release(end: LoadEnd): void;
+}
+
+interface Queued {
+  enqueuedAt: number;
+  grant(): void;
+  timer: NodeJS.Timeout;
+}
+
+/** The lowest the limit goes: one load at a time still probes a sick source. */
+const MIN_LIMIT = 1;
+/** Short- and long-term averages of load latency (exponential weights per sample). */
+const SHORT_WEIGHT = 0.5;
+const LONG_WEIGHT = 0.05;
+/** Loads may take up to this many times their long-term latency before the limit shrinks. */
+const TOLERANCE = 2;
+
+export class Admission {
+  readonly #maxLimit: number;
+  readonly #maxQueueDelayMs: number;
+  readonly #maxQueued: number;
+  readonly #now: () => number;
+  #limit: number;
+  #active = 0;
+  readonly #queue: Queued[] = [];
+  /** Start times of the loads running now (oldest first): a stuck load shows before it ends. */
+  readonly #running = new Set<number>();
+  #shortMs = 0;
+  #longMs = 0;
+
+  constructor(options: AdmissionOptions) {
+    this.#maxLimit = options.maxLimit;
+    this.#maxQueueDelayMs = options.maxQueueDelayMs;
+    this.#maxQueued = options.maxQueued;
+    this.#now = options.now ?? (() => performance.now());
+    this.#limit = options.maxLimit;
+  }
+
+  /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`). */
+  get limit(): number {
+    return Math.floor(this.#limit);
+  }
+
+  /** Loader calls running now. */
+  get active(): number {
+    return this.#active;
+  }
+
+  /** Loads waiting for a slot now. */
+  get queued(): number {
+    return this.#queue.length;
+  }
+
+  /** How long the oldest queued load has waited, ms (0 when none waits): the queueing delay now. */
+  get queueDelayMs(): number {
+    const oldest = this.#queue[0];
+    return oldest === undefined ? 0 : this.#now() - oldest.enqueuedAt;
+  }
+
+  /** What a load costs now, ms: the short-term average, or longer if a running load is already older. */
+  latencyMs(): number {
+    let oldest = 0;
+    const now = this.#now();
+    for (const started of this.#running) {
+      oldest = now - started;
+      break;
+    }
+    return Math.max(this.#shortMs, oldest);
+  }
+
+  /**
+   * Takes a slot, waiting in the queue when its predicted wait allows.
+   *
+   * @param shed builds the error for a shed load, given a suggested retry delay in ms.
+   * @returns a permit to release when the load ends.
+   * @throws {ShedError} (rejects) when the predicted or actual wait exceeds
+   *   `maxQueueDelayMs`, or `maxQueuedLoads` loads wait already.
+   */
+  acquire(shed: (retryAfterMs: number) => ShedError): Promise<Permit> {
+    if (this.#active < this.limit) return Promise.resolve(this.#take());
+    const predictedMs = ((this.#queue.length + 1) * this.latencyMs()) / this.limit;
+    if (predictedMs > this.#maxQueueDelayMs || this.#queue.length >= this.#maxQueued) {
+      return Promise.reject(shed(Math.max(predictedMs, this.#maxQueueDelayMs)));
+    }
+    return new Promise((resolve, reject) => {
+      const entry: Queued = {
+        enqueuedAt: this.#now(),
+        grant: () => {
+          clearTimeout(entry.timer);
+          resolve(this.#take());
+        },
+        timer: setTimeout(() => {
+          const i = this.#queue.indexOf(entry);
+          if (i >= 0) this.#queue.splice(i, 1);
+          reject(shed(this.#maxQueueDelayMs));
+        }, this.#maxQueueDelayMs),
+      };
+      this.#queue.push(entry);
+    });
+  }
+
+  #take(): Permit {
+    this.#active++;
+    let started = this.#now();
+    // Two loads may start in the same millisecond: keep each start distinct in the set.
+    while (this.#running.has(started)) started += 1e-6;
+    this.#running.add(started);
+    let released = false;
+    return {
+      release: (end) => {
+        if (released) return;
+        released = true;
+        this.#running.delete(started);
+        this.#active--;
+        this.#learn(this.#now() - started, end);
+        this.#grant();
+      },
+    };
+  }
+
+  /** Moves the limit after a load (Gradient2: long-term vs short-term latency). */
+  #learn(latencyMs: number, end: LoadEnd): void {
+    if (this.#longMs === 0) {
+      this.#shortMs = latencyMs;
+      this.#longMs = latencyMs;
+    } else {
+      this.#shortMs += SHORT_WEIGHT * (latencyMs - this.#shortMs);
+      this.#longMs += LONG_WEIGHT * (latencyMs - this.#longMs);
+    }
+    if (end === 'failed') {
+      this.#limit = Math.max(MIN_LIMIT, this.#limit / 2);
+      return;
+    }
+    const gradient = Math.max(
+      0.5,
+      Math.min(1, (TOLERANCE * this.#longMs) / Math.max(this.#shortMs, 0.001)),
+    );
+    const next = this.#limit * gradient + Math.sqrt(this.#limit);
+    this.#limit = Math.min(this.#maxLimit, Math.max(MIN_LIMIT, next));
+  }
+
+  /** Hands free slots to the longest-waiting loads. */
+  #grant(): void {
+    while (this.#active < this.limit) {
+      const next = this.#queue.shift();
+      if (next === undefined) return;
+      next.grant();
+    }
+  }
+}

@@ -1,0 +1,134 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ShedError } from '../../src/errors.js';
+import { Admission, type Permit } from '../../src/store/admission.js';
+
+function admission(maxLimit: number, maxQueueDelayMs = 1_000, maxQueued = 100) {
+  let now = 0;
+  const a = new Admission({ maxLimit, maxQueueDelayMs, maxQueued, now: () => now });
+  const shed = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
+  return {
+    a,
+    take: () => a.acquire(shed),
+    advance(ms: number) {
+      now += ms;
+    },
+  };
+}
+
+/** Runs `n` loads one after another, each taking `ms`, ending `end`. */
+async function loads(
+  t: ReturnType<typeof admission>,
+  n: number,
+  ms: number,
+  end: 'ok' | 'failed' = 'ok',
+) {
+  for (let i = 0; i < n; i++) {
+    const p = await t.take();
+    t.advance(ms);
+    p.release(end);
+  }
+}
+
+describe('admission: adaptive limit, shedding by queueing delay', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('starts at maxConcurrentLoads and queues the next load FIFO; a release hands the slot on', async () => {
+    const t = admission(2);
+    const p1 = await t.take();
+    await t.take();
+    const order: string[] = [];
+    const q1 = t.take().then((p) => {
+      order.push('q1');
+      return p;
+    });
+    const q2 = t.take().then((p) => {
+      order.push('q2');
+      return p;
+    });
+    expect(t.a.queued).toBe(2);
+    p1.release('ok');
+    (await q1).release('ok');
+    await q2;
+    expect(order).toEqual(['q1', 'q2']);
+    expect(t.a.active).toBe(2);
+  });
+
+  it('a healthy source keeps the limit at its ceiling', async () => {
+    const t = admission(16);
+    await loads(t, 200, 20);
+    expect(t.a.limit).toBe(16);
+  });
+
+  it('when loads get much slower the limit shrinks, and grows back once they are fast again', async () => {
+    const t = admission(16);
+    await loads(t, 50, 20);
+    await loads(t, 6, 500);
+    const slowLimit = t.a.limit;
+    expect(slowLimit).toBeLessThan(16);
+    expect(slowLimit).toBeGreaterThanOrEqual(1);
+    await loads(t, 50, 20);
+    expect(t.a.limit).toBe(16);
+  });
+
+  it('a failed load halves the limit, never below 1', async () => {
+    const t = admission(16);
+    await loads(t, 1, 20, 'failed');
+    expect(t.a.limit).toBe(8);
+    await loads(t, 10, 20, 'failed');
+    expect(t.a.limit).toBe(1);
+  });
+
+  it('sheds at once a load whose predicted wait (ahead ÷ limit × latency) exceeds maxQueueDelayMs', async () => {
+    const t = admission(1, 1_000);
+    await loads(t, 1, 400); // latency 400 ms
+    await t.take(); // runs
+    void t.take(); // predicted 1 × 400 = 400 ms: queued
+    void t.take(); // predicted 2 × 400 = 800 ms: queued
+    expect(t.a.queued).toBe(2);
+    const shed = await t.take().catch((e: ShedError) => e);
+    expect(shed).toBeInstanceOf(ShedError);
+    expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(1_000);
+    expect(t.a.queued).toBe(2);
+  });
+
+  it('counts a running load that is already slow before it ends', async () => {
+    const t = admission(1, 1_000);
+    await loads(t, 1, 10); // history says 10 ms
+    await t.take(); // this one hangs
+    t.advance(600);
+    void t.take(); // predicted 1 × 600 ms: queued
+    const shed = await t.take().catch((e: ShedError) => e); // 2 × 600 ms > 1,000 ms
+    expect(shed).toBeInstanceOf(ShedError);
+  });
+
+  it('sheds a queued load that has waited maxQueueDelayMs, and reports the queueing delay meanwhile', async () => {
+    vi.useFakeTimers();
+    const t = admission(1, 300);
+    await t.take();
+    const queued = t.take().catch((e: ShedError) => e);
+    t.advance(120);
+    expect(t.a.queueDelayMs).toBe(120);
+    await vi.advanceTimersByTimeAsync(300);
+    expect(await queued).toBeInstanceOf(ShedError);
+    expect(t.a.queued).toBe(0);
+    expect(t.a.queueDelayMs).toBe(0);
+  });
+
+  it('maxQueuedLoads bounds the queue whatever the predicted wait', async () => {
+    const t = admission(1, 60_000, 2);
+    await t.take();
+    void t.take();
+    void t.take();
+    expect(await t.take().catch((e: ShedError) => e)).toBeInstanceOf(ShedError);
+  });
+
+  it('a permit released twice frees one slot', async () => {
+    const t = admission(1);
+    const p: Permit = await t.take();
+    p.release('ok');
+    p.release('ok');
+    expect(t.a.active).toBe(0);
+  });
+});
