@@ -44,6 +44,7 @@ async function main(): Promise<void> {
     registry,
     logger: log,
     readyTimeoutMs: config.valkey.connectTimeoutMs,
+    coherence: config.valkey.coherence,
   });
   const app = buildServer({
     store,

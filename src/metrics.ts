@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { TableStats } from './store/types.js';
+import { DEGRADED_REASONS } from './store/valkey/breaker.js';
 
 /** Where an answer came from, as counted by `echostore_reads_total{layer}`. */
 export type ReadCountLayer = 'l1' | 'l2' | 'origin' | 'negative' | 'stale';
@@ -40,6 +41,8 @@ export interface TableCounters {
   refreshFailures: number;
   /** DELETEs accepted by Valkey. */
   invalidations: number;
+  /** DELETEs that deleted the value instead of writing a tombstone (Valkey was out of memory). */
+  tombstoneFallbacks: number;
   /** Coherence messages about a row this instance holds: applied (dropped) or stale (ignored). */
   coherence: { applied: number; stale: number };
   /** Whole-L1 flushes after the subscriber reconnected. */
@@ -66,6 +69,7 @@ export function newCounters(): TableCounters {
     refreshes: { early: 0, stale: 0 },
     refreshFailures: 0,
     invalidations: 0,
+    tombstoneFallbacks: 0,
     coherence: { applied: 0, stale: 0 },
     l1Flushes: 0,
     loadErrors: {},
@@ -147,6 +151,11 @@ const MIRRORS: Mirror[] = [
     pick: (c) => c.invalidations,
   },
   {
+    name: 'echostore_tombstone_fallbacks_total',
+    help: 'DELETEs that deleted the value and the lease instead of writing a tombstone, because Valkey was out of memory (OOM).',
+    pick: (c) => c.tombstoneFallbacks,
+  },
+  {
     name: 'echostore_coherence_total',
     help: "Coherence messages about an id this instance holds in L1: applied (newer: row dropped) or stale (not newer, e.g. this instance's own echo: ignored).",
     label: 'result',
@@ -218,7 +227,7 @@ export class StoreMetrics {
   readonly #tables = new Map<string, { counters: TableCounters; stats: () => TableStats }>();
   readonly #loadSeconds: Histogram<'table'>;
   readonly #waitSeconds: Histogram<'table'>;
-  #degraded: () => boolean = () => false;
+  #degraded: () => string | undefined = () => undefined;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -256,10 +265,12 @@ export class StoreMetrics {
     const degraded = () => this.#degraded();
     new Gauge({
       name: 'echostore_valkey_degraded',
-      help: '1 while Valkey is unusable (disconnected, or commands failing) and the store runs degraded.',
+      help: 'One series per reason; 1 for the reason the store runs degraded now (disconnected, unreachable, or the refusal: oom, readonly, noperm, …), else 0. Their sum is 1 while degraded.',
+      labelNames: ['reason'],
       registers,
       collect() {
-        this.set(degraded() ? 1 : 0);
+        const now = degraded();
+        for (const reason of DEGRADED_REASONS) this.set({ reason }, reason === now ? 1 : 0);
       },
     });
     const buckets = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -279,9 +290,9 @@ export class StoreMetrics {
     });
   }
 
-  /** Reports `isDegraded()` as `echostore_valkey_degraded`. */
-  watchDegraded(isDegraded: () => boolean): void {
-    this.#degraded = isDegraded;
+  /** Reports `reason()` (undefined: not degraded) as `echostore_valkey_degraded{reason}`. */
+  watchDegraded(reason: () => string | undefined): void {
+    this.#degraded = reason;
   }
 
   /**

@@ -34,7 +34,8 @@ export interface ValkeyOptions {
  * paused server: every command has `commandTimeout`; there is no offline
  * queue (a command issued while disconnected fails at once, and the store
  * falls back to the source); reconnection retries forever with capped
- * back-off, so the service recovers by itself when Valkey returns.
+ * back-off, so the service recovers by itself when Valkey returns; a
+ * `READONLY` reply (a demoted primary) reconnects at once.
  *
  * A `rediss://` URL connects over TLS, verified against `tls.caFile` when
  * given. A refused password or certificate is not thrown: the client keeps
@@ -54,6 +55,7 @@ export function createValkeyClient(options: ValkeyOptions): Redis {
     // pipeline's timeout before its own started (up to 2 × commandTimeout).
     enableAutoPipelining: false,
     retryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
+    reconnectOnError: reconnectOnReadOnly(),
     lazyConnect: false,
   };
   // ioredis turns TLS on for a rediss:// URL with `tls: true` only when no `tls`
@@ -61,6 +63,23 @@ export function createValkeyClient(options: ValkeyOptions): Redis {
   // rediss:// URL (ioredis's own test is case-sensitive) so TLS is never dropped.
   if (/^rediss:\/\//i.test(options.url)) redisOptions.tls = tlsOptions(options.tls ?? {});
   return new ValkeyClient(options.url, redisOptions);
+}
+
+/**
+ * Follows a failover: a `READONLY` reply means the server was demoted to a
+ * replica, so the client reconnects (at most once a second), and a DNS name or
+ * proxy that now points at the new primary is picked up. The failed command is
+ * not resent (its caller already has its error).
+ */
+function reconnectOnReadOnly(): (err: Error) => boolean {
+  let lastMs = Number.NEGATIVE_INFINITY;
+  return (err) => {
+    if (!/^READONLY\b/.test(err.message)) return false;
+    const now = performance.now();
+    if (now - lastMs < 1_000) return false;
+    lastMs = now;
+    return true;
+  };
 }
 
 function tlsOptions(tls: ValkeyTlsOptions): ConnectionOptions {

@@ -40,7 +40,12 @@ describe('loadConfig without a file', () => {
     const config = loadConfig({ argv: [], env: {}, cwd: dir });
     expect(config).toEqual({
       origin: 'built-in demo',
-      valkey: { url: 'redis://127.0.0.1:6379', commandTimeoutMs: 1000, connectTimeoutMs: 2000 },
+      valkey: {
+        url: 'redis://127.0.0.1:6379',
+        commandTimeoutMs: 1000,
+        connectTimeoutMs: 2000,
+        coherence: true,
+      },
       http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576 },
       log: { level: 'info' },
       tables: {
@@ -98,6 +103,7 @@ describe('loadConfig with a file', () => {
       url: 'rediss://cache.internal:6380',
       commandTimeoutMs: 250,
       connectTimeoutMs: 2000,
+      coherence: true,
     });
     expect(config.log.level).toBe('debug');
     expect(config.tables.users?.source).toEqual({
@@ -248,6 +254,7 @@ describe('loadConfig valkey.tls', () => {
       url: 'rediss://cache.internal:6380',
       commandTimeoutMs: 1000,
       connectTimeoutMs: 2000,
+      coherence: true,
       tls: {
         caFile: join(dir, 'valkey-ca.pem'),
         rejectUnauthorized: true,

@@ -271,6 +271,15 @@ describe('HTTP API', () => {
     expect(live.statusCode).toBe(200);
     const ready = await app.inject('/readyz');
     expect(ready.statusCode).toBe(200);
-    expect(ready.json()).toEqual({ status: 'ready', valkey: 'ready' });
+    expect(ready.json()).toEqual({
+      status: 'ready',
+      valkey: 'ready',
+      details: {
+        coherence: true,
+        subscriber: 'ready',
+        maxmemoryPolicy: expect.any(String),
+        evictionRisk: null,
+      },
+    });
   });
 });

@@ -154,6 +154,11 @@ export const ValkeySchema = Type.Object(
       'A connection attempt not established within this fails; also how long start-up waits for Valkey before starting degraded.',
       2_000,
     ),
+    coherence: Type.Boolean({
+      default: true,
+      description:
+        "Pub/Sub coherence: a write drops the row from every instance's L1. Needs `&ecc:events:*` and `+@pubsub`. `false`: off; others keep a replaced row until its L1 TTL.",
+    }),
     tls: Type.Optional(
       Type.Object(
         {

@@ -26,11 +26,23 @@ export function opsRoutes(app: FastifyInstance, store: Store, lifecycle: Lifecyc
 
   app.get('/healthz', async () => ({ status: 'ok' }));
 
-  // Ready while serving; "degraded" (still 200) while Valkey is unreachable,
-  // because L1 hits and source reads keep answering; 503 only while shutting down.
+  // Ready while serving; "degraded" (still 200) while Valkey is unusable (unreachable,
+  // out of memory, read-only, refusing permissions: `reason`), because L1 hits and
+  // source reads keep answering; 503 only while shutting down.
   app.get('/readyz', async (_request, reply) => {
     const valkey = store.valkey.status;
     if (lifecycle.closing) return reply.code(503).send({ status: 'closing', valkey });
-    return { status: store.valkeyReady() ? 'ready' : 'degraded', valkey };
+    const h = store.valkeyHealth();
+    return {
+      status: h.degradedReason === undefined ? 'ready' : 'degraded',
+      valkey,
+      ...(h.degradedReason === undefined ? {} : { reason: h.degradedReason }),
+      details: {
+        coherence: h.coherence,
+        subscriber: h.subscriber ?? null,
+        maxmemoryPolicy: h.maxmemoryPolicy ?? null,
+        evictionRisk: h.evictionRisk ?? null,
+      },
+    };
   });
 }

@@ -15,6 +15,7 @@ import {
   WaitTimeoutError,
 } from '../errors.js';
 import { bump } from '../metrics.js';
+import type { LoadEnd } from './admission.js';
 import {
   decodeEnvelope,
   type Envelope,
@@ -25,7 +26,6 @@ import {
   readMark,
   toJson,
 } from './envelope.js';
-import type { LoadEnd } from './admission.js';
 import type { Flight, Outcome, TableContext } from './flight.js';
 import { classifyValkeyError } from './valkey/breaker.js';
 import type { Watch } from './valkey/events.js';
@@ -218,6 +218,7 @@ async function loadAndFill(ctx: TableContext, flight: Flight, token: string): Pr
     } else {
       // Valkey gave it its version (above whatever the key held): answer what it stored.
       ctx.clock.wrote(written.version, written.valkeyNowMs);
+      if (written.unpublished !== undefined) bump(ctx.counters.valkeyErrors, 'publish');
       envelope = { ...envelope, version: written.version };
     }
   } catch (err) {
@@ -309,6 +310,7 @@ async function fillWithoutLease(
     const written = await ctx.l2.fillIfUnchanged(flight.id, expected, envelope, ctx.now());
     if (written === undefined) return undefined;
     ctx.clock.wrote(written.version, written.valkeyNowMs);
+    if (written.unpublished !== undefined) bump(ctx.counters.valkeyErrors, 'publish');
     return written.version;
   } catch (err) {
     valkeyFailed(ctx, err, 'set');

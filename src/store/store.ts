@@ -6,17 +6,23 @@ import { schemaProblem } from '../config/schema-error.js';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
-import { VersionClock } from './envelope.js';
 import { Admission } from './admission.js';
+import { VersionClock } from './envelope.js';
 import type { TableContext } from './flight.js';
 import { L1 } from './l1.js';
 import { TableOwner } from './owner.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
 import type { LoadFn } from './types.js';
-import { Breaker } from './valkey/breaker.js';
+import { Breaker, type BreakerOptions, type DegradedReason } from './valkey/breaker.js';
 import { TableEvents } from './valkey/events.js';
-import { L2 } from './valkey/scripts.js';
+import {
+  checkAccess,
+  type EvictionPolicy,
+  healthProbe,
+  readEvictionPolicy,
+} from './valkey/probe.js';
+import { eventsChannel, L2 } from './valkey/scripts.js';
 
 /** One table of `createStore`: its loader and, optionally, its policy. */
 export interface TableOptions extends TablePolicyInput {
@@ -36,6 +42,15 @@ export interface StoreOptions {
   logger?: Logger;
   /** How long `createStore` waits for Valkey before starting degraded (reads go to the source). Default 2,000 ms. */
   readyTimeoutMs?: number;
+  /**
+   * Coherence between instances over Pub/Sub (a write drops the row from every
+   * instance's L1). Default true: the Valkey user needs the channels
+   * `ecc:events:*` (`&ecc:events:*`, `+@pubsub`). false: no subscriber and no
+   * PUBLISH; other instances serve a replaced row from L1 until its L1 TTL.
+   */
+  coherence?: boolean;
+  /** @internal Tuning of the circuit breaker in front of Valkey (tests inject its clock). */
+  breaker?: BreakerOptions;
   /**
    * @internal This process's monotonic clock, ms, for L1 freshness (tests
    * inject one). Default `performance.now`. Freshness in Valkey is judged on
@@ -60,12 +75,28 @@ export interface Store {
   readonly valkey: Redis;
   /** True while the Valkey connection is up; false means degraded (misses go straight to the source). */
   valkeyReady(): boolean;
+  /** What `/readyz` reports about Valkey: why the store runs degraded, coherence, eviction. */
+  valkeyHealth(): ValkeyHealth;
   /**
    * Stops taking new misses and writes, waits up to `graceMs` (default 5,000)
    * for flights and writes to settle, fails what is left with `ECC_CLOSED`,
    * and quits Valkey if the store created the client.
    */
   close(graceMs?: number): Promise<void>;
+}
+
+/** The store's view of its Valkey server (see {@link Store.valkeyHealth}). */
+export interface ValkeyHealth {
+  /** Why the store runs degraded now; undefined while it does not. */
+  degradedReason: DegradedReason | undefined;
+  /** Whether coherence over Pub/Sub is on (`coherence` option). */
+  coherence: boolean;
+  /** The subscriber connection's state (`ready`, `reconnecting`, …); undefined with coherence off. */
+  subscriber: string | undefined;
+  /** The server's `maxmemory-policy` (read at start-up and on each reconnect); undefined when unknown. */
+  maxmemoryPolicy: string | undefined;
+  /** Why that policy may evict leases or tombstones first; undefined when it does not. */
+  evictionRisk: string | undefined;
 }
 
 const ajv = new Ajv({ allErrors: false, strict: true });
@@ -102,20 +133,30 @@ export async function createStore(options: StoreOptions): Promise<Store> {
         : createValkeyClient(options.valkey);
   const now = options.now ?? (() => performance.now());
   const clock = new VersionClock();
-  const breaker = new Breaker(valkey, log);
-  metrics.watchDegraded(() => breaker.degraded);
+  const coherence = options.coherence ?? true;
+  const [probed] = Object.keys(options.tables);
+  const probe =
+    probed === undefined
+      ? undefined
+      : healthProbe(valkey, probed, coherence ? eventsChannel(probed) : '');
+  const breaker = new Breaker(valkey, log, { probe, ...options.breaker });
+  metrics.watchDegraded(() => breaker.reason);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
-  const events = new TableEvents(valkey, log);
-  const deps = { valkey, breaker, events, metrics, clock, log, now };
+  const events = coherence ? new TableEvents(valkey, log) : undefined;
+  const subscribed = new Map<string, Promise<boolean>>();
+  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now };
   const tables = new Map<string, Table>();
+  const release = async () => {
+    breaker.close();
+    await events?.close();
+    if (ownsClient) valkey.disconnect();
+  };
   try {
     for (const [name, input] of Object.entries(options.tables)) {
       tables.set(name, buildTable(name, input, deps));
     }
   } catch (err) {
-    breaker.close();
-    await events.close();
-    if (ownsClient) valkey.disconnect();
+    await release();
     throw err;
   }
   // Without a listener ioredis prints every connection error; the metric and readiness report it instead.
@@ -126,7 +167,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   };
   valkey.on('error', onError);
 
-  const ready = await waitReady(valkey, options.readyTimeoutMs ?? 2_000);
+  const readyTimeoutMs = options.readyTimeoutMs ?? 2_000;
+  const ready = await waitReady(valkey, readyTimeoutMs);
   if (!ready) {
     // The reason (refused, TLS certificate, auth) matters to an operator at start-up.
     log.warn(
@@ -134,6 +176,36 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       'valkey is not reachable: starting degraded, reads go to the source',
     );
   }
+  // Rights the user lacks refuse the start (a write would fail later, or half happen).
+  const missing = ready
+    ? await checkAccess(valkey, [...tables.keys()], subscribed, coherence, readyTimeoutMs)
+    : [];
+  if (missing.length > 0) {
+    valkey.off('error', onError);
+    await release();
+    throw new ConfigError(`valkey.url: the Valkey user may not ${missing.join('; nor ')}`, {
+      field: 'valkey.url',
+    });
+  }
+  if (!coherence)
+    log.info('coherence is off: no Pub/Sub; other instances keep replaced rows until their L1 TTL');
+  // The first health probe now, so a full or read-only server shows at once.
+  if (ready && probe !== undefined) await breaker.run(probe).catch(() => {});
+  const eviction: EvictionPolicy = { policy: undefined, risk: undefined };
+  const readEviction = async () => {
+    const read = await readEvictionPolicy(valkey);
+    if (read.risk !== undefined && read.policy !== eviction.policy) {
+      log.warn(
+        { maxmemoryPolicy: read.policy, risk: read.risk },
+        'valkey maxmemory-policy may evict leases and DELETE tombstones: a lost lease lets a second instance load the same key, a lost tombstone lets a lease-less fill bring a deleted row back; use allkeys-lru, allkeys-lfu or noeviction',
+      );
+    }
+    Object.assign(eviction, read);
+  };
+  // Read again on every reconnect: a failover may land on a server configured otherwise.
+  const onReady = () => void readEviction();
+  valkey.on('ready', onReady);
+  if (ready) await readEviction();
 
   return {
     registry,
@@ -145,11 +217,19 @@ export async function createStore(options: StoreOptions): Promise<Store> {
     },
     tables: () => [...tables.values()],
     valkeyReady: () => !breaker.degraded,
+    valkeyHealth: () => ({
+      degradedReason: breaker.reason,
+      coherence,
+      subscriber: events?.status,
+      maxmemoryPolicy: eviction.policy,
+      evictionRisk: eviction.risk,
+    }),
     async close(graceMs = 5_000) {
       await Promise.all([...tables.values()].map((t) => t.close(graceMs)));
-      await events.close();
+      await events?.close();
       breaker.close();
       valkey.off('error', onError);
+      valkey.off('ready', onReady);
       if (ownsClient) await valkey.quit().catch(() => valkey.disconnect());
     },
   };
@@ -159,7 +239,10 @@ export async function createStore(options: StoreOptions): Promise<Store> {
 interface StoreDeps {
   valkey: Redis;
   breaker: Breaker;
-  events: TableEvents;
+  /** The subscriber; undefined with coherence off. */
+  events: TableEvents | undefined;
+  /** Each table's subscription, confirmed (true) or refused (false). */
+  subscribed: Map<string, Promise<boolean>>;
   metrics: StoreMetrics;
   clock: VersionClock;
   log: Logger;
@@ -191,7 +274,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     table: name,
     policy,
     load,
-    l2: new L2(deps.valkey, deps.breaker, name),
+    l2: new L2(deps.valkey, deps.breaker, name, deps.events !== undefined),
     events: deps.events,
     counters,
     metrics: deps.metrics.forTable(name, counters, () => (table as Table).stats()),
@@ -205,10 +288,11 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     now: deps.now,
   };
   const owner = new TableOwner(ctx, l1);
-  deps.events.subscribe(name, {
+  const subscription = deps.events?.subscribe(name, {
     onEvent: (event) => owner.post({ kind: 'event', event }),
     onReconnect: () => owner.post({ kind: 'flush' }),
   });
+  if (subscription !== undefined) deps.subscribed.set(name, subscription);
   table = new Table(ctx, l1, owner);
   return table;
 }

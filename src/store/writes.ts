@@ -18,7 +18,9 @@ import { hardTtlMs, mintEnvelope, tombstone } from './envelope.js';
 import type { TableContext } from './flight.js';
 import type { L1 } from './l1.js';
 import type { Message } from './messages.js';
-import { classifyValkeyError } from './valkey/breaker.js';
+import { classifyValkeyError, isReplyError, valkeyReason } from './valkey/breaker.js';
+
+const firstWord = (text: string) => text.split(' ', 1)[0] ?? '';
 
 /** How long a DELETE's tombstone outlives the lease: a write queued on a slow connection lands before it expires. */
 const TOMBSTONE_EXTRA_MS = 60_000;
@@ -90,9 +92,15 @@ export class Writes {
     );
     this.#parked.set(m.id, []);
     ctx.l2.write(m.id, envelope, now, hardTtlMs(envelope, now), 'put').then(
-      ({ version, valkeyNowMs }) => {
+      ({ version, valkeyNowMs, unpublished }) => {
         ctx.clock.wrote(version, valkeyNowMs);
-        this.#post({ kind: 'written', id: m.id, envelope: { ...envelope, version }, waiter: m.waiter });
+        this.#unpublished('put', m.id, unpublished);
+        this.#post({
+          kind: 'written',
+          id: m.id,
+          envelope: { ...envelope, version },
+          waiter: m.waiter,
+        });
       },
       (error: unknown) =>
         this.#post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
@@ -119,19 +127,30 @@ export class Writes {
   /**
    * Sends a DELETE: a tombstone (kept `leaseMs` + 60 s) written by
    * `writeAndCancel`, so no fill that read the old value can bring it back.
+   * When Valkey is out of memory (it refuses the tombstone, or the circuit is
+   * open for that), the value and the lease are deleted instead (`forget`):
+   * DEL is accepted under OOM, and the fleet still hears of the deletion.
    */
   invalidate(m: Invalidate): void {
     const ctx = this.#ctx;
     this.#l1.delete(m.id);
     this.#parked.set(m.id, []);
     const now = ctx.now();
-    ctx.l2.write(m.id, tombstone(now), now, ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS, 'del').then(
-      ({ version, valkeyNowMs }) => {
-        ctx.clock.wrote(version, valkeyNowMs);
-        this.#post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
-      },
-      (error: unknown) => this.#post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
-    );
+    ctx.l2
+      .write(m.id, tombstone(now), now, ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS, 'del')
+      .catch((error: unknown) => {
+        if (valkeyReason(error) !== 'oom') throw error;
+        ctx.counters.tombstoneFallbacks++;
+        return ctx.l2.forget(m.id);
+      })
+      .then(
+        ({ version, valkeyNowMs, unpublished }) => {
+          ctx.clock.wrote(version, valkeyNowMs);
+          this.#unpublished('delete', m.id, unpublished);
+          this.#post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
+        },
+        (error: unknown) => this.#post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
+      );
   }
 
   /** Valkey answered a DELETE. */
@@ -167,12 +186,31 @@ export class Writes {
     for (const m of this.abandon(id)) this.#replay(m);
   }
 
+  /**
+   * The client's error, saying what is known of the write: not sent (open
+   * circuit), refused (a reply error: each script's first effect is the one
+   * refused, so nothing was written), or unconfirmed (a timeout: it may have landed).
+   */
   #valkeyError(op: 'put' | 'delete', id: string, cause: unknown): ValkeyUnavailableError {
-    const sent = classifyValkeyError(cause) !== 'unsent';
-    if (sent) bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
-    const message = sent
-      ? `valkey did not confirm the ${op}; it may or may not have been applied`
-      : `valkey is unavailable: the ${op} was not sent`;
+    const kind = classifyValkeyError(cause);
+    if (kind !== 'unsent') bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
+    const reason = valkeyReason(cause);
+    const message =
+      kind === 'unsent'
+        ? `valkey is unavailable (${reason}): the ${op} was not sent`
+        : isReplyError(cause)
+          ? `valkey refused the ${op} (${reason ?? firstWord(cause.message)}): nothing was written`
+          : `valkey did not confirm the ${op}; it may or may not have been applied`;
     return new ValkeyUnavailableError(message, { table: this.#ctx.table, id, cause });
+  }
+
+  /** A write happened but its coherence message was refused: other instances may keep the old row in L1 until its TTL. */
+  #unpublished(op: 'put' | 'delete', id: string, refusal: string | undefined): void {
+    if (refusal === undefined) return;
+    bump(this.#ctx.counters.valkeyErrors, 'publish');
+    this.#ctx.log.warn(
+      { table: this.#ctx.table, id, op, refusal },
+      'written, but valkey refused the coherence message: other instances may serve the old row from L1 until its TTL',
+    );
   }
 }

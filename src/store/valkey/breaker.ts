@@ -3,19 +3,41 @@ import type { Logger } from 'pino';
 
 /** Tuning of {@link Breaker}. */
 export interface BreakerOptions {
-  /** Consecutive failed commands that open the circuit. Default 3. */
+  /** Consecutive unanswered commands (timeouts, lost connection) that open the circuit. Default 3. */
   failureThreshold?: number;
   /** How long an open circuit skips Valkey before one command probes it again, ms. Default 1,000. */
   coolDownMs?: number;
+  /**
+   * The store's own health check (a write and a publish, see `probe.ts`). When
+   * given, the breaker sends it by itself: after each cool-down while the
+   * circuit is open (so it closes without traffic), and every `probeIntervalMs`
+   * while it is closed (so a server that turned read-only or full is noticed
+   * without traffic). While the server *refuses* (see {@link DegradedReason}),
+   * only this probe may close the circuit. Default: none (requests probe).
+   */
+  probe?: () => Promise<unknown>;
+  /** How often the probe runs while the circuit is closed, ms. Default 5,000. */
+  probeIntervalMs?: number;
   /** Clock, epoch ms (tests inject one). Default `Date.now`. */
   now?: () => number;
 }
 
+/** Options of one {@link Breaker.run} call. */
+export interface RunOptions {
+  /**
+   * Send it even while the circuit is open because the server refuses (it
+   * answers at once, so trying costs no timeout), as long as the client is
+   * connected: a command the server may still accept, such as `DEL` under OOM.
+   * Its success proves nothing about the refusal, so it never closes the circuit.
+   */
+  whileRefused?: boolean;
+}
+
 /**
  * Reply-error prefixes that say the *server* cannot serve (memory, role,
- * loading, a busy script, persistence, auth, cluster state): they count
- * against Valkey like a timeout. Any other reply error (WRONGTYPE, a script's
- * own error) is about the data, and proves the server answered.
+ * loading, a busy script, persistence, auth, permissions, cluster state):
+ * they count against Valkey. Any other reply error (WRONGTYPE, a script's own
+ * error) is about the data, and proves the server answered.
  */
 const HEALTH_REPLY_PREFIXES = [
   'OOM',
@@ -28,56 +50,115 @@ const HEALTH_REPLY_PREFIXES = [
   'MASTERDOWN',
   'CLUSTERDOWN',
   'TRYAGAIN',
+] as const;
+
+/** A command inside a script refused by the ACL: Redis 7.0 words it `ERR The user executing the script can't …`. */
+const SCRIPT_ACL_REFUSAL = "The user executing the script can't";
+
+/**
+ * Why the store runs degraded: `disconnected` (the client is not connected),
+ * `unreachable` (commands timed out or the connection dropped), or the
+ * server's refusal, named after its reply (`OOM` → `oom`, `READONLY` →
+ * `readonly`, `NOPERM` or a script's ACL refusal → `noperm`, …).
+ */
+export type DegradedReason =
+  | 'disconnected'
+  | 'unreachable'
+  | Lowercase<(typeof HEALTH_REPLY_PREFIXES)[number]>;
+
+/** Every {@link DegradedReason}, for metrics that list them all. */
+export const DEGRADED_REASONS: readonly DegradedReason[] = [
+  'disconnected',
+  'unreachable',
+  ...HEALTH_REPLY_PREFIXES.map((p) => p.toLowerCase() as DegradedReason),
 ];
 
 /** Thrown by {@link Breaker.run} when the circuit is open: the command was not sent. */
 export class CircuitOpenError extends Error {
   override readonly name = 'CircuitOpenError';
-  constructor() {
-    super('valkey circuit is open: the command was not sent');
+  /** Why the circuit is open. */
+  readonly reason: DegradedReason;
+  constructor(reason: DegradedReason = 'unreachable') {
+    super(`valkey circuit is open (${reason}): the command was not sent`);
+    this.reason = reason;
   }
+}
+
+/** The health prefix a reply error's text carries (itself, or inside a script's error), if any. */
+function refusalOf(text: string): DegradedReason | undefined {
+  if (text.includes(SCRIPT_ACL_REFUSAL)) return 'noperm';
+  // ioredis (Redis 6) wraps a script's error: "ERR Error running script … : OOM command not allowed …".
+  for (const prefix of HEALTH_REPLY_PREFIXES) {
+    if (text.startsWith(prefix) || text.includes(`: ${prefix} `) || text.includes(` -${prefix} `))
+      return prefix.toLowerCase() as DegradedReason;
+  }
+  return undefined;
 }
 
 /**
  * How an error of a Valkey command bears on the server's health: `health`
- * (timeout, connection lost, or a reply such as `OOM`/`READONLY`), `data` (a
- * reply about the key or script, e.g. `WRONGTYPE`: the server is fine), or
- * `unsent` (the circuit was open).
+ * (timeout, connection lost, or a refusal such as `OOM`/`READONLY`/`NOPERM`),
+ * `data` (a reply about the key or script, e.g. `WRONGTYPE`: the server is
+ * fine), or `unsent` (the circuit was open).
  */
 export function classifyValkeyError(err: unknown): 'health' | 'data' | 'unsent' {
   if (err instanceof CircuitOpenError) return 'unsent';
-  if (!(err instanceof Error) || err.name !== 'ReplyError') return 'health';
-  // ioredis wraps a script's error: "ERR Error running script … : OOM command not allowed …".
-  const text = err.message;
-  for (const prefix of HEALTH_REPLY_PREFIXES) {
-    if (text.startsWith(prefix) || text.includes(`: ${prefix} `) || text.includes(` -${prefix} `))
-      return 'health';
-  }
-  return 'data';
+  if (!isReplyError(err)) return 'health';
+  return refusalOf(err.message) === undefined ? 'data' : 'health';
 }
+
+/**
+ * The {@link DegradedReason} behind a failed command: the open circuit's, a
+ * refusal's, `unreachable` for a timeout or a lost connection; undefined for
+ * a reply about the data.
+ */
+export function valkeyReason(err: unknown): DegradedReason | undefined {
+  if (err instanceof CircuitOpenError) return err.reason;
+  if (!isReplyError(err)) return 'unreachable';
+  return refusalOf(err.message);
+}
+
+/** A reply error: the server answered (ioredis names them `ReplyError`). */
+export function isReplyError(err: unknown): err is Error {
+  return err instanceof Error && err.name === 'ReplyError';
+}
+
+const isRefusal = (reason: DegradedReason | undefined) =>
+  reason !== undefined && reason !== 'disconnected' && reason !== 'unreachable';
 
 /**
  * The circuit breaker in front of Valkey; its only entry is {@link run}
  * (cockatiel's shape). While the circuit is open the store is *degraded*:
- * misses go straight to the source and writes fail fast, so a dead or paused
- * server costs a request nothing instead of a command timeout. After each
- * cool-down exactly one command probes the server; the probe is taken and
- * given back inside `run`, whatever the command does, and the circuit closes
- * on the first command the server answers. Transitions are logged once each way.
+ * misses go straight to the source and writes fail fast, so a dead, paused or
+ * refusing server costs a request nothing. After each cool-down exactly one
+ * command probes the server; the probe is taken and given back inside `run`,
+ * whatever the command does. Transitions are logged once each way.
  *
- * States: closed (failures < threshold) → open (skip until `openUntil`) →
- * half-open (one probe in flight) → closed on an answer, open again on a failure.
+ * States: closed → open → half-open (one probe in flight) → closed on an
+ * answer, open again on a failure. Unanswered commands (timeouts, a lost
+ * connection) open it after `failureThreshold` in a row; a refusal (`OOM`,
+ * `READONLY`, `NOPERM`, … see {@link DegradedReason}) opens it at once: the
+ * server said so. While it refuses, a request's command is no proof that it
+ * stopped (a read succeeds under OOM), so only the store's own probe, a write
+ * and a publish, closes the circuit again.
  */
 export class Breaker {
   readonly #client: Redis;
   readonly #log: Logger;
   readonly #threshold: number;
   readonly #coolDownMs: number;
+  readonly #probe: (() => Promise<unknown>) | undefined;
+  readonly #probeIntervalMs: number;
   readonly #now: () => number;
+  /** Consecutive health failures; at `#threshold` the circuit is open. */
   #failures = 0;
+  /** Why the last health failure happened (the open circuit's reason). */
+  #cause: DegradedReason = 'unreachable';
   #openUntil = 0;
   #probing = false;
+  #lastProbeAt = 0;
   #reported = false;
+  #timer: NodeJS.Timeout | undefined;
   readonly #onReport = () => this.#report();
 
   constructor(client: Redis, log: Logger, options: BreakerOptions = {}) {
@@ -85,9 +166,16 @@ export class Breaker {
     this.#log = log;
     this.#threshold = options.failureThreshold ?? 3;
     this.#coolDownMs = options.coolDownMs ?? 1_000;
+    this.#probe = options.probe;
+    this.#probeIntervalMs = options.probeIntervalMs ?? 5_000;
     this.#now = options.now ?? Date.now;
     client.on('ready', this.#onReport);
     client.on('close', this.#onReport);
+    if (this.#probe !== undefined) {
+      // Looks often, probes rarely: at most once per cool-down while open.
+      this.#timer = setInterval(() => this.#tick(), Math.min(250, this.#coolDownMs));
+      this.#timer.unref();
+    }
   }
 
   /**
@@ -98,16 +186,17 @@ export class Breaker {
    *   connected (`op` was not called); otherwise whatever `op` throws, after
    *   counting it ({@link classifyValkeyError}).
    */
-  async run<T>(op: () => Promise<T>): Promise<T> {
-    const admitted = this.#admit();
-    if (admitted === false) throw new CircuitOpenError();
+  async run<T>(op: () => Promise<T>, options: RunOptions = {}): Promise<T> {
+    const admitted = this.#admit(op, options.whileRefused === true);
+    if (admitted === false) throw new CircuitOpenError(this.reason);
     try {
       const result = await op();
-      this.#answered();
+      if (admitted !== 'bypass') this.#answered();
       return result;
     } catch (err) {
-      if (classifyValkeyError(err) === 'health') this.#failed();
-      else this.#answered();
+      const reason = valkeyReason(err);
+      if (reason !== undefined) this.#failed(reason);
+      else if (admitted !== 'bypass') this.#answered();
       throw err;
     } finally {
       if (admitted === 'probe') this.#probing = false;
@@ -119,21 +208,34 @@ export class Breaker {
     return this.#client.status !== 'ready' || this.#failures >= this.#threshold;
   }
 
-  /** Stops reporting connection events (the client may be the caller's). */
+  /** Why the store runs degraded; undefined while it does not. */
+  get reason(): DegradedReason | undefined {
+    if (this.#client.status !== 'ready') return 'disconnected';
+    return this.#failures >= this.#threshold ? this.#cause : undefined;
+  }
+
+  /** Stops reporting connection events and probing (the client may be the caller's). */
   close(): void {
     this.#client.off('ready', this.#onReport);
     this.#client.off('close', this.#onReport);
+    clearInterval(this.#timer);
   }
 
-  /** `true` (closed circuit), `'probe'` (the one probe of a half-open circuit) or `false`. */
-  #admit(): boolean | 'probe' {
+  /**
+   * `true` (closed circuit), `'probe'` (the one probe of a half-open circuit),
+   * `'bypass'` (a `whileRefused` command while the server refuses) or `false`.
+   */
+  #admit(op: () => Promise<unknown>, whileRefused: boolean): boolean | 'probe' | 'bypass' {
     if (this.#client.status !== 'ready') {
       this.#report();
       return false;
     }
     if (this.#failures < this.#threshold) return true;
+    const refusing = isRefusal(this.#cause);
+    if (whileRefused && refusing) return 'bypass';
     const now = this.#now();
     if (now < this.#openUntil || this.#probing) return false;
+    if (refusing && this.#probe !== undefined && op !== this.#probe) return false;
     this.#probing = true;
     this.#openUntil = now + this.#coolDownMs;
     return 'probe';
@@ -144,12 +246,31 @@ export class Breaker {
     if (this.#reported) this.#report();
   }
 
-  #failed(): void {
-    this.#failures++;
+  #failed(reason: DegradedReason): void {
+    const changed = reason !== this.#cause && this.#failures >= this.#threshold;
+    this.#cause = reason;
+    this.#failures = isRefusal(reason)
+      ? Math.max(this.#failures + 1, this.#threshold)
+      : this.#failures + 1;
     if (this.#failures >= this.#threshold) {
       this.#openUntil = this.#now() + this.#coolDownMs;
+      if (changed) this.#log.warn({ reason }, 'valkey still unusable, now for another reason');
       this.#report();
     }
+  }
+
+  /** The store's own probe: after each cool-down while open, every `probeIntervalMs` while closed. */
+  #tick(): void {
+    const probe = this.#probe;
+    if (probe === undefined || this.#client.status !== 'ready' || this.#probing) return;
+    const now = this.#now();
+    const due = this.degraded
+      ? now >= this.#openUntil
+      : now - this.#lastProbeAt >= this.#probeIntervalMs;
+    if (!due) return;
+    this.#lastProbeAt = now;
+    // The outcome is counted by run; nothing waits for it.
+    this.run(probe).catch(() => {});
   }
 
   #report(): void {
@@ -158,7 +279,7 @@ export class Breaker {
     this.#reported = degraded;
     if (degraded) {
       this.#log.warn(
-        { valkey: this.#client.status },
+        { valkey: this.#client.status, reason: this.reason },
         'valkey unusable: degraded (L1 hits answer, misses go to the source, writes fail)',
       );
     } else {

@@ -5,6 +5,7 @@
  */
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
+import { type HeartbeatOptions, keepAlive } from './heartbeat.js';
 import { eventsChannel } from './scripts.js';
 
 /**
@@ -45,9 +46,10 @@ export class TableEvents {
   readonly #watches = new Map<string, Set<WatchImpl>>();
   readonly #handlers = new Map<string, TableHandlers>();
   #connectedBefore = false;
+  readonly #stopHeartbeat: () => void;
 
-  /** Opens a subscriber connection duplicated from `client`. */
-  constructor(client: Redis, log: Logger) {
+  /** Opens a subscriber connection duplicated from `client`, health-checked by a heartbeat. */
+  constructor(client: Redis, log: Logger, heartbeat: HeartbeatOptions = {}) {
     this.#log = log;
     // Subscriptions are queued until connected and re-issued after a reconnect.
     // The SUBSCRIBE waits in the offline queue until the connection is up, however
@@ -57,6 +59,8 @@ export class TableEvents {
       autoResubscribe: true,
       commandTimeout: undefined,
       maxRetriesPerRequest: null,
+      // A dead connection is destroyed this soon after the heartbeat ends it (not 2 s).
+      disconnectTimeout: 250,
     });
     this.#sub.on('error', (err) => log.debug({ err }, 'valkey subscriber error'));
     this.#sub.on('message', (channel: string, message: string) => this.#deliver(channel, message));
@@ -65,14 +69,40 @@ export class TableEvents {
       if (this.#connectedBefore) for (const h of this.#handlers.values()) h.onReconnect();
       this.#connectedBefore = true;
     });
+    // A connection that stops delivering is replaced (and the reconnect flushes L1).
+    this.#stopHeartbeat = keepAlive(
+      this.#sub,
+      () => {
+        log.warn('valkey subscriber stopped answering: reconnecting it (L1 is flushed then)');
+        this.#sub.disconnect(true);
+      },
+      heartbeat,
+    );
   }
 
-  /** Subscribes to `table`'s channel; `handlers` get its events and reconnects. */
-  subscribe(table: string, handlers: TableHandlers): void {
+  /**
+   * Subscribes to `table`'s channel; `handlers` get its events and reconnects.
+   *
+   * @returns resolves `true` once Valkey confirmed the subscription, `false`
+   *   when it refused it (logged; e.g. an ACL without the channel). Never rejects.
+   */
+  subscribe(table: string, handlers: TableHandlers): Promise<boolean> {
     this.#handlers.set(table, handlers);
-    this.#sub.subscribe(eventsChannel(table)).catch((err: unknown) => {
-      this.#log.warn({ err, table }, 'could not subscribe to the table channel; waiters will poll');
-    });
+    return this.#sub.subscribe(eventsChannel(table)).then(
+      () => true,
+      (err: unknown) => {
+        this.#log.warn(
+          { err, table },
+          'could not subscribe to the table channel; waiters will poll',
+        );
+        return false;
+      },
+    );
+  }
+
+  /** The subscriber connection's state (ioredis `status`: `ready`, `reconnecting`, …). */
+  get status(): string {
+    return this.#sub.status;
   }
 
   /** Starts watching `table`/`id`; call before asking Valkey, so no event can slip between. */
@@ -108,6 +138,7 @@ export class TableEvents {
 
   /** Closes the subscriber connection (at once: there is nothing to flush, and QUIT could wait on a paused server). */
   async close(): Promise<void> {
+    this.#stopHeartbeat();
     this.#sub.disconnect();
   }
 }

@@ -36,10 +36,19 @@ export function eventsChannel(table: string): string {
   return `ecc:events:${table}`;
 }
 
-// The coherence message `{ k, id, v }` (id already JSON-encoded).
+// The coherence message `{ k, id, v }` (id already JSON-encoded), and its PUBLISH:
+// always a script's last step, never fatal (an ACL without the channel must not
+// turn a write that happened into an error), skipped for channel '' (coherence off).
+// Returns the refusal's text, or false.
 const LUA_EVENT = `
 local function event(kind, idjson, v)
   return '{"k":"' .. kind .. '","id":' .. idjson .. ',"v":' .. string.format('%.0f', v) .. '}'
+end
+local function notify(channel, message)
+  if channel == '' then return false end
+  local r = redis.pcall('PUBLISH', channel, message)
+  if type(r) == 'table' and r.err then return r.err end
+  return false
 end
 `;
 
@@ -82,6 +91,7 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `;
 
 // The written value's ARGV, shared by the write scripts: softIn, hardIn, delta, flags, json, pxMs.
+// The SET is each write script's first effect: when Valkey refuses it (OOM, READONLY) nothing was written.
 const WRITE_ARGV = `
 local function write(key, cur, a)
   local nowms, nowus = clock()
@@ -101,15 +111,14 @@ const FILL_AND_RELEASE = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 if redis.pcall('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 2)
 redis.call('DEL', KEYS[2])
-redis.call('PUBLISH', ARGV[8], event('fill', ARGV[9], v))
-return {string.format('%.0f', v), nowms}
+return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], v))}
 `;
 
 /** release — KEYS: lease. ARGV: token, channel, message. Compare-and-delete, then wake the waiters. */
-const RELEASE = `
+const RELEASE = `${LUA_EVENT}
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+notify(ARGV[2], ARGV[3])
 return 1
 `;
 
@@ -123,8 +132,22 @@ return 1
 const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 1)
 redis.call('DEL', KEYS[2])
-redis.call('PUBLISH', ARGV[7], event(ARGV[9], ARGV[8], v))
-return {string.format('%.0f', v), nowms}
+return {string.format('%.0f', v), nowms, notify(ARGV[7], event(ARGV[9], ARGV[8], v))}
+`;
+
+/**
+ * forget — KEYS: value, lease. ARGV: channel, idjson. A DELETE without a
+ * tombstone, for when Valkey refuses to store one (OOM): deletes the value and
+ * the lease (Valkey accepts DEL under OOM) and tells the fleet, at a version
+ * above the deleted value's.
+ */
+const FORGET = `${LUA_ENVELOPE}${LUA_EVENT}
+local n = header(getv(KEYS[1]))
+local nowms, nowus = clock()
+local v = nowus
+if n and n >= v then v = n + 1 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return {string.format('%.0f', v), nowms, notify(ARGV[1], event('del', ARGV[2], v))}
 `;
 
 /**
@@ -138,8 +161,7 @@ const FILL_IF_UNCHANGED = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 local cur = getv(KEYS[1])
 if mark(cur) ~= ARGV[1] then return 0 end
 local v, nowms = write(KEYS[1], (header(cur)), 2)
-redis.call('PUBLISH', ARGV[8], event('fill', ARGV[9], v))
-return {string.format('%.0f', v), nowms}
+return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], v))}
 `;
 
 /** The scripts by name: the ioredis command is `ecc` + the capitalised name. */
@@ -151,6 +173,7 @@ const SCRIPTS = {
   release: { keys: 1, lua: RELEASE },
   writeAndCancel: { keys: 2, lua: WRITE_AND_CANCEL },
   fillIfUnchanged: { keys: 1, lua: FILL_IF_UNCHANGED },
+  forget: { keys: 2, lua: FORGET },
 } as const;
 
 type ScriptName = keyof typeof SCRIPTS;
@@ -181,6 +204,8 @@ export type LeaseAnswer =
 export interface Written {
   version: number;
   valkeyNowMs: number;
+  /** Why the coherence message was not sent (its PUBLISH was refused, e.g. by the ACL); the write itself happened. */
+  unpublished?: string;
 }
 
 /** The kinds of coherence message a write publishes. */
@@ -199,12 +224,13 @@ export class L2 {
   readonly #table: string;
   readonly #channel: string;
 
-  constructor(client: Redis, breaker: Breaker, table: string) {
+  /** @param coherent false: the scripts publish nothing (coherence is off). */
+  constructor(client: Redis, breaker: Breaker, table: string, coherent = true) {
     defineScripts(client);
     this.#client = client as ScriptClient;
     this.#breaker = breaker;
     this.#table = table;
-    this.#channel = eventsChannel(table);
+    this.#channel = coherent ? eventsChannel(table) : '';
   }
 
   #call(name: ScriptName, ...args: (string | number)[]): Promise<unknown> {
@@ -344,6 +370,31 @@ export class L2 {
     return v;
   }
 
+  /**
+   * `forget`: DELETE without a tombstone (the fallback when Valkey refuses to
+   * store one, OOM): deletes the value and the lease and publishes the
+   * deletion. Sent even while the circuit is open because the server refuses
+   * (`whileRefused`): Valkey accepts DEL under OOM.
+   *
+   * @returns the version the deletion was announced at.
+   */
+  async forget(id: string): Promise<Written> {
+    const command = commandOf('forget');
+    const reply = await this.#breaker.run(
+      () =>
+        this.#client[command]?.(
+          valueKey(this.#table, id),
+          leaseKey(this.#table, id),
+          this.#channel,
+          JSON.stringify(id),
+        ) as Promise<unknown>,
+      { whileRefused: true },
+    );
+    const v = versionOf(reply);
+    if (v === undefined) throw new Error('the forget script answered no version');
+    return v;
+  }
+
   /** `release`: deletes the lease if it still holds `token` and wakes the waiters (a failed load). */
   async release(id: string, token: string): Promise<boolean> {
     const message = JSON.stringify({ k: 'release', id });
@@ -353,12 +404,17 @@ export class L2 {
   }
 }
 
-/** A write script's answer: `{version, valkeyNowMs}` written, or 0 when it refused. */
+/** A write script's answer: `{version, valkeyNowMs, publishRefusal|nil}` written, or 0 when it refused. */
 function versionOf(reply: unknown): Written | undefined {
   if (!Array.isArray(reply)) return undefined;
   const version = Number(reply[0]);
   if (!Number.isSafeInteger(version) || version <= 0) return undefined;
-  return { version, valkeyNowMs: Number(reply[1]) };
+  const unpublished = optionalText(reply[2]);
+  return {
+    version,
+    valkeyNowMs: Number(reply[1]),
+    ...(unpublished === undefined ? {} : { unpublished }),
+  };
 }
 
 function optionalText(x: unknown): string | undefined {
