@@ -13,18 +13,24 @@
  *   a policy that may evict leases and tombstones before cold values is warned
  *   about.
  */
-import { type Redis, ReplyError } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { eventsChannel } from './scripts.js';
 
 /**
  * probe — KEYS: a probe key of the table. ARGV: channel ('' with coherence
- * off). Runs every command the scripts use, each under `pcall`, and returns
- * `{command, error, …}` for those refused. The key is written with a 1 s
+ * off), mode. Runs every command the scripts use. Mode `report`: each under
+ * `pcall`, returning `{command, error, …}` for those refused. Mode `raise`:
+ * the first refusal is the script's error, as the server words it (so the
+ * client sees `READONLY …` and reconnects). The key is written with a 1 s
  * expiry and deleted; the message is empty (subscribers ignore it).
  */
 const PROBE = `
 local refused = {}
 local function try(...)
+  if ARGV[2] == 'raise' then
+    redis.call(...)
+    return
+  end
   local r = redis.pcall(...)
   if type(r) == 'table' and r.err then
     refused[#refused + 1] = (...)
@@ -41,7 +47,14 @@ if ARGV[1] ~= '' then try('PUBLISH', ARGV[1], '') end
 return refused
 `;
 
-type ProbeClient = Redis & { eccProbe(key: string, channel: string): Promise<string[]> };
+type ProbeClient = Redis & {
+  eccProbe(key: string, channel: string, mode: 'report' | 'raise'): Promise<string[]>;
+};
+
+const defineProbe = (c: ProbeClient) => {
+  if (typeof c.eccProbe !== 'function')
+    c.defineCommand('eccProbe', { numberOfKeys: 1, lua: PROBE });
+};
 
 /**
  * The probe key of `table`: `ecc:<table>:probe`. It can be neither a value
@@ -68,9 +81,8 @@ export interface Refusal {
  */
 export async function runProbe(client: Redis, table: string, channel: string): Promise<Refusal[]> {
   const c = client as ProbeClient;
-  if (typeof c.eccProbe !== 'function')
-    c.defineCommand('eccProbe', { numberOfKeys: 1, lua: PROBE });
-  const flat = await c.eccProbe(probeKey(table), channel);
+  defineProbe(c);
+  const flat = await c.eccProbe(probeKey(table), channel, 'report');
   const refused: Refusal[] = [];
   for (let i = 0; i + 1 < flat.length; i += 2) {
     refused.push({ command: String(flat[i]), error: String(flat[i + 1]) });
@@ -79,13 +91,15 @@ export async function runProbe(client: Redis, table: string, channel: string): P
 }
 
 /**
- * The breaker's health probe: {@link runProbe} on `table`, rejecting with the
- * first refusal as a reply error (so the breaker reads its reason, e.g. `OOM`).
+ * The breaker's health probe: the probe on `table`, failing with the first
+ * refusal as the server words it (the breaker reads its reason, e.g. `OOM`;
+ * a `READONLY` makes the client reconnect, following a failover).
  */
 export function healthProbe(client: Redis, table: string, channel: string): () => Promise<void> {
   return async () => {
-    const [first] = await runProbe(client, table, channel);
-    if (first !== undefined) throw new ReplyError(first.error) as Error;
+    const c = client as ProbeClient;
+    defineProbe(c);
+    await c.eccProbe(probeKey(table), channel, 'raise');
   };
 }
 
