@@ -36,7 +36,13 @@ export interface StoreOptions {
   logger?: Logger;
   /** How long `createStore` waits for Valkey before starting degraded (reads go to the source). Default 2,000 ms. */
   readyTimeoutMs?: number;
-  /** @internal Epoch-millisecond clock for freshness decisions (tests inject one). Default `Date.now`. */
+  /**
+   * @internal Epoch-millisecond clock of every freshness decision: L1's soft and
+   * hard checks, XFetch, the `nowMs` of `readOrLease`, minted expiries and
+   * versions, the refresh back-off. Tests inject one to move time without
+   * sleeping. Durations (load and wait timeouts, lru-cache's own L1 TTL, Valkey's
+   * `PX`) still run on real time. Default `Date.now`.
+   */
   now?: () => number;
 }
 
@@ -73,8 +79,10 @@ const validatePolicy = ajv.compile({
 
 /**
  * Creates a store: one owner actor and one L1 per table, one Valkey client,
- * one metrics registry. Waits up to `readyTimeoutMs` for Valkey; if it is not
- * reachable the store starts degraded and reconnects by itself.
+ * one metrics registry. Waits up to `readyTimeoutMs` for Valkey, and as long
+ * again for the tables' event subscriptions (so no other instance's write is
+ * missed once it answers); if Valkey is not reachable the store starts degraded
+ * and reconnects by itself.
  *
  * @example
  * const store = await createStore({
@@ -102,7 +110,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   metrics.watchDegraded(() => breaker.degraded);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = new TableEvents(valkey, log);
-  const deps = { valkey, breaker, events, metrics, clock, log, now };
+  const subscribed: Promise<boolean>[] = [];
+  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now };
   const tables = new Map<string, Table>();
   try {
     for (const [name, input] of Object.entries(options.tables)) {
@@ -122,7 +131,11 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   };
   valkey.on('error', onError);
 
-  const ready = await waitReady(valkey, options.readyTimeoutMs ?? 2_000);
+  const readyTimeoutMs = options.readyTimeoutMs ?? 2_000;
+  const ready = await waitReady(valkey, readyTimeoutMs);
+  // Coherence: a store that answers before its subscription is confirmed could
+  // miss another instance's write or delete and keep an old L1 row.
+  if (ready) await settledWithin(Promise.all(subscribed), readyTimeoutMs);
   if (!ready) {
     // The reason (refused, TLS certificate, auth) matters to an operator at start-up.
     log.warn(
@@ -156,6 +169,8 @@ interface StoreDeps {
   valkey: Redis;
   breaker: Breaker;
   events: TableEvents;
+  /** Each table's subscription, confirmed or failed. */
+  subscribed: Promise<boolean>[];
   metrics: StoreMetrics;
   clock: VersionClock;
   log: Logger;
@@ -197,10 +212,22 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     now: deps.now,
   };
   const owner = new TableOwner(ctx, l1);
-  deps.events.subscribe(name, {
-    onEvent: (event) => owner.post({ kind: 'event', event }),
-    onReconnect: () => owner.post({ kind: 'flush' }),
-  });
+  deps.subscribed.push(
+    deps.events.subscribe(name, {
+      onEvent: (event) => owner.post({ kind: 'event', event }),
+      onReconnect: () => owner.post({ kind: 'flush' }),
+    }),
+  );
   table = new Table(ctx, l1, owner);
   return table;
+}
+
+/** Waits for `promise` to settle, at most `ms`. */
+async function settledWithin(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  await Promise.race([promise, timeout]);
+  clearTimeout(timer);
 }
