@@ -14,7 +14,7 @@ import { TableOwner } from './owner.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
 import type { LoadFn } from './types.js';
-import { Breaker } from './valkey/breaker.js';
+import { Breaker, type BreakerOptions } from './valkey/breaker.js';
 import { TableEvents } from './valkey/events.js';
 import { L2 } from './valkey/scripts.js';
 
@@ -44,6 +44,8 @@ export interface StoreOptions {
    * `PX`) still run on real time. Default `Date.now`.
    */
   now?: () => number;
+  /** @internal Tuning of the circuit breaker in front of Valkey (tests inject its clock). */
+  breaker?: BreakerOptions;
 }
 
 /** A running store: its tables, its Valkey client, its metrics. */
@@ -106,7 +108,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
         : createValkeyClient(options.valkey);
   const now = options.now ?? Date.now;
   const clock = createVersionClock(now);
-  const breaker = new Breaker(valkey, log);
+  const breaker = new Breaker(valkey, log, options.breaker);
   metrics.watchDegraded(() => breaker.degraded);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = new TableEvents(valkey, log);
