@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { errorOf, metricValue, openStore } from './helpers/probe.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
@@ -30,9 +30,10 @@ describe('shedding and bounded waiting', () => {
         (e: { code: string }) => e.code,
       ),
     );
-    await new Promise((r) => setTimeout(r, 100));
-    expect(t.stats().loads_active).toBe(2);
-    expect(t.stats().loads_queued).toBe(3);
+    await vi.waitFor(() => {
+      expect(t.stats().loads_active).toBe(2);
+      expect(t.stats().loads_queued).toBe(3);
+    });
     gate.resolve();
     const outcomes = await Promise.all(reads);
     expect(outcomes.filter((o) => o === true)).toHaveLength(5);
@@ -58,7 +59,7 @@ describe('shedding and bounded waiting', () => {
     });
     const t = store.table(table);
     const first = t.get('a');
-    await new Promise((r) => setTimeout(r, 20));
+    await vi.waitFor(() => expect(t.stats().loads_active).toBe(1));
     const started = performance.now();
     const queued = await errorOf(t.get('b'));
     expect(queued.code).toBe('ECC_SHED');
@@ -86,7 +87,7 @@ describe('shedding and bounded waiting', () => {
         (e: { code: string }) => e.code,
       ),
     );
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.waitFor(() => expect(t.stats().coalesced).toBe(4));
     gate.resolve();
     const outcomes = await Promise.all(reads);
     expect(outcomes.filter((o) => o === 'ok')).toHaveLength(5);
@@ -114,7 +115,7 @@ describe('shedding and bounded waiting', () => {
     const elapsedMs = performance.now() - started;
     expect(errors.every((e) => e.code === 'ECC_WAIT_TIMEOUT')).toBe(true);
     expect(elapsedMs).toBeLessThan(390);
-    await new Promise((r) => setTimeout(r, 400));
+    await vi.waitFor(() => expect(t.stats().l1_entries).toBe(1), { timeout: 2_000 });
     const later = await t.get('slow');
     expect(later.found && later.layer).toBe('l1');
     expect(loads).toBe(1);
