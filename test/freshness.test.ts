@@ -452,7 +452,8 @@ describe('refresh discipline', () => {
     const source = counting();
     const store = await openStore(
       { [table]: { ...policy, staleMs: 5_000, waitTimeoutMs: 10_000, load: source.load } },
-      { valkey: server.url, now: clock.now },
+      // A command timeout far above the pause below: the refresh must wait for Valkey, not go degraded.
+      { valkey: { url: server.url, commandTimeoutMs: 5_000 }, now: clock.now },
     );
     const t = store.table(table);
     await t.get('k');
