@@ -123,7 +123,7 @@ describe('shedding and bounded waiting', () => {
         (e: { code: string }) => e.code,
       ),
     );
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.waitFor(() => expect(t.stats().coalesced).toBe(4));
     gate.resolve();
     const outcomes = await Promise.all(reads);
     expect(outcomes.filter((o) => o === 'ok')).toHaveLength(5);
@@ -151,7 +151,7 @@ describe('shedding and bounded waiting', () => {
     const elapsedMs = performance.now() - started;
     expect(errors.every((e) => e.code === 'ECC_WAIT_TIMEOUT')).toBe(true);
     expect(elapsedMs).toBeLessThan(390);
-    await new Promise((r) => setTimeout(r, 400));
+    await vi.waitFor(() => expect(t.stats().l1_entries).toBe(1), { timeout: 2_000 });
     const later = await t.get('slow');
     expect(later.found && later.layer).toBe('l1');
     expect(loads).toBe(1);

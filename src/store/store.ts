@@ -14,7 +14,7 @@ import { TableOwner } from './owner.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
 import type { LoadFn } from './types.js';
-import { Breaker } from './valkey/breaker.js';
+import { Breaker, type BreakerOptions } from './valkey/breaker.js';
 import { TableEvents } from './valkey/events.js';
 import { L2 } from './valkey/scripts.js';
 
@@ -42,6 +42,8 @@ export interface StoreOptions {
    * Valkey's clock.
    */
   now?: () => number;
+  /** @internal Tuning of the circuit breaker in front of Valkey (tests inject its clock). */
+  breaker?: BreakerOptions;
 }
 
 /** A running store: its tables, its Valkey client, its metrics. */
@@ -77,8 +79,10 @@ const validatePolicy = ajv.compile({
 
 /**
  * Creates a store: one owner actor and one L1 per table, one Valkey client,
- * one metrics registry. Waits up to `readyTimeoutMs` for Valkey; if it is not
- * reachable the store starts degraded and reconnects by itself.
+ * one metrics registry. Waits up to `readyTimeoutMs` for Valkey, and as long
+ * again for the tables' event subscriptions (so no other instance's write is
+ * missed once it answers); if Valkey is not reachable the store starts degraded
+ * and reconnects by itself.
  *
  * @example
  * const store = await createStore({
@@ -102,11 +106,12 @@ export async function createStore(options: StoreOptions): Promise<Store> {
         : createValkeyClient(options.valkey);
   const now = options.now ?? (() => performance.now());
   const clock = new VersionClock();
-  const breaker = new Breaker(valkey, log);
+  const breaker = new Breaker(valkey, log, options.breaker);
   metrics.watchDegraded(() => breaker.degraded);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = new TableEvents(valkey, log);
-  const deps = { valkey, breaker, events, metrics, clock, log, now };
+  const subscribed: Promise<boolean>[] = [];
+  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now };
   const tables = new Map<string, Table>();
   try {
     for (const [name, input] of Object.entries(options.tables)) {
@@ -126,7 +131,11 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   };
   valkey.on('error', onError);
 
-  const ready = await waitReady(valkey, options.readyTimeoutMs ?? 2_000);
+  const readyTimeoutMs = options.readyTimeoutMs ?? 2_000;
+  const ready = await waitReady(valkey, readyTimeoutMs);
+  // Coherence: a store that answers before its subscription is confirmed could
+  // miss another instance's write or delete and keep an old L1 row.
+  if (ready) await settledWithin(Promise.all(subscribed), readyTimeoutMs);
   if (!ready) {
     // The reason (refused, TLS certificate, auth) matters to an operator at start-up.
     log.warn(
@@ -160,6 +169,8 @@ interface StoreDeps {
   valkey: Redis;
   breaker: Breaker;
   events: TableEvents;
+  /** Each table's subscription, confirmed or failed. */
+  subscribed: Promise<boolean>[];
   metrics: StoreMetrics;
   clock: VersionClock;
   log: Logger;
@@ -205,10 +216,22 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     now: deps.now,
   };
   const owner = new TableOwner(ctx, l1);
-  deps.events.subscribe(name, {
-    onEvent: (event) => owner.post({ kind: 'event', event }),
-    onReconnect: () => owner.post({ kind: 'flush' }),
-  });
+  deps.subscribed.push(
+    deps.events.subscribe(name, {
+      onEvent: (event) => owner.post({ kind: 'event', event }),
+      onReconnect: () => owner.post({ kind: 'flush' }),
+    }),
+  );
   table = new Table(ctx, l1, owner);
   return table;
+}
+
+/** Waits for `promise` to settle, at most `ms`. */
+async function settledWithin(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  await Promise.race([promise, timeout]);
+  clearTimeout(timer);
 }

@@ -67,12 +67,24 @@ export class TableEvents {
     });
   }
 
-  /** Subscribes to `table`'s channel; `handlers` get its events and reconnects. */
-  subscribe(table: string, handlers: TableHandlers): void {
+  /**
+   * Subscribes to `table`'s channel; `handlers` get its events and reconnects.
+   *
+   * @returns resolves `true` once Valkey confirmed the subscription (from then on
+   *   no event of the table is missed), `false` when it failed (logged). Never rejects.
+   */
+  subscribe(table: string, handlers: TableHandlers): Promise<boolean> {
     this.#handlers.set(table, handlers);
-    this.#sub.subscribe(eventsChannel(table)).catch((err: unknown) => {
-      this.#log.warn({ err, table }, 'could not subscribe to the table channel; waiters will poll');
-    });
+    return this.#sub.subscribe(eventsChannel(table)).then(
+      () => true,
+      (err: unknown) => {
+        this.#log.warn(
+          { err, table },
+          'could not subscribe to the table channel; waiters will poll',
+        );
+        return false;
+      },
+    );
   }
 
   /** Starts watching `table`/`id`; call before asking Valkey, so no event can slip between. */
