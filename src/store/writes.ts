@@ -178,6 +178,11 @@ export class Writes {
     const message = sent
       ? `valkey did not confirm the ${op}; it may or may not have been applied`
       : `valkey is unavailable: the ${op} was not sent`;
-    return new ValkeyUnavailableError(message, { table: this.#ctx.table, id, cause });
+    return new ValkeyUnavailableError(message, {
+      table: this.#ctx.table,
+      id,
+      cause,
+      notSent: !sent,
+    });
   }
 }
