@@ -23,6 +23,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
+import { type Service, startServices } from '../harness/service.js';
 import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import {
@@ -37,7 +38,6 @@ import { LoadGenerator, type Target } from './lib/load.js';
 import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 import { readyAgain, recovery } from './lib/recovery.js';
-import { type Service, startServices } from './lib/service.js';
 
 const args = drillArgs({
   loops: int(20, 1, 200),

@@ -10,12 +10,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { type Origin, startOrigin } from '../harness/origin.js';
+import { startService } from '../harness/service.js';
 import { burst, httpRead, storeRead } from './lib/burst.js';
 import { drillArgs, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl } from './lib/http.js';
 import { metric, scrape } from './lib/metrics.js';
 import { columns, p50p99 } from './lib/report.js';
-import { startService } from './lib/service.js';
 import { connectAdmin, dropId, originStore } from './lib/store.js';
 
 const args = drillArgs({

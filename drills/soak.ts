@@ -25,12 +25,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
 import type { Redis } from 'ioredis';
 import { type Origin, startOrigin } from '../harness/origin.js';
+import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { errorCode, itemUrl } from './lib/http.js';
 import { metric, scrape } from './lib/metrics.js';
 import { hotId, type Kind, mixedLoad } from './lib/mix.js';
 import { bump } from './lib/report.js';
-import { type Service, startService } from './lib/service.js';
 import { type AtRest, renderSoak, soakReport } from './lib/soak-report.js';
 import { connectAdmin, dropTable } from './lib/store.js';
 

@@ -34,6 +34,13 @@ export interface Origin {
   seen(id: string, timeoutMs: number): Promise<boolean>;
   /** Answers the held reads of `id`; later reads of it answer after the usual latency. */
   release(id: string): void;
+  /** Changes the latency of reads from now on (a source that slows down, or recovers). */
+  setLatency(ms: number): void;
+  /** Reads being served right now (arrived, not yet answered). */
+  inFlight(): number;
+  /** The most reads it ever served at once (since start, or since `resetPeak`). */
+  peakInFlight(): number;
+  resetPeak(): void;
   close(): Promise<void>;
 }
 
@@ -52,6 +59,8 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
   const arrivals = new Map<string, Array<() => void>>();
   const timers = new Set<NodeJS.Timeout>();
   let total = 0;
+  let inFlight = 0;
+  let peak = 0;
 
   const later = (ms: number, fn: () => void) => {
     const t = setTimeout(() => {
@@ -61,6 +70,7 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
     timers.add(t);
   };
   const answer = (res: ServerResponse, id: string, read: StampedRead) => {
+    inFlight--;
     if (res.destroyed || res.writableEnded) return;
     read.answeredAtMs = Date.now();
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -83,6 +93,8 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
     };
     reads.push(read);
     total++;
+    inFlight++;
+    peak = Math.max(peak, inFlight);
     for (const wake of arrivals.get(id) ?? []) wake();
     arrivals.delete(id);
     if (!id.startsWith(HOLD_PREFIX) || released.has(id)) {
@@ -120,6 +132,14 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
           },
         ]);
       });
+    },
+    setLatency(ms) {
+      latencyMs = ms;
+    },
+    inFlight: () => inFlight,
+    peakInFlight: () => peak,
+    resetPeak() {
+      peak = inFlight;
     },
     release(id) {
       released.add(id);

@@ -16,10 +16,16 @@ export interface EchoStoreErrorOptions {
   cause?: unknown;
 }
 
-/** Base class: `code` is stable across releases; `statusCode` is the HTTP answer. */
+/**
+ * Base class: `code` is stable across releases; `statusCode` is the HTTP
+ * answer; a 5xx is answered with its class's `publicMessage` (the message and
+ * cause, which may carry a loader's or Valkey's text, stay in the logs).
+ */
 export class EchoStoreError extends Error {
   static readonly code: string = 'ECC_INTERNAL';
   static readonly statusCode: number = 500;
+  /** What a client is told for a 5xx of this class. */
+  static readonly publicMessage: string = 'internal error';
   readonly code: string;
   readonly statusCode: number;
   readonly table: string | undefined;
@@ -33,6 +39,12 @@ export class EchoStoreError extends Error {
     this.statusCode = ctor.statusCode;
     this.table = options.table;
     this.id = options.id;
+  }
+
+  /** What a client is told: the class's fixed text for a 5xx, else this error's own message. */
+  get publicMessage(): string {
+    if (this.statusCode < 500) return this.message;
+    return (this.constructor as typeof EchoStoreError).publicMessage;
   }
 }
 
@@ -58,6 +70,7 @@ export class NotFoundError extends EchoStoreError {
 export class LoadFailedError extends EchoStoreError {
   static override readonly code = 'ECC_LOAD_FAILED';
   static override readonly statusCode = 502;
+  static override readonly publicMessage = 'the source failed to load the item';
 }
 
 /** Fields of a {@link SourceError}. */
@@ -94,24 +107,30 @@ export class SourceError extends EchoStoreError {
 export class BadValueError extends EchoStoreError {
   static override readonly code = 'ECC_BAD_VALUE';
   static override readonly statusCode = 502;
+  static override readonly publicMessage =
+    'the source returned a value that cannot be stored as JSON';
 }
 
 /** The load took longer than the table's `loadTimeoutMs`. */
 export class LoadTimeoutError extends EchoStoreError {
   static override readonly code = 'ECC_LOAD_TIMEOUT';
   static override readonly statusCode = 504;
+  static override readonly publicMessage = 'the source did not answer in time';
 }
 
 /** Another instance holds the lease and did not fill within `waitTimeoutMs`. */
 export class WaitTimeoutError extends EchoStoreError {
   static override readonly code = 'ECC_WAIT_TIMEOUT';
   static override readonly statusCode = 504;
+  static override readonly publicMessage =
+    'another instance is loading the item and did not finish in time';
 }
 
 /** The table already runs `maxConcurrentLoads` loads; retry after `retryAfterMs`. */
 export class ShedError extends EchoStoreError {
   static override readonly code = 'ECC_SHED';
   static override readonly statusCode = 503;
+  static override readonly publicMessage = 'too many loads in progress; retry later';
   /** Suggested client back-off, in milliseconds (HTTP `Retry-After` is this in whole seconds, at least 1). */
   readonly retryAfterMs: number;
 
@@ -125,12 +144,27 @@ export class ShedError extends EchoStoreError {
 export class ClosedError extends EchoStoreError {
   static override readonly code = 'ECC_CLOSED';
   static override readonly statusCode = 503;
+  static override readonly publicMessage = 'the service is shutting down';
 }
 
 /** Valkey refused or did not answer a write that must not be skipped (PUT, DELETE). */
 export class ValkeyUnavailableError extends EchoStoreError {
   static override readonly code = 'ECC_VALKEY_UNAVAILABLE';
   static override readonly statusCode = 503;
+  static override readonly publicMessage = 'the cache is unavailable; nothing was written';
+  /** False when the write was sent and not confirmed: it may or may not have been applied. */
+  readonly notSent: boolean;
+
+  constructor(message: string, options: EchoStoreErrorOptions & { notSent?: boolean } = {}) {
+    super(message, options);
+    this.notSent = options.notSent ?? true;
+  }
+
+  override get publicMessage(): string {
+    return this.notSent
+      ? ValkeyUnavailableError.publicMessage
+      : 'the cache did not confirm the write; it may or may not have been applied';
+  }
 }
 
 /** A PUT body is missing, not JSON, or not storable. */

@@ -26,7 +26,8 @@ describe('single-flight', () => {
     });
     const t = store.table(table);
     const readers = Array.from({ length: 200 }, () => t.get('cold-1'));
-    setTimeout(() => gate.resolve(), 20);
+    await vi.waitFor(() => expect(t.stats().coalesced).toBe(199));
+    gate.resolve();
     const results = await Promise.all(readers);
     expect(loads).toBe(1);
     expect(t.stats().coalesced).toBe(199);

@@ -1,4 +1,5 @@
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { manualClock } from './helpers/clock.js';
 import { errorOf, openStore } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { uniqueTable } from './helpers/store.js';
@@ -8,6 +9,8 @@ describe('degraded mode (circuit breaker)', () => {
     const server = await spawnServer();
     onTestFinished(() => server.stop());
     const table = uniqueTable('circuit');
+    // The breaker's cool-down (1 s) passes on this clock, not by sleeping.
+    const clock = manualClock();
     let loads = 0;
     const store = await openStore(
       {
@@ -20,7 +23,7 @@ describe('degraded mode (circuit breaker)', () => {
           },
         },
       },
-      { valkey: { url: server.url, commandTimeoutMs: 150 } },
+      { valkey: { url: server.url, commandTimeoutMs: 150 }, breaker: { now: clock.now } },
     );
     const t = store.table(table);
     // One series per reason: their sum is 1 while degraded.
@@ -50,7 +53,7 @@ describe('degraded mode (circuit breaker)', () => {
     expect((await errorOf(t.put('w', 1))).code).toBe('ECC_VALKEY_UNAVAILABLE');
     // Past the cool-down the circuit is half-open: one probe may go, but until a
     // command succeeds the store still says degraded.
-    await new Promise((r) => setTimeout(r, 1_100));
+    clock.advance(1_000);
     expect(store.valkeyReady()).toBe(false);
     const probes = await Promise.all(Array.from({ length: 10 }, (_, i) => t.get(`half-${i}`)));
     expect(probes.every((p) => p.layer === 'origin')).toBe(true);
@@ -59,12 +62,16 @@ describe('degraded mode (circuit breaker)', () => {
 
     process.kill(pid, 'SIGCONT');
     resumed = true;
-    const deadline = Date.now() + 5_000;
-    while (!store.valkeyReady() && Date.now() < deadline) {
-      await t.get(`probe-${Date.now()}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    expect(store.valkeyReady()).toBe(true);
+    // Each cool-down lets one probe through; the first the server answers closes the circuit.
+    let probe = 0;
+    await vi.waitFor(
+      async () => {
+        clock.advance(1_000);
+        await t.get(`probe-${probe++}`);
+        expect(store.valkeyReady()).toBe(true);
+      },
+      { timeout: 5_000 },
+    );
     expect(await degradedGauge()).toBe(0);
     await t.put('w', { back: true });
     const r = await t.get('w');

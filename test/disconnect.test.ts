@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { openStore } from './helpers/probe.js';
 import { deferred, uniqueTable } from './helpers/store.js';
@@ -27,6 +27,9 @@ describe('client disconnects', () => {
     const app = buildServer({ store, logger: pino({ level: 'silent' }) });
     await app.listen({ host: '127.0.0.1', port: 0 });
     onTestFinished(() => app.close());
+    // Runs first: the aborted fetch leaves its socket to the client's pool, which
+    // would hold app.close() for the pool's keep-alive timeout (4 s).
+    onTestFinished(() => app.server.closeAllConnections());
     const { port } = app.server.address() as { port: number };
     const url = `http://127.0.0.1:${port}/v1/tables/${table}/items/k`;
 
@@ -34,9 +37,11 @@ describe('client disconnects', () => {
     const first = fetch(url, { signal: leaving.signal }).catch((err: Error) => err.name);
     await started.promise;
     const second = fetch(url);
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.waitFor(() => expect(store.table(table).stats().coalesced).toBe(1));
     leaving.abort();
     expect(await first).toBe('AbortError');
+    // Fixed sleep, to show something has NOT happened: the server saw the first
+    // client go, and still did not cancel the load the second one waits on.
     await new Promise((r) => setTimeout(r, 50));
     gate.resolve();
     const answer = await second;

@@ -1,16 +1,27 @@
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { withPolicy } from '../src/index.js';
-import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
+/**
+ * Freshness: soft and hard TTL, stale-while-revalidate, stale-if-error,
+ * XFetch, per-row policy, invalidation races, coherent L1s, refresh
+ * discipline. L1 runs on a clock the tests move (`createStore`'s `now`);
+ * Valkey judges its copies on its own clock, so a value meant to be stale in
+ * L2 is planted stale on Valkey's clock (`plantStale`) rather than waited
+ * for. "Eventually" is `vi.waitFor`; a fixed sleep only shows that something
+ * has *not* happened, or lets Valkey's own clock pass where a test needs it.
+ */
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { type Store, withPolicy } from '../src/index.js';
+import { eventsChannel, leaseKey, valueKey } from '../src/store/valkey/scripts.js';
+import { manualClock } from './helpers/clock.js';
+import { errorOf, metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, delay, uniqueTable } from './helpers/store.js';
 
-/** A loader that counts calls and answers `{ n }` (n = call number). */
-function counting(delayMs = 0) {
+/** A loader that counts calls and answers `{ n }` (n = call number); calls after the first wait for `hold`, if given. */
+function counting(hold?: Promise<void>) {
   let calls = 0;
   return {
     load: async () => {
       const n = ++calls;
-      if (delayMs > 0) await delay(delayMs);
+      if (n > 1 && hold !== undefined) await hold;
       return { n };
     },
     calls: () => calls,
@@ -18,29 +29,48 @@ function counting(delayMs = 0) {
 }
 
 const policy = {
-  ttlMs: 200,
-  staleMs: 5_000,
+  ttlMs: 10_000,
+  staleMs: 60_000,
   jitter: 0,
   earlyRefreshBeta: 0,
   l1: { ttlMs: 60_000 },
 };
 
+/** Past the soft TTL of a row minted now, within its hard TTL. */
+const STALE_MS = 10_001;
+
+/** Waits until no flight of `table` runs in any of `stores`. */
+async function idle(table: string, ...stores: Store[]): Promise<void> {
+  await vi.waitFor(() => {
+    for (const s of stores) expect(s.table(table).stats().flights).toBe(0);
+  });
+}
+
 describe('soft and hard TTL (stale-while-revalidate)', () => {
   it('after ttlMs a read answers the stale value at once and one background refresh replaces it', async () => {
     const table = uniqueTable('swr');
-    const source = counting(50);
-    const store = await openStore({ [table]: { ...policy, load: source.load } });
+    const clock = manualClock();
+    const refresh = deferred<void>();
+    const source = counting(refresh.promise);
+    const store = await openStore(
+      { [table]: { ...policy, load: source.load } },
+      { now: clock.now },
+    );
     const t = store.table(table);
     await t.get('k');
-    await delay(250);
+    clock.advance(STALE_MS);
     const reads = await Promise.all(Array.from({ length: 100 }, () => t.get('k')));
     expect(reads.every((r) => r.found && r.stale && (r.value as { n: number }).n === 1)).toBe(true);
     expect(reads.every((r) => r.ttlMs < 0)).toBe(true);
-    await delay(150);
-    expect(source.calls()).toBe(2);
+    // The one refresh is running (held in the loader) while all 100 were answered.
+    await vi.waitFor(() => expect(source.calls()).toBe(2));
+    refresh.resolve();
+    await idle(table, store);
     const fresh = await t.get('k');
     expect(fresh.found && fresh.value).toEqual({ n: 2 });
     expect(fresh.stale).toBe(false);
+    expect(fresh.layer).toBe('l1');
+    expect(source.calls()).toBe(2);
     expect(await metricValue(store, 'echostore_refreshes_total', table, { reason: 'stale' })).toBe(
       1,
     );
@@ -49,42 +79,74 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
 
   it('a stale value in L2 is served at once to a cold instance, which refreshes it once for the fleet', async () => {
     const table = uniqueTable('swr-l2');
-    const source = counting(50);
-    const a = await openStore({ [table]: { ...policy, load: source.load } });
-    await a.table(table).get('k');
-    await delay(250);
-    const b = await openStore({ [table]: { ...policy, load: source.load } });
-    const c = await openStore({ [table]: { ...policy, load: source.load } });
+    const raw = scopedValkey();
+    const refresh = deferred<void>();
+    const source = counting(refresh.promise);
+    const open = () => openStore({ [table]: { ...policy, load: source.load } });
+    // Another instance's value, stale on Valkey's clock (the clock Valkey judges by).
+    await plantStale(raw, table, 'k', { n: 1 });
+    const b = await open();
+    const c = await open();
     const reads = await Promise.all(
       [b, c].flatMap((s) => Array.from({ length: 50 }, () => s.table(table).get('k'))),
     );
     expect(reads.every((r) => r.found && r.stale && (r.value as { n: number }).n === 1)).toBe(true);
-    await delay(200);
-    expect(source.calls()).toBe(2);
+    refresh.resolve();
+    await vi.waitFor(() => expect(source.calls()).toBe(1));
+    await idle(table, b, c);
+    expect(source.calls()).toBe(1);
   });
 
-  it('after ttlMs + staleMs the value is gone: the next read waits for the source', async () => {
+  it("past ttlMs + staleMs on this process's clock, L1 no longer answers the row: the next read asks Valkey", async () => {
     const table = uniqueTable('hard');
-    const raw = scopedValkey();
+    const clock = manualClock();
     const source = counting();
-    const store = await openStore({ [table]: { ...policy, staleMs: 100, load: source.load } });
+    const store = await openStore(
+      { [table]: { ...policy, staleMs: 5_000, load: source.load } },
+      { now: clock.now },
+    );
     const t = store.table(table);
     await t.get('k');
-    await delay(350);
-    expect(await raw.exists(`ecc:${table}:{k}`)).toBe(0);
+    clock.advance(15_001);
+    // L1 (lru-cache, real time) still holds the row: only the store's own hard-TTL
+    // check keeps L1 from answering it. Valkey judges its copy on its own clock, on
+    // which the value is still fresh, so Valkey answers.
+    expect(t.stats().l1_entries).toBe(1);
     const r = await t.get('k');
+    expect(r.layer).toBe('l2');
+    expect(source.calls()).toBe(1);
+  });
+
+  it('Valkey drops the key at the hard TTL (PX)', async () => {
+    // Real time on purpose: the expiry is Valkey's own (PX), which no injected clock moves.
+    // Kept short: 40 ms soft + 40 ms stale.
+    const table = uniqueTable('hard-px');
+    const raw = scopedValkey();
+    const source = counting();
+    const store = await openStore({
+      [table]: { ...policy, ttlMs: 40, staleMs: 40, load: source.load },
+    });
+    await store.table(table).get('k');
+    expect(await raw.pttl(valueKey(table, 'k'))).toBeLessThanOrEqual(80);
+    await vi.waitFor(async () => expect(await raw.exists(valueKey(table, 'k'))).toBe(0), {
+      interval: 10,
+    });
+    const r = await store.table(table).get('k');
     expect(r.layer).toBe('origin');
-    expect(r.stale).toBe(false);
     expect(source.calls()).toBe(2);
   });
 
   it('an explicit invalidation is a hard delete: the old value is never served as stale', async () => {
     const table = uniqueTable('hard-delete');
+    const clock = manualClock();
     const source = counting();
-    const store = await openStore({ [table]: { ...policy, load: source.load } });
+    const store = await openStore(
+      { [table]: { ...policy, load: source.load } },
+      { now: clock.now },
+    );
     const t = store.table(table);
     await t.get('k');
-    await delay(250);
+    clock.advance(STALE_MS);
     await t.invalidate('k');
     const r = await t.get('k');
     expect(r.stale).toBe(false);
@@ -107,6 +169,7 @@ describe('stale-if-error', () => {
   it('when refreshes fail, stale keeps being served with a retry back-off, and the value is never deleted', async () => {
     const table = uniqueTable('sie');
     const raw = scopedValkey();
+    const clock = manualClock();
     let calls = 0;
     let failing = false;
     const unhandled: unknown[] = [];
@@ -115,38 +178,49 @@ describe('stale-if-error', () => {
     onTestFinished(() => {
       process.off('unhandledRejection', onUnhandled);
     });
-    const store = await openStore({
-      [table]: {
-        ...policy,
-        load: async () => {
-          calls++;
-          if (failing) throw new Error('source down');
-          return { ok: calls };
+    const store = await openStore(
+      {
+        [table]: {
+          ...policy,
+          load: async () => {
+            calls++;
+            if (failing) throw new Error('source down');
+            return { ok: calls };
+          },
         },
       },
-    });
+      { now: clock.now },
+    );
     const t = store.table(table);
+    const failures = () => metricValue(store, 'echostore_refresh_failures_total', table);
     await t.get('k');
     failing = true;
-    await delay(250);
-    for (let i = 0; i < 40; i++) {
+    clock.advance(STALE_MS);
+    expect(await t.get('k')).toMatchObject({ stale: true, value: { ok: 1 } });
+    await vi.waitFor(async () => expect(await failures()).toBe(1));
+    await idle(table, store);
+    // 990 ms of stale reads: the failed refresh backs off 1 s, so none is tried again.
+    for (let i = 0; i < 99; i++) {
+      clock.advance(10);
       const r = await t.get('k');
       expect(r.found && r.stale && r.value).toEqual({ ok: 1 });
-      await delay(10);
     }
-    // 400 ms of stale reads: the first refresh fails, the next waits out a 1 s back-off.
     expect(calls).toBe(2);
-    expect(await raw.exists(`ecc:${table}:{k}`)).toBe(1);
-    expect(await metricValue(store, 'echostore_refresh_failures_total', table)).toBe(1);
-    await delay(50);
+    expect(t.stats().flights).toBe(0);
+    // Past the back-off the next stale read tries again (and fails again: 2 s next time).
+    clock.advance(10);
+    expect(await t.get('k')).toMatchObject({ stale: true, value: { ok: 1 } });
+    await vi.waitFor(async () => expect(await failures()).toBe(2));
+    expect(calls).toBe(3);
+    expect(await raw.exists(valueKey(table, 'k'))).toBe(1);
+    // Fixed sleep, to show something has NOT happened: no failed refresh left an unhandled rejection.
+    await delay(20);
     expect(unhandled).toEqual([]);
   });
 
   it('a failed foreground load answers the stale L2 value instead of the error', async () => {
     const table = uniqueTable('sie-l2');
-    const good = await openStore({ [table]: { ...policy, load: () => ({ v: 'old' }) } });
-    await good.table(table).get('k');
-    await delay(250);
+    await plantStale(scopedValkey(), table, 'k', { v: 'old' });
     const bad = await openStore({
       [table]: {
         ...policy,
@@ -161,32 +235,54 @@ describe('stale-if-error', () => {
 });
 
 describe('XFetch early refresh', () => {
-  it('with a large beta a hot key is refreshed before it goes stale; with beta 0 it is not', async () => {
-    for (const beta of [50, 0]) {
-      const table = uniqueTable(`xfetch-${beta}`);
-      const source = counting(40);
-      const store = await openStore({
-        [table]: { ...policy, ttlMs: 400, earlyRefreshBeta: beta, load: source.load },
-      });
-      const t = store.table(table);
-      await t.get('hot');
-      let staleReads = 0;
-      const until = Date.now() + 350;
-      while (Date.now() < until) {
-        if ((await t.get('hot')).stale) staleReads++;
-        await delay(5);
-      }
-      const early = await metricValue(store, 'echostore_refreshes_total', table, {
-        reason: 'early',
-      });
-      if (beta > 0) {
-        expect(early).toBeGreaterThanOrEqual(1);
-        expect(source.calls()).toBeGreaterThanOrEqual(2);
-      } else {
-        expect(early).toBe(0);
-        expect(source.calls()).toBe(1);
-      }
-      expect(staleReads).toBe(0);
+  it.each([
+    [50, 'refreshes a hot key before it goes stale'],
+    [0, 'never refreshes early'],
+  ])('with beta %s it %s', async (beta) => {
+    const table = uniqueTable(`xfetch-${beta}`);
+    const clock = manualClock();
+    let calls = 0;
+    const store = await openStore(
+      {
+        [table]: {
+          ...policy,
+          earlyRefreshBeta: beta,
+          load: async () => {
+            calls++;
+            // A load that takes real time: XFetch's delta (a 0 ms load never refreshes early).
+            await delay(5);
+            return { n: calls };
+          },
+        },
+      },
+      { now: clock.now },
+    );
+    const t = store.table(table);
+    const first = await t.get('hot');
+    // 1 ms before the soft expiry: with beta 50 and a ≥ 4 ms load each read is due
+    // unless random() > e^(−1/200) ≈ 0.995; 20 reads all missing is < 1e-45.
+    clock.advance(first.ttlMs - 1);
+    const reads = await Promise.all(Array.from({ length: 20 }, () => t.get('hot')));
+    expect(reads.some((r) => r.stale)).toBe(false);
+    if (beta > 0) {
+      await vi.waitFor(async () =>
+        expect(
+          await metricValue(store, 'echostore_refreshes_total', table, { reason: 'early' }),
+        ).toBe(1),
+      );
+      await idle(table, store);
+      expect(calls).toBe(2);
+      const after = await t.get('hot');
+      expect(after.found && after.value).toEqual({ n: 2 });
+      expect(after.stale).toBe(false);
+    } else {
+      // A refresh is asked for in the caller and counted by the owner one microtask later.
+      await new Promise((r) => setImmediate(r));
+      expect(
+        await metricValue(store, 'echostore_refreshes_total', table, { reason: 'early' }),
+      ).toBe(0);
+      expect(t.stats().flights).toBe(0);
+      expect(calls).toBe(1);
     }
   });
 });
@@ -223,20 +319,29 @@ describe('invalidation that wins races', () => {
   it('a DELETE while a load is blocked: the old value is never answered again, here or on another instance', async () => {
     const table = uniqueTable('del-race');
     const gate = deferred<void>();
+    const started = deferred<void>();
     let version = 'old';
     const load = async () => {
       const v = version;
-      if (v === 'old') await gate.promise;
+      if (v === 'old') {
+        started.resolve();
+        await gate.promise;
+      }
       return { v };
     };
-    const a = await openStore({ [table]: { load } });
-    const b = await openStore({ [table]: { load } });
+    const clock = manualClock();
+    const a = await openStore({ [table]: { load } }, { now: clock.now });
+    const b = await openStore({ [table]: { load } }, { now: clock.now });
     const early = a.table(table).get('k');
-    await delay(50);
+    await started.promise;
+    // Versions are per-instance milliseconds × 1000: a DELETE is ordered after a
+    // flight that started in an earlier millisecond, not one in the same.
+    clock.advance(1);
     version = 'new';
     await b.table(table).invalidate('k');
-    await delay(50);
-    // A learnt of the DELETE: a caller arriving now starts a new flight, it does not get "old".
+    // A learns of the DELETE (its event) and detaches its flight.
+    await idle(table, a);
+    // A caller arriving now starts a new flight, it does not get "old".
     const afterOnA = a.table(table).get('k');
     gate.resolve();
     expect(((await early) as { value: unknown }).value).toEqual({ v: 'old' });
@@ -256,7 +361,7 @@ describe('coherent L1s', () => {
     await a.table(table).get('k');
     await b.table(table).get('k');
     await a.table(table).put('k', { v: 'put' });
-    await delay(50);
+    await vi.waitFor(() => expect(b.table(table).stats().l1_entries).toBe(0));
     const r = await b.table(table).get('k');
     expect(r.found && r.value).toEqual({ v: 'put' });
     expect(await metricValue(b, 'echostore_coherence_total', table, { result: 'applied' })).toBe(1);
@@ -267,32 +372,38 @@ describe('coherent L1s', () => {
     const raw = scopedValkey();
     const store = await openStore({ [table]: { load: () => ({ v: 1 }) } });
     const t = store.table(table);
+    const coherence = (result: string) =>
+      metricValue(store, 'echostore_coherence_total', table, { result });
     const row = await t.get('k');
-    const channel = `ecc:events:${table}`;
-    const send = (v: number) => raw.publish(channel, JSON.stringify({ k: 'put', id: 'k', v }));
-    await delay(50);
-    // This instance's own fill echo is already counted as "stale" (not newer than its row).
-    const echoes = await metricValue(store, 'echostore_coherence_total', table, {
-      result: 'stale',
-    });
-    await send(row.version - 10);
-    await send(row.version);
-    await delay(50);
+    // A second row, whose old-version events mark how far the subscriber has read:
+    // events arrive in publish order, so once a marker is counted, all before it are too.
+    const marker = await t.get('marker');
+    // This instance's own fill echoes are counted as "stale" (not newer than its rows).
+    let stale = 2;
+    await vi.waitFor(async () => expect(await coherence('stale')).toBe(stale));
+    const channel = eventsChannel(table);
+    const send = (id: string, v: number) =>
+      raw.publish(channel, JSON.stringify({ k: 'put', id, v }));
+    /** Sends a marker and waits until it is counted, with `staleBefore` stale events ahead of it. */
+    const handled = async (staleBefore: number) => {
+      await send('marker', marker.version - 1);
+      stale += staleBefore + 1;
+      await vi.waitFor(async () => expect(await coherence('stale')).toBe(stale));
+    };
+    await send('k', row.version - 10);
+    await send('k', row.version);
+    await handled(2);
+    expect(t.stats().l1_entries).toBe(2);
+    await send('k', row.version + 10);
+    await send('k', row.version + 10);
+    await send('k', row.version + 5);
+    await handled(0);
     expect(t.stats().l1_entries).toBe(1);
-    expect(await metricValue(store, 'echostore_coherence_total', table, { result: 'stale' })).toBe(
-      echoes + 2,
-    );
-    await send(row.version + 10);
-    await send(row.version + 10);
-    await send(row.version + 5);
-    await delay(50);
-    expect(t.stats().l1_entries).toBe(0);
-    expect(
-      await metricValue(store, 'echostore_coherence_total', table, { result: 'applied' }),
-    ).toBe(1);
-    await send(Number.NaN);
+    expect(await coherence('applied')).toBe(1);
+    await send('k', Number.NaN);
     await raw.publish(channel, 'not json');
-    await delay(20);
+    await handled(0);
+    expect(await coherence('applied')).toBe(1);
     expect((await t.get('k')).found).toBe(true);
   });
 
@@ -315,9 +426,7 @@ describe('coherent L1s', () => {
     expect(subscriber).toBeDefined();
     const id = /id=(\d+)/.exec(subscriber as string)?.[1];
     await raw.client('KILL', 'ID', id as string);
-    const deadline = Date.now() + 5_000;
-    while (t.stats().l1_entries > 0 && Date.now() < deadline) await delay(50);
-    expect(t.stats().l1_entries).toBe(0);
+    await vi.waitFor(() => expect(t.stats().l1_entries).toBe(0), { timeout: 5_000 });
     expect(await metricValue(store, 'echostore_l1_flushes_total', table)).toBe(1);
     expect((await errorOf(Promise.reject(Object.assign(new Error('x'), { code: 'X' })))).code).toBe(
       'X',
@@ -332,15 +441,27 @@ describe('refresh discipline', () => {
     const raw = scopedValkey(server.url);
     const table = uniqueTable('join-refresh');
     const source = counting();
+    // Real time on purpose: the value must be past its hard TTL on Valkey's clock too
+    // (its PX gone), which no injected clock moves. Kept short: 100 ms soft + 200 ms stale.
     const store = await openStore(
-      { [table]: { ...policy, staleMs: 300, waitTimeoutMs: 4_000, load: source.load } },
-      { valkey: server.url },
+      {
+        [table]: {
+          ...policy,
+          ttlMs: 100,
+          staleMs: 200,
+          waitTimeoutMs: 10_000,
+          l1: { ttlMs: 60_000 },
+          load: source.load,
+        },
+      },
+      // A command timeout far above the pause below: the refresh must wait for Valkey, not go degraded.
+      { valkey: { url: server.url, commandTimeoutMs: 5_000 } },
     );
     const t = store.table(table);
     await t.get('k');
-    await delay(300);
-    // Another instance is refreshing: its lease ends in 1.5 s without a fill.
-    await raw.set(`ecc:${table}:{k}:lease`, 'someone-else', 'PX', 1_500);
+    await delay(120); // past the soft TTL
+    // Another instance is refreshing, and holds the lease.
+    await raw.set(leaseKey(table, 'k'), 'someone-else', 'PX', 20_000);
     const pid = server.process?.pid as number;
     process.kill(pid, 'SIGSTOP');
     let resumed = false;
@@ -349,12 +470,22 @@ describe('refresh discipline', () => {
     });
     // Stale: answered at once, and a background refresh is sent (held up by the pause).
     expect((await t.get('k')).stale).toBe(true);
-    await delay(250);
+    await vi.waitFor(() => expect(t.stats().flights).toBe(1));
+    await delay(200); // past the hard TTL
     // Past the hard TTL: this caller misses L1 and joins the running refresh flight.
     const joined = t.get('k');
-    await delay(20);
+    await vi.waitFor(() => expect(t.stats().coalesced).toBe(1));
     process.kill(pid, 'SIGCONT');
     resumed = true;
+    // The refresh now waits for the other instance like any flight with a caller.
+    await vi.waitFor(async () =>
+      expect(
+        await metricValue(store, 'echostore_lease_total', table, { outcome: 'contended' }),
+      ).toBe(1),
+    );
+    // That instance's load fails: it releases its lease and wakes the waiters.
+    await raw.del(leaseKey(table, 'k'));
+    await raw.publish(eventsChannel(table), JSON.stringify({ k: 'release', id: 'k' }));
     const r = await joined;
     expect(r.found && r.value).toEqual({ n: 2 });
     expect(source.calls()).toBe(2);
@@ -362,44 +493,66 @@ describe('refresh discipline', () => {
 
   it('an instance whose refresh finds another instance refreshing does not retry until that lease ends', async () => {
     const table = uniqueTable('pause');
+    const clock = manualClock();
     const gate = deferred<void>();
     let aCalls = 0;
-    const a = await openStore({
-      [table]: {
-        ...policy,
-        load: async () => {
-          aCalls++;
-          if (aCalls > 1) await gate.promise;
-          return { n: aCalls };
+    const a = await openStore(
+      {
+        [table]: {
+          ...policy,
+          load: async () => {
+            aCalls++;
+            if (aCalls > 1) await gate.promise;
+            return { n: aCalls };
+          },
         },
       },
-    });
-    const b = await openStore({ [table]: { ...policy, load: () => ({ n: 'b' }) } });
+      { now: clock.now },
+    );
+    const b = await openStore(
+      { [table]: { ...policy, load: () => ({ n: 'b' }) } },
+      { now: clock.now },
+    );
+    const refreshes = () => metricValue(b, 'echostore_refreshes_total', table, { reason: 'stale' });
     await a.table(table).get('k');
     await b.table(table).get('k');
-    await delay(250);
+    clock.advance(STALE_MS);
     await a.table(table).get('k'); // stale: A's refresh takes the lease and blocks in the loader
-    await delay(50);
+    await vi.waitFor(() => expect(aCalls).toBe(2));
+    // B's refresh finds A's lease and gives up (skipped) …
+    expect((await b.table(table).get('k')).stale).toBe(true);
+    await vi.waitFor(async () => expect(await refreshes()).toBe(1));
+    await idle(table, b);
+    // … and does not ask again while A's lease runs.
     for (let i = 0; i < 30; i++) {
+      clock.advance(5);
       expect((await b.table(table).get('k')).stale).toBe(true);
-      await delay(5);
     }
-    expect(await metricValue(b, 'echostore_refreshes_total', table, { reason: 'stale' })).toBe(1);
+    await new Promise((r) => setImmediate(r));
+    expect(await refreshes()).toBe(1);
+    expect(b.table(table).stats().flights).toBe(0);
     gate.resolve();
-    await delay(100);
+    // A's fill reaches B as an event newer than B's row: B drops it and reads A's value.
+    await vi.waitFor(() => expect(b.table(table).stats().l1_entries).toBe(0));
     const r = await b.table(table).get('k');
     expect(r.found && r.value).toEqual({ n: 2 });
   });
 
-  it('never answers a row past its hard TTL, even when L1 has not evicted it yet', async () => {
+  it('never answers from L1 a row past its hard TTL, even when L1 has not evicted it yet', async () => {
     const table = uniqueTable('hard-check');
+    const clock = manualClock();
     const source = counting();
-    const store = await openStore({ [table]: { ...policy, staleMs: 0, load: source.load } });
+    const store = await openStore(
+      { [table]: { ...policy, staleMs: 0, load: source.load } },
+      { now: clock.now },
+    );
     const t = store.table(table);
     await t.get('k');
-    await delay(210);
+    clock.advance(10_000);
+    expect(t.stats().l1_entries).toBe(1);
     const r = await t.get('k');
-    expect(r.stale).toBe(false);
-    expect(r.found && r.value).toEqual({ n: 2 });
+    // Not L1: Valkey answered, judging its copy on its own clock (still fresh there).
+    expect(r.layer).toBe('l2');
+    expect(source.calls()).toBe(1);
   });
 });

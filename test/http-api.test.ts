@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { createStore, type Store } from '../src/index.js';
 import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
@@ -181,7 +181,7 @@ describe('HTTP API', () => {
 
   it('answers 503 ECC_SHED with Retry-After beyond maxConcurrentLoads', async () => {
     const first = app.inject(item(slow, 'one'));
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.waitFor(() => expect(store.table(slow).stats().loads_active).toBe(1));
     const shed = await app.inject(item(slow, 'two'));
     expect(shed.statusCode).toBe(503);
     expect(shed.json().error.code).toBe('ECC_SHED');

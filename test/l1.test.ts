@@ -117,8 +117,9 @@ describe('L1', () => {
       const l1TtlMs = t.l1TtlMs(id);
       expect(l1TtlMs).toBeGreaterThan(0);
       expect(l1TtlMs).toBeLessThanOrEqual(6_000);
-      // soft TTL left + staleMs × the same jitter factor (≤ 1.2)
-      expect(l1TtlMs).toBeLessThanOrEqual(r.ttlMs + 1_200 + 5);
+      // soft TTL left + staleMs × the same jitter factor (≤ 1.2); lru-cache's cached
+      // clock can read a few ms high on a busy machine (as above)
+      expect(l1TtlMs).toBeLessThanOrEqual(r.ttlMs + 1_200 + 25);
       expect(l1TtlMs).toBeGreaterThan(r.ttlMs);
     }
   });

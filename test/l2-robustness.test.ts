@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { freePort } from '../harness/free-port.js';
 import { serverBinary } from '../harness/valkey-server.js';
 import { createStore } from '../src/index.js';
@@ -32,6 +32,7 @@ describe('foreign and broken data in L2', () => {
     const r = await store.table(table).get('k');
     expect(r.found && r.value).toEqual({ fine: true });
     expect(loads).toBe(1);
+    // Fixed sleep, to show something has NOT happened: no flight keeps spinning on the garbage.
     await delay(50);
     expect(store.table(table).stats().flights).toBe(0);
     expect(await storedValue(raw, table, 'k')).toEqual({ fine: true });
@@ -85,8 +86,8 @@ describe('ordered writes', () => {
     });
     const { version } = await a.table(table).put('k', { from: 'put' });
     expect(version).toBeGreaterThan(future);
-    await delay(50);
     // B held the planted row: the PUT's event is newer, so B drops it and reads the PUT.
+    await vi.waitFor(() => expect(b.table(table).stats().l1_entries).toBe(0));
     expect(((await b.table(table).get('k')) as { value: unknown }).value).toEqual({ from: 'put' });
   });
 
@@ -94,10 +95,12 @@ describe('ordered writes', () => {
     const table = uniqueTable('del-cas');
     const raw = scopedValkey();
     const gate = deferred<void>();
+    const started = deferred<void>();
     const a = await openStore({
       [table]: {
         coalescing: 'process',
         load: async () => {
+          started.resolve();
           await gate.promise;
           return { gen: 1 };
         },
@@ -105,7 +108,7 @@ describe('ordered writes', () => {
     });
     const b = await openStore({ [table]: { coalescing: 'process', load: () => ({ gen: 2 }) } });
     const loading = a.table(table).get('k');
-    await delay(50);
+    await started.promise;
     await b.table(table).invalidate('k');
     gate.resolve();
     await loading;
@@ -140,20 +143,21 @@ describe('coherence after a cold start', () => {
       child.kill('SIGKILL');
     });
     const raw = scopedValkey(url);
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const channels = (await raw
-        .pubsub('CHANNELS', `ecc:events:${table}`)
-        .catch(() => [])) as string[];
-      if (channels.length === 1 && early.valkeyReady()) break;
-      if (Date.now() > deadline) throw new Error('never subscribed');
-      await delay(100);
-    }
+    await vi.waitFor(
+      async () => {
+        const channels = (await raw
+          .pubsub('CHANNELS', `ecc:events:${table}`)
+          .catch(() => [])) as string[];
+        expect(channels, 'subscribed once the server is up').toHaveLength(1);
+        expect(early.valkeyReady()).toBe(true);
+      },
+      { timeout: 10_000, interval: 50 },
+    );
     await early.table(table).get('k');
     const late = await createStore({ valkey: url, tables: { [table]: { load: () => ({}) } } });
     onTestFinished(() => late.close(100));
     await late.table(table).put('k', { from: 'put' });
-    await delay(100);
+    await vi.waitFor(() => expect(early.table(table).stats().l1_entries).toBe(0));
     expect(((await early.table(table).get('k')) as { value: unknown }).value).toEqual({
       from: 'put',
     });

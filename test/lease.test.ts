@@ -1,7 +1,7 @@
 import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { errorOf, metricValue, openStore, scopedValkey, storedValue } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { countingLoader, deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
@@ -32,11 +32,13 @@ describe('fleet lease', () => {
   it('a failed load releases the lease so the other instance loads at once, not after leaseMs', async () => {
     const table = uniqueTable('fleet-err');
     const gate = deferred<void>();
+    const started = deferred<void>();
     const a = await openStore({
       [table]: {
         leaseMs: 30_000,
         loadTimeoutMs: 20_000,
         load: async () => {
+          started.resolve();
           await gate.promise;
           throw new Error('source down');
         },
@@ -47,9 +49,13 @@ describe('fleet lease', () => {
       [table]: { leaseMs: 30_000, loadTimeoutMs: 20_000, load: source.load },
     });
     const failing = errorOf(a.table(table).get('x'));
-    await new Promise((r) => setTimeout(r, 50));
+    await started.promise;
     const waiting = b.table(table).get('x');
-    await new Promise((r) => setTimeout(r, 50));
+    await vi.waitFor(async () =>
+      expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'contended' })).toBe(
+        1,
+      ),
+    );
     gate.resolve();
     expect((await failing).code).toBe('ECC_LOAD_FAILED');
     const r = await waiting;
@@ -84,7 +90,14 @@ describe('fleet lease', () => {
     const reads = [a, b, c].flatMap((s) =>
       Array.from({ length: 50 }, () => s.table(table).get('hot')),
     );
-    await new Promise((r) => setTimeout(r, 100));
+    // Every instance waits on the holder's lease; none loads while it lives.
+    await vi.waitFor(async () => {
+      for (const s of [a, b, c]) {
+        expect(await metricValue(s, 'echostore_lease_total', table, { outcome: 'contended' })).toBe(
+          1,
+        );
+      }
+    });
     expect(source.calls()).toBe(0);
     const exited = new Promise((r) => child.once('exit', r));
     child.kill('SIGKILL');
@@ -104,9 +117,11 @@ describe('fleet lease', () => {
     const table = uniqueTable('lost');
     const raw = scopedValkey();
     const slowGate = deferred<void>();
+    const started = deferred<void>();
     const slow = await openStore({
       [table]: {
         load: async () => {
+          started.resolve();
           await slowGate.promise;
           return { from: 'slow' };
         },
@@ -114,10 +129,12 @@ describe('fleet lease', () => {
     });
     const fast = await openStore({ [table]: { load: () => ({ from: 'fast' }) } });
     const slowRead = slow.table(table).get('k');
-    await new Promise((r) => setTimeout(r, 50));
+    await started.promise;
     // The slow loader outlives its lease: make the lease expire now.
     expect(await raw.pexpire(`ecc:${table}:{k}:lease`, 1)).toBe(1);
-    await new Promise((r) => setTimeout(r, 20));
+    await vi.waitFor(async () => expect(await raw.exists(`ecc:${table}:{k}:lease`)).toBe(0), {
+      interval: 5,
+    });
     const fastRead = await fast.table(table).get('k');
     expect(fastRead.found && fastRead.value).toEqual({ from: 'fast' });
     slowGate.resolve();

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { createStore, type Store } from '../src/index.js';
 import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
@@ -46,7 +46,7 @@ describe('/metrics', () => {
   it('shows one fill, 199 coalesced and the layers after a herd of 200, and gauges at rest', async () => {
     const url = `/v1/tables/${table}/items/hot`;
     const herd = Array.from({ length: 200 }, () => app.inject(url));
-    await new Promise((r) => setTimeout(r, 30));
+    await vi.waitFor(() => expect(store.table(table).stats().coalesced).toBe(199));
     const during = (await app.inject('/metrics')).body;
     expect(sample(during, 'echostore_flights', { table })).toBe(1);
     gate.resolve();

@@ -8,9 +8,11 @@ describe('writes win races', () => {
     const table = uniqueTable('put-race');
     const raw = scopedValkey();
     const gate = deferred<void>();
+    const started = deferred<void>();
     const a = await openStore({
       [table]: {
         load: async () => {
+          started.resolve();
           await gate.promise;
           return { from: 'source' };
         },
@@ -18,7 +20,7 @@ describe('writes win races', () => {
     });
     const b = await openStore({ [table]: { load: () => ({ from: 'b-source' }) } });
     const loading = a.table(table).get('k');
-    await new Promise((r) => setTimeout(r, 50));
+    await started.promise;
     await b.table(table).put('k', { from: 'put' });
     gate.resolve();
     const answer = await loading;
@@ -34,10 +36,12 @@ describe('writes win races', () => {
     const table = uniqueTable('cas');
     const raw = scopedValkey();
     const gate = deferred<void>();
+    const started = deferred<void>();
     const a = await openStore({
       [table]: {
         coalescing: 'process',
         load: async () => {
+          started.resolve();
           await gate.promise;
           return { from: 'source' };
         },
@@ -45,7 +49,7 @@ describe('writes win races', () => {
     });
     const b = await openStore({ [table]: { coalescing: 'process', load: () => ({}) } });
     const loading = a.table(table).get('k');
-    await new Promise((r) => setTimeout(r, 50));
+    await started.promise;
     await b.table(table).put('k', { from: 'put' });
     gate.resolve();
     await loading;
@@ -79,6 +83,8 @@ describe('writes win races', () => {
     process.kill(pid, 'SIGCONT');
     resumed = true;
     await raw.ping();
+    // Fixed sleep, to show something has NOT happened: the degraded fill sent during
+    // the pause lands now (or never), and must not overwrite the acknowledged PUT.
     await new Promise((r) => setTimeout(r, 100));
     expect(await storedValue(raw, table, 'k')).toEqual({
       from: 'put',

@@ -32,6 +32,8 @@ export interface Timed {
   code: string | undefined;
   /** `Cache-Status` said `detail=l1`. */
   l1: boolean;
+  /** The `Cache-Status` header, if any. */
+  cacheStatus: string | undefined;
   ms: number;
   body: string;
 }
@@ -43,13 +45,21 @@ export async function timedGet(url: string, timeoutMs: number): Promise<Timed> {
     const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
     const body = await res.text();
     const ms = performance.now() - started;
-    const l1 = /detail=l1(;|$)/.test(res.headers.get('cache-status') ?? '');
+    const cacheStatus = res.headers.get('cache-status') ?? undefined;
+    const l1 = /detail=l1(;|$)/.test(cacheStatus ?? '');
     const code = res.ok ? undefined : (errorCode(body) ?? 'NO_CODE');
-    return { status: res.status, code, l1, ms, body };
+    return { status: res.status, code, l1, cacheStatus, ms, body };
   } catch (err) {
     const e = err as Error;
     const code = e.name === 'TimeoutError' ? 'CLIENT_TIMEOUT' : (errorCode(e) ?? e.name);
-    return { status: 0, code, l1: false, ms: performance.now() - started, body: '' };
+    return {
+      status: 0,
+      code,
+      l1: false,
+      cacheStatus: undefined,
+      ms: performance.now() - started,
+      body: '',
+    };
   }
 }
 

@@ -23,21 +23,6 @@ export const MAX_MESSAGE_CHARS = 200;
 export const BEARER_CHALLENGE = 'Bearer realm="echostore"';
 
 /**
- * What a client is told for each server-side failure. The store's own messages
- * may carry the cause (a loader's error text, a Valkey error); those stay in
- * the logs and in `cause`, never in an answer.
- */
-const SERVER_MESSAGES = new Map<string, string>([
-  ['ECC_LOAD_FAILED', 'the source failed to load the item'],
-  ['ECC_BAD_VALUE', 'the source returned a value that cannot be stored as JSON'],
-  ['ECC_LOAD_TIMEOUT', 'the source did not answer in time'],
-  ['ECC_WAIT_TIMEOUT', 'another instance is loading the item and did not finish in time'],
-  ['ECC_SHED', 'too many loads in progress; retry later'],
-  ['ECC_CLOSED', 'the service is shutting down'],
-  ['ECC_VALKEY_UNAVAILABLE', 'the cache is unavailable; nothing was written'],
-]);
-
-/**
  * `text` cut to at most `maxChars` characters plus `…`, for quoting client
  * input in messages and logs. A cut never leaves half a surrogate pair.
  */
@@ -89,8 +74,7 @@ export function toStoreError(err: unknown): EchoStoreError {
  * than {@link MAX_MESSAGE_CHARS}.
  */
 export function publicMessage(e: EchoStoreError): string {
-  if (e.statusCode >= 500) return SERVER_MESSAGES.get(e.code) ?? 'internal error';
-  return clip(e.message, MAX_MESSAGE_CHARS);
+  return clip(e.publicMessage, MAX_MESSAGE_CHARS);
 }
 
 /**

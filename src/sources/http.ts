@@ -1,4 +1,5 @@
 /** The `http` source: GET a URL with the id in it; 200 JSON is the item, 404 is "not found". */
+import { Agent, fetch, type Response } from 'undici';
 import { BadIdError, ConfigError, SourceError } from '../errors.js';
 import type { Source } from './source.js';
 
@@ -30,8 +31,10 @@ const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
 
 /**
  * A loader that GETs `url` with `{id}` replaced by `encodeURIComponent(id)`,
- * using the global `fetch` (redirects refused), aborted by the flight's signal
- * or after `timeoutMs`. 200 → the parsed JSON body, read up to `maxBodyBytes`;
+ * with undici's `fetch` over the source's own connection pool (redirects
+ * refused), aborted by the flight's signal or after `timeoutMs`. `close()`
+ * destroys that pool: its keep-alive connections are closed and a GET still
+ * running fails with a {@link SourceError}. 200 → the parsed JSON body, read up to `maxBodyBytes`;
  * 404 → `undefined` (not found); the body is always read or cancelled, so no
  * connection is left hanging.
  *
@@ -83,6 +86,9 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
     }
   }
   const headers = { accept: 'application/json', ...options.headers };
+  // The source's own pool, so that close() can close its connections (the global one is shared).
+  const agent = new Agent();
+  let closed = false;
 
   return {
     async load(id, { signal }) {
@@ -99,6 +105,7 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
       let response: Response;
       try {
         response = await fetch(target, {
+          dispatcher: agent,
           headers,
           redirect: 'error',
           signal: AbortSignal.any([signal, timeout]),
@@ -123,7 +130,11 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
         status: response.status,
       });
     },
-    close() {},
+    close() {
+      if (closed) return;
+      closed = true;
+      agent.destroy().catch(() => {});
+    },
   };
 }
 

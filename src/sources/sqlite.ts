@@ -23,7 +23,7 @@ type Binding = 'positional' | 'named';
 /**
  * Opens `file` read-only and prepares `query` once; the loader returns the
  * query's first row as a plain object (column name → value), or `undefined`
- * when there is no row. SQLite errors at load time are thrown as they are
+ * when there is no row. SQLite errors at load time reject as they are
  * (the store reports them as `ECC_LOAD_FAILED`).
  *
  * The query runs synchronously on the event loop, so keep it to an indexed lookup.
@@ -58,7 +58,8 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
     }
     const binding = probeBinding(db, options.query, `${field}.query`);
     return {
-      load(id, { signal }) {
+      // async: a failed query rejects like every source's load, never throws in the caller.
+      async load(id, { signal }) {
         signal.throwIfAborted();
         return statement.get(binding === 'named' ? { id } : id);
       },

@@ -12,9 +12,11 @@
  *    source that slows down or fails sees less concurrency, not more.
  * 2. **Shedding by queueing delay, not by count.** A load that finds every slot
  *    taken waits in a FIFO queue only if its predicted wait — the loads ahead
- *    of it, divided by the limit, times the current load latency — is within
- *    `maxQueueDelayMs`; otherwise it is shed at once with `ECC_SHED` and a
- *    `Retry-After`. No queued load waits longer than `maxQueueDelayMs` either.
+ *    of it over the rate at which slots free up — is within
+ *    half of `maxQueueDelayMs` (headroom for the prediction's error);
+ *    otherwise it is shed at once with `ECC_SHED` and a
+ *    `Retry-After`. No queued load waits longer than `maxQueueDelayMs` either
+ *    (CoDel's bound on the time spent queued).
  *    A healthy source that can drain a burst in time is never shed; a slow one
  *    sheds the excess fast instead of letting callers queue into timeouts.
  *    `maxQueuedLoads` only bounds memory.
@@ -47,11 +49,17 @@ interface Queued {
   timer: NodeJS.Timeout;
 }
 
+/** Loads that must finish in a busy period before its measured rate is trusted. */
+const MIN_RATE_SAMPLES = 8;
 /** The lowest the limit goes: one load at a time still probes a sick source. */
 const MIN_LIMIT = 1;
-/** Short- and long-term averages of load latency (exponential weights per sample). */
+/**
+ * Short- and long-term averages of load latency (exponential weights per
+ * sample: the long one spans about a hundred loads, so a slowdown shrinks the
+ * limit before it becomes the new normal).
+ */
 const SHORT_WEIGHT = 0.5;
-const LONG_WEIGHT = 0.05;
+const LONG_WEIGHT = 0.01;
 /** Loads may take up to this many times their long-term latency before the limit shrinks. */
 const TOLERANCE = 2;
 
@@ -63,10 +71,12 @@ export class Admission {
   #limit: number;
   #active = 0;
   readonly #queue: Queued[] = [];
-  /** Start times of the loads running now (oldest first): a stuck load shows before it ends. */
-  readonly #running = new Set<number>();
   #shortMs = 0;
   #longMs = 0;
+  /** When the current busy period (every slot taken) began; undefined when a slot is free. */
+  #busySince: number | undefined;
+  /** Loads finished since `#busySince`. */
+  #busyDone = 0;
 
   constructor(options: AdmissionOptions) {
     this.#maxLimit = options.maxLimit;
@@ -97,15 +107,18 @@ export class Admission {
     return oldest === undefined ? 0 : this.#now() - oldest.enqueuedAt;
   }
 
-  /** What a load costs now, ms: the short-term average, or longer if a running load is already older. */
-  latencyMs(): number {
-    let oldest = 0;
-    const now = this.#now();
-    for (const started of this.#running) {
-      oldest = now - started;
-      break;
-    }
-    return Math.max(this.#shortMs, oldest);
+  /**
+   * How long each load ahead of a queued one delays it, ms: the inverse of the
+   * rate at which slots free up. While every slot is taken (a busy period),
+   * that rate is measured — loads finished since the busy period began, over
+   * its length — once a few have finished; before that it is Little's law on
+   * the limit and the recent load latency (limit ÷ latency); 0 (admit) before
+   * any load has ever ended.
+   */
+  msPerQueuedLoad(): number {
+    const busyMs = this.#busySince === undefined ? 0 : this.#now() - this.#busySince;
+    if (this.#busyDone >= MIN_RATE_SAMPLES && busyMs > 0) return busyMs / this.#busyDone;
+    return this.#shortMs === 0 ? 0 : this.#shortMs / this.limit;
   }
 
   /**
@@ -113,13 +126,20 @@ export class Admission {
    *
    * @param shed builds the error for a shed load, given a suggested retry delay in ms.
    * @returns a permit to release when the load ends.
-   * @throws {ShedError} (rejects) when the predicted or actual wait exceeds
-   *   `maxQueueDelayMs`, or `maxQueuedLoads` loads wait already.
+   * @throws {ShedError} (rejects) when the predicted wait exceeds half of
+   *   `maxQueueDelayMs` or the actual wait would exceed it, or `maxQueuedLoads`
+   *   loads wait already.
    */
   acquire(shed: (retryAfterMs: number) => ShedError): Promise<Permit> {
     if (this.#active < this.limit) return Promise.resolve(this.#take());
-    const predictedMs = ((this.#queue.length + 1) * this.latencyMs()) / this.limit;
-    if (predictedMs > this.#maxQueueDelayMs || this.#queue.length >= this.#maxQueued) {
+    if (this.#busySince === undefined) {
+      this.#busySince = this.#now();
+      this.#busyDone = 0;
+    }
+    const predictedMs = (this.#queue.length + 1) * this.msPerQueuedLoad();
+    // Half the bound: headroom for the prediction's error, so that what is
+    // queued is served in time rather than shed late.
+    if (predictedMs > this.#maxQueueDelayMs / 2 || this.#queue.length >= this.#maxQueued) {
       return Promise.reject(shed(Math.max(predictedMs, this.#maxQueueDelayMs)));
     }
     return new Promise((resolve, reject) => {
@@ -141,17 +161,14 @@ export class Admission {
 
   #take(): Permit {
     this.#active++;
-    let started = this.#now();
-    // Two loads may start in the same millisecond: keep each start distinct in the set.
-    while (this.#running.has(started)) started += 1e-6;
-    this.#running.add(started);
+    const started = this.#now();
     let released = false;
     return {
       release: (end) => {
         if (released) return;
         released = true;
-        this.#running.delete(started);
         this.#active--;
+        if (this.#busySince !== undefined) this.#busyDone++;
         this.#learn(this.#now() - started, end);
         this.#grant();
       },
@@ -183,7 +200,10 @@ export class Admission {
   #grant(): void {
     while (this.#active < this.limit) {
       const next = this.#queue.shift();
-      if (next === undefined) return;
+      if (next === undefined) {
+        this.#busySince = undefined;
+        return;
+      }
       next.grant();
     }
   }

@@ -112,7 +112,8 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
   // Started on the first contended answer (an uncontended miss never needs one);
   // Valkey is asked again right after, so no fill event can slip in between.
   let watch: Watch | undefined;
-  const deadline = ctx.now() + policy.waitTimeoutMs;
+  // A duration, on real time: an injected test clock that stands still must not make a waiter poll forever.
+  const deadline = performance.now() + policy.waitTimeoutMs;
   let waitStarted: number | undefined;
   // An early refresh must replace the version it was asked about, even while that is fresh.
   let replaceUpTo = flight.replaceUpTo;
@@ -170,7 +171,7 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         watch = ctx.events?.watch(table, flight.id);
         continue;
       }
-      const leftMs = deadline - ctx.now();
+      const leftMs = deadline - performance.now();
       if (leftMs <= 0) {
         waited();
         throw new WaitTimeoutError(

@@ -49,14 +49,14 @@ export interface StoreOptions {
    * PUBLISH; other instances serve a replaced row from L1 until its L1 TTL.
    */
   coherence?: boolean;
-  /** @internal Tuning of the circuit breaker in front of Valkey (tests inject its clock). */
-  breaker?: BreakerOptions;
   /**
    * @internal This process's monotonic clock, ms, for L1 freshness (tests
    * inject one). Default `performance.now`. Freshness in Valkey is judged on
    * Valkey's clock.
    */
   now?: () => number;
+  /** @internal Tuning of the circuit breaker in front of Valkey (tests inject its clock). */
+  breaker?: BreakerOptions;
 }
 
 /** A running store: its tables, its Valkey client, its metrics. */
@@ -108,8 +108,10 @@ const validatePolicy = ajv.compile({
 
 /**
  * Creates a store: one owner actor and one L1 per table, one Valkey client,
- * one metrics registry. Waits up to `readyTimeoutMs` for Valkey; if it is not
- * reachable the store starts degraded and reconnects by itself.
+ * one metrics registry. Waits up to `readyTimeoutMs` for Valkey, and as long
+ * again for the tables' event subscriptions (so no other instance's write is
+ * missed once it answers); if Valkey is not reachable the store starts degraded
+ * and reconnects by itself.
  *
  * @example
  * const store = await createStore({
@@ -177,6 +179,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
     );
   }
   // Rights the user lacks refuse the start (a write would fail later, or half happen).
+  // This waits for the tables' subscriptions too: a store that answers before they are
+  // confirmed could miss another instance's write or delete and keep an old L1 row.
   const missing = ready
     ? await checkAccess(valkey, [...tables.keys()], subscribed, coherence, readyTimeoutMs)
     : [];

@@ -201,7 +201,13 @@ export class Writes {
         : isReplyError(cause)
           ? `valkey refused the ${op} (${reason ?? firstWord(cause.message)}): nothing was written`
           : `valkey did not confirm the ${op}; it may or may not have been applied`;
-    return new ValkeyUnavailableError(message, { table: this.#ctx.table, id, cause });
+    return new ValkeyUnavailableError(message, {
+      table: this.#ctx.table,
+      id,
+      cause,
+      // A refused write wrote nothing, like one never sent.
+      notSent: kind === 'unsent' || isReplyError(cause),
+    });
   }
 
   /** A write happened but its coherence message was refused: other instances may keep the old row in L1 until its TTL. */

@@ -35,11 +35,13 @@ export function fresh(value: unknown, now: number, ttlMs = 60_000, version = 1):
   };
 }
 
-/** Builds an owner over a fake runner; `runs` lists its flights in launch order. */
-export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
+/**
+ * A table context with no Valkey and no loader, on a clock the test moves:
+ * `l2` holds only the commands a test fakes.
+ */
+export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
   let now = 1_000_000;
   const resolved = resolvePolicy(policy);
-  const l1 = new L1(resolved.l1, 0);
   const ctx: TableContext = {
     table: 't',
     policy: resolved,
@@ -57,6 +59,19 @@ export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
     log: pino({ level: 'silent' }),
     now: () => now,
   };
+  return {
+    ctx,
+    l1: new L1(resolved.l1, 0),
+    now: () => now,
+    advance(ms: number) {
+      now += ms;
+    },
+  };
+}
+
+/** Builds an owner over a fake runner; `runs` lists its flights in launch order. */
+export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
+  const { ctx, l1, now, advance } = fakeContext(policy, l2);
   const runs: FakeRun[] = [];
   const owner = new TableOwner(ctx, l1, (_ctx, serveStale) => (flight) => {
     const done = deferred<Outcome>();
@@ -77,10 +92,8 @@ export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
     l1,
     runs,
     fill,
-    now: () => now,
-    advance(ms: number) {
-      now += ms;
-    },
+    now,
+    advance,
   };
 }
 

@@ -126,3 +126,27 @@ export function isTombstone(envelope: Envelope | null | 'garbage'): boolean {
     envelope.softExpiresAt <= Date.now()
   );
 }
+
+/** Valkey's clock, epoch ms (the clock every stored expiry is on). */
+export async function valkeyNowMs(raw: Redis): Promise<number> {
+  const [sec, us] = (await raw.time()) as [number | string, number | string];
+  return Number(sec) * 1000 + Math.floor(Number(us) / 1000);
+}
+
+/** Plants `value` in L2 as stale on Valkey's clock: past its soft TTL, within its hard TTL for `staleForMs`. */
+export async function plantStale(
+  raw: Redis,
+  table: string,
+  id: string,
+  value: unknown,
+  staleForMs = 60_000,
+): Promise<void> {
+  const now = await valkeyNowMs(raw);
+  await plantEnvelope(
+    raw,
+    table,
+    id,
+    { value, version: now * 1000, softExpiresAt: now - 1, hardExpiresAt: now + staleForMs },
+    staleForMs,
+  );
+}

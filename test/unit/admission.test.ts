@@ -80,27 +80,18 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(t.a.limit).toBe(1);
   });
 
-  it('sheds at once a load whose predicted wait (ahead ÷ limit × latency) exceeds maxQueueDelayMs', async () => {
-    const t = admission(1, 1_000);
+  it('sheds at once a load whose predicted wait (ahead ÷ limit × latency) exceeds half of maxQueueDelayMs', async () => {
+    const t = admission(1, 2_000);
     await loads(t, 1, 400); // latency 400 ms
     await t.take(); // runs
-    void t.take(); // predicted 1 × 400 = 400 ms: queued
-    void t.take(); // predicted 2 × 400 = 800 ms: queued
+    t.take().catch(() => {}); // predicted 1 × 400 = 400 ms: queued
+    t.take().catch(() => {}); // predicted 2 × 400 = 800 ms: queued
     expect(t.a.queued).toBe(2);
+    // predicted 3 × 400 = 1,200 ms > 1,000 ms (half the bound): shed
     const shed = await t.take().catch((e: ShedError) => e);
     expect(shed).toBeInstanceOf(ShedError);
-    expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(1_000);
+    expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(2_000);
     expect(t.a.queued).toBe(2);
-  });
-
-  it('counts a running load that is already slow before it ends', async () => {
-    const t = admission(1, 1_000);
-    await loads(t, 1, 10); // history says 10 ms
-    await t.take(); // this one hangs
-    t.advance(600);
-    void t.take(); // predicted 1 × 600 ms: queued
-    const shed = await t.take().catch((e: ShedError) => e); // 2 × 600 ms > 1,000 ms
-    expect(shed).toBeInstanceOf(ShedError);
   });
 
   it('sheds a queued load that has waited maxQueueDelayMs, and reports the queueing delay meanwhile', async () => {
@@ -119,8 +110,8 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
   it('maxQueuedLoads bounds the queue whatever the predicted wait', async () => {
     const t = admission(1, 60_000, 2);
     await t.take();
-    void t.take();
-    void t.take();
+    t.take().catch(() => {});
+    t.take().catch(() => {});
     expect(await t.take().catch((e: ShedError) => e)).toBeInstanceOf(ShedError);
   });
 

@@ -3,13 +3,13 @@
  * that go through the HTTP API.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
-import { freePort } from '../../harness/free-port.js';
+import { freePort } from './free-port.js';
 
 /** A running service instance. */
 export interface Service {
@@ -20,7 +20,24 @@ export interface Service {
   stop(graceMs?: number): Promise<void>;
 }
 
-const MAIN = resolve(dirname(fileURLToPath(import.meta.url)), '../../src/main.js');
+const HERE = dirname(fileURLToPath(import.meta.url));
+/** The built service: beside this file when it runs from dist/, else in dist/ (tests run the TS source). */
+const MAIN = existsSync(resolve(HERE, '../src/main.js'))
+  ? resolve(HERE, '../src/main.js')
+  : resolve(HERE, '../dist/src/main.js');
+/** The clock-skew preload, built. */
+export const SKEW_CLOCK = existsSync(resolve(HERE, 'skew-clock.js'))
+  ? resolve(HERE, 'skew-clock.js')
+  : resolve(HERE, '../dist/harness/skew-clock.js');
+
+/** How to start one instance beyond its config. */
+export interface StartOptions {
+  /** Extra `node` arguments before the script (e.g. `--import <SKEW_CLOCK>`). */
+  nodeArgs?: string[];
+  /** Extra environment (e.g. `SKEW_MS`). */
+  env?: Record<string, string>;
+  readyTimeoutMs?: number;
+}
 
 /**
  * Writes `config` (the service's config file shape) to a temporary YAML file,
@@ -28,13 +45,15 @@ const MAIN = resolve(dirname(fileURLToPath(import.meta.url)), '../../src/main.js
  *
  * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
  */
-export async function startService(config: object, readyTimeoutMs = 15_000): Promise<Service> {
+export async function startService(config: object, options: StartOptions = {}): Promise<Service> {
+  const readyTimeoutMs = options.readyTimeoutMs ?? 15_000;
   const port = await freePort();
   const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
   writeFileSync(file, stringify(config));
-  const child = spawn(process.execPath, [MAIN, '--config', file], {
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
     env: {
       ...process.env,
+      ...options.env,
       PORT: String(port),
       HOST: '127.0.0.1',
       LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
