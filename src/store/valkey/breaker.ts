@@ -140,7 +140,8 @@ const isRefusal = (reason: DegradedReason | undefined) =>
  * `READONLY`, `NOPERM`, … see {@link DegradedReason}) opens it at once: the
  * server said so. While it refuses, a request's command is no proof that it
  * stopped (a read succeeds under OOM), so only the store's own probe, a write
- * and a publish, closes the circuit again.
+ * and a publish, closes the circuit again; it runs every half cool-down, so the
+ * store is ready again within a second of the server.
  */
 export class Breaker {
   readonly #client: Redis;
@@ -172,8 +173,8 @@ export class Breaker {
     client.on('ready', this.#onReport);
     client.on('close', this.#onReport);
     if (this.#probe !== undefined) {
-      // Looks often, probes rarely: at most once per cool-down while open.
-      this.#timer = setInterval(() => this.#tick(), Math.min(250, this.#coolDownMs));
+      // Looks often, probes rarely: at most once per (half) cool-down while open.
+      this.#timer = setInterval(() => this.#tick(), Math.min(100, this.#coolDownMs / 2));
       this.#timer.unref();
     }
   }
@@ -237,7 +238,7 @@ export class Breaker {
     if (now < this.#openUntil || this.#probing) return false;
     if (refusing && this.#probe !== undefined && op !== this.#probe) return false;
     this.#probing = true;
-    this.#openUntil = now + this.#coolDownMs;
+    this.#openUntil = now + this.#openMs(this.#cause);
     return 'probe';
   }
 
@@ -253,10 +254,19 @@ export class Breaker {
       ? Math.max(this.#failures + 1, this.#threshold)
       : this.#failures + 1;
     if (this.#failures >= this.#threshold) {
-      this.#openUntil = this.#now() + this.#coolDownMs;
+      this.#openUntil = this.#now() + this.#openMs(reason);
       if (changed) this.#log.warn({ reason }, 'valkey still unusable, now for another reason');
       this.#report();
     }
+  }
+
+  /**
+   * How long the circuit stays open before the next probe: `coolDownMs`, or
+   * half of it while the server refuses and the store's own probe is the one
+   * that may close it (a refusal answers at once, so probing costs nothing).
+   */
+  #openMs(reason: DegradedReason): number {
+    return isRefusal(reason) && this.#probe !== undefined ? this.#coolDownMs / 2 : this.#coolDownMs;
   }
 
   /** The store's own probe: after each cool-down while open, every `probeIntervalMs` while closed. */
