@@ -1,29 +1,40 @@
 /**
  * Fault drill: two real service instances under steady load while Valkey is
- * killed, paused, and while a lease holder dies mid-load.
+ * killed, paused, refuses (out of memory, read-only, an ACL without
+ * channels), while their subscribers freeze, and while a lease holder dies
+ * mid-load.
  *
  *   npm run drill:faults -- [--loops 20] [--pause-ms 20] [--latency-ms 20] [--hot 20] [--json [file]]
  *
  * Starts everything it uses on 127.0.0.1: its own redis-server/valkey-server
- * (free port, no persistence), an origin that counts its own reads and can hold
- * `hold-` ids open, and two services (`dist/src/main.js`). Phases:
+ * (free port, no persistence) behind a TCP proxy the instances connect
+ * through, an origin that counts its own reads and can hold `hold-` ids open,
+ * and two services (`dist/src/main.js`). Phases:
  *
  *   1 baseline (3 s)
  *   2 Valkey SIGKILLed for 10 s, restarted on the same port, 5 s more
  *   3 Valkey SIGSTOPped for 5 s, SIGCONT, 3 s more
- *   4 instance A dies holding a lease: 50 readers of the id on B are answered
+ *   4 OOM with a probe in flight: paused until the circuit opens, back at
+ *     maxmemory (noeviction), then maxmemory raised
+ *   5 OOM delete: a DELETE at maxmemory answers 204 and no instance serves the old row
+ *   6 read-only: Valkey demoted to a replica (REPLICAOF), then promoted back
+ *   7 ACL without channels: a third instance is refused at start, then runs with coherence off
+ *   8 frozen subscribers: a PUT on A is served by B once the heartbeat replaces B's subscriber
+ *   9 instance A dies holding a lease: 50 readers of the id on B are answered
  *     by one takeover after `leaseMs`; the origin counts exactly 2 reads of it
  *
  * Laws: L1 hits never fail; no request waits past waitTimeoutMs +
- * loadTimeoutMs + commandTimeoutMs + 1 s; after phases 2 and 3 both instances
- * report `/readyz` "ready" within 5 s without a restart, and a PUT then GET
- * round-trips through Valkey; phase 4 as above. Exits 1 when a law does not
- * hold, 2 when the drill cannot run.
+ * loadTimeoutMs + commandTimeoutMs + 1 s; after phases 2 to 6 both instances
+ * report `/readyz` "ready" within 5 s without a restart (2 s after a refusal
+ * ends), and a PUT then GET round-trips through Valkey; phases 4 to 9 as
+ * above. Exits 1 when a law does not hold, 2 when the drill cannot run.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
 import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
+import { startTcpProxy, type TcpProxy } from '../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import {
@@ -38,6 +49,14 @@ import { LoadGenerator, type Target } from './lib/load.js';
 import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 import { readyAgain, recovery } from './lib/recovery.js';
+import {
+  aclWithoutChannels,
+  frozenSubscriber,
+  oomDelete,
+  oomWithProbeInFlight,
+  type RefusalDrill,
+  readOnlyAndBack,
+} from './lib/refusals.js';
 
 const args = drillArgs({
   loops: int(20, 1, 200),
@@ -66,7 +85,7 @@ const HOLDERS_READERS = 50;
 const get = (service: { url: string }, id: string) =>
   timedGet(itemUrl(service.url, TABLE, id), REQUEST_TIMEOUT_MS);
 
-/** Phase 4: A holds the lease of a held id and dies; B's readers wait for the takeover. */
+/** Phase 9: A holds the lease of a held id and dies; B's readers wait for the takeover. */
 async function leaseHolderDies(a: Service, b: Service, origin: Origin) {
   const id = `${HOLD_PREFIX}${randomBytes(4).toString('hex')}`;
   const holder = get(a, id);
@@ -125,16 +144,24 @@ async function main(): Promise<FaultReport> {
   /** Checks judged during the phases, in phase order. */
   const judged: Check[] = [];
   let valkey: ValkeyServer | undefined;
+  let proxy: TcpProxy | undefined;
+  let admin: Redis | undefined;
   let origin: Origin | undefined;
   let services: Service[] = [];
   let load: LoadGenerator | undefined;
   try {
     valkey = await spawnValkey({ track: (c) => reaper.track(c) });
+    // The instances reach Valkey through a proxy, so phase 8 can freeze their subscribers.
+    proxy = await startTcpProxy(valkey.port);
+    admin = new Redis(valkey.url, { maxRetriesPerRequest: null });
+    admin.on('error', () => {});
     origin = await startOrigin(args['latency-ms']);
-    const config = {
-      valkey: { url: valkey.url, ...VALKEY },
-      tables: { [TABLE]: { source: { kind: 'http', url: origin.template }, ...POLICY } },
-    };
+    const template = origin.template;
+    const configFor = (url: string, coherence: boolean) => ({
+      valkey: { url, ...VALKEY, coherence },
+      tables: { [TABLE]: { source: { kind: 'http', url: template }, ...POLICY } },
+    });
+    const config = configFor(proxy.url, true);
     services = await startServices(2, config, (c) => reaper.track(c), 3_000);
     const [a, b] = services as [Service, Service];
     const targets: Target[] = [
@@ -196,7 +223,30 @@ async function main(): Promise<FaultReport> {
       v.resume();
       await recover('3', 3_000, 'after SIGCONT', notes);
     });
-    await phase('4 lease holder A SIGKILL', async (notes) => {
+    const refusals: RefusalDrill = {
+      services,
+      valkey: v,
+      admin,
+      proxy,
+      origin: o,
+      table: TABLE,
+      configFor,
+      track: (c) => reaper.track(c),
+      run,
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    };
+    const refusal = (p: string, name: string, body: typeof oomDelete) =>
+      phase(`${p} ${name}`, async (notes) => {
+        judged.push(await body(refusals, notes));
+        if (Number(p) <= 6)
+          judged.push(await recovery(p, services, TABLE, READY_WITHIN_MS, REQUEST_TIMEOUT_MS));
+      });
+    await refusal('4', 'OOM, probe in flight', oomWithProbeInFlight);
+    await refusal('5', 'OOM delete', oomDelete);
+    await refusal('6', 'read-only and back', readOnlyAndBack);
+    await refusal('7', 'ACL without channels', aclWithoutChannels);
+    await refusal('8', 'frozen subscribers', frozenSubscriber);
+    await phase('9 lease holder A SIGKILL', async (notes) => {
       gen.targets = [targets[1] as Target];
       const p4 = await leaseHolderDies(a, b, o);
       for (const { body: _, ...r } of p4.answers)
@@ -208,6 +258,8 @@ async function main(): Promise<FaultReport> {
   } finally {
     await load?.stop();
     await Promise.all(services.map((s) => s.stop(5_000)));
+    admin?.disconnect();
+    await proxy?.close();
     await valkey?.stop();
     await origin?.close();
     reaper.killAll();
