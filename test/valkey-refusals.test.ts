@@ -236,6 +236,9 @@ describe('ACL rights', () => {
     ...['--user', 'nochan', 'on', '>pw', '~ecc:*', '+@all', 'resetchannels'],
     ...['--user', 'noscript', 'on', '>pw', '~ecc:*', '&*', '+@all', '-@scripting'],
     ...['--user', 'alice', 'on', '>pw', '~ecc:*', '&*', '+@all'],
+    // The line docs/operations.md recommends.
+    ...['--user', 'echostore', 'on', '>pw', '~ecc:*', '&ecc:events:*', '+@read', '+@write'],
+    ...['+time', '+@scripting', '+@pubsub', '+ping', '+info'],
   ];
   const urlOf = (server: ValkeyServer, user: string) =>
     `redis://${user}:pw@127.0.0.1:${server.port}`;
@@ -259,6 +262,27 @@ describe('ACL rights', () => {
       expect(source.calls()).toBe(0);
     },
   );
+
+  it('the user docs/operations.md recommends passes the start-up check and reads, writes and deletes, coherent across two stores', async () => {
+    const server = await ownServer(users);
+    const raw = scopedValkey(server.url);
+    const table = uniqueTable('acl-ok');
+    const source = countingLoader();
+    const open = () =>
+      openStore({ [table]: { load: source.load } }, { valkey: urlOf(server, 'echostore') });
+    const [a, b] = [await open(), await open()];
+    expect(await a.table(table).get('k')).toMatchObject({ layer: 'origin' });
+    expect(await b.table(table).get('k')).toMatchObject({ layer: 'l2' });
+    await a.table(table).put('k', { put: 1 });
+    await vi.waitFor(() => expect(b.table(table).stats().l1_entries).toBe(0));
+    await a.table(table).invalidate('k');
+    expect(isTombstone(await readEnvelope(raw, table, 'k'))).toBe(true);
+    expect(a.valkeyHealth()).toMatchObject({
+      degradedReason: undefined,
+      maxmemoryPolicy: 'noeviction',
+    });
+    expect(source.calls()).toBe(1);
+  });
 
   it('with coherence off, a user without channels runs: no Pub/Sub, /readyz says so, a PUT is written and answered as written', async () => {
     const server = await ownServer(users);
