@@ -21,6 +21,7 @@ import {
   type EvictionPolicy,
   healthProbe,
   readEvictionPolicy,
+  within,
 } from './valkey/probe.js';
 import { eventsChannel, L2 } from './valkey/scripts.js';
 
@@ -209,7 +210,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   // Read again on every reconnect: a failover may land on a server configured otherwise.
   const onReady = () => void readEviction();
   valkey.on('ready', onReady);
-  if (ready) await readEviction();
+  // Bounded: a client the caller owns may have no command timeout.
+  if (ready) await within(readEviction(), readyTimeoutMs);
 
   return {
     registry,

@@ -93,13 +93,25 @@ export async function runProbe(client: Redis, table: string, channel: string): P
 /**
  * The breaker's health probe: the probe on `table`, failing with the first
  * refusal as the server words it (the breaker reads its reason, e.g. `OOM`;
- * a `READONLY` makes the client reconnect, following a failover).
+ * a `READONLY` makes the client reconnect, following a failover). It fails
+ * after `timeoutMs` whatever the client's own timeout (a caller's client may
+ * have none), so the probe is never held for good.
  */
-export function healthProbe(client: Redis, table: string, channel: string): () => Promise<void> {
+export function healthProbe(
+  client: Redis,
+  table: string,
+  channel: string,
+  timeoutMs = 2_000,
+): () => Promise<void> {
   return async () => {
     const c = client as ProbeClient;
     defineProbe(c);
-    await c.eccProbe(probeKey(table), channel, 'raise');
+    const answered = await within(
+      c.eccProbe(probeKey(table), channel, 'raise').then(() => true),
+      timeoutMs,
+    );
+    if (answered === undefined)
+      throw new Error(`the health probe got no answer in ${timeoutMs} ms`);
   };
 }
 
@@ -231,8 +243,8 @@ export async function checkAccess(
   return [...missing];
 }
 
-/** What `promise` resolves with, or undefined after `ms`. */
-async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+/** What `promise` resolves with, or undefined after `ms` (its rejection, if it rejects first). */
+export async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<undefined>((resolve) => {
     timer = setTimeout(() => resolve(undefined), ms);
