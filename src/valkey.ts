@@ -74,7 +74,8 @@ export function createValkeyClient(options: ValkeyOptions): Redis {
 function reconnectOnReadOnly(): (err: Error) => boolean {
   let lastMs = Number.NEGATIVE_INFINITY;
   return (err) => {
-    if (!/^READONLY\b/.test(err.message)) return false;
+    // As is, or inside a script's error ("READONLY … script: …", Redis 6's "ERR Error running script … -READONLY …").
+    if (!/(^|[: -])READONLY /.test(err.message)) return false;
     const now = performance.now();
     if (now - lastMs < 1_000) return false;
     lastMs = now;
