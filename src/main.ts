@@ -11,6 +11,7 @@ import { loadConfig } from './config/load.js';
 import { ConfigError, EchoStoreError } from './errors.js';
 import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
+import { DEFAULT_POLICY } from './store/policy.js';
 import { createStore, type TableOptions } from './store/store.js';
 import { redactUrl } from './valkey.js';
 
@@ -28,15 +29,23 @@ async function main(): Promise<void> {
   for (const [name, { source, ...policy }] of Object.entries(config.tables)) {
     let built: Source;
     try {
-      built = buildSource(source, `tables.${name}.source`);
+      built = await buildSource(source, {
+        field: `tables.${name}.source`,
+        loadTimeoutMs: policy.loadTimeoutMs ?? DEFAULT_POLICY.loadTimeoutMs,
+      });
     } catch (err) {
-      for (const s of sources) s.close();
+      await Promise.all(sources.map((s) => s.close()));
       if (err instanceof ConfigError)
-        throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err });
+        throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err, field: err.field });
       throw err;
     }
     sources.push(built);
-    tables[name] = { ...policy, load: built.load };
+    // A source that loads in batches serves every miss through loadMany (DataLoader-style).
+    tables[name] = {
+      ...policy,
+      load: built.load,
+      ...(built.loadMany === undefined ? {} : { loadMany: built.loadMany }),
+    };
   }
   const store = await createStore({
     valkey: config.valkey,
@@ -59,14 +68,14 @@ async function main(): Promise<void> {
     // while the store gives flights 5 s and then fails what is left with
     // ECC_CLOSED, so those requests answer 503 instead of holding the close.
     await Promise.all([app.close(), store.close(5_000)]);
-    for (const s of sources) s.close();
+    await Promise.all(sources.map((s) => s.close()));
   });
 
   try {
     await app.listen({ host: config.http.host, port: config.http.port });
   } catch (err) {
     await store.close(0);
-    for (const s of sources) s.close();
+    await Promise.all(sources.map((s) => s.close()));
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
       throw new ListenError(

@@ -107,6 +107,24 @@ describe('loadConfig with a file', () => {
     });
   });
 
+  it("reads postgres and mysql sources as written (their defaults are the source's to apply)", () => {
+    const file = write(
+      'sql.yaml',
+      'tables:\n  a: { source: { kind: postgres, url: "postgres://u@h:5432/db", query: "SELECT id FROM t WHERE id = ANY($1)" }, maxBatchSize: 50 }\n' +
+        '  b: { source: { kind: mysql, url: "mysql://u@h/db", query: "SELECT id FROM t WHERE id IN (?)", idColumn: code, poolSize: 2, seed: demo } }\n',
+    );
+    const config = loadConfig({ argv: ['--config', file], env: {} });
+    expect(config.tables.a).toEqual({
+      source: {
+        kind: 'postgres',
+        url: 'postgres://u@h:5432/db',
+        query: 'SELECT id FROM t WHERE id = ANY($1)',
+      },
+      maxBatchSize: 50,
+    });
+    expect(config.tables.b?.source).toMatchObject({ kind: 'mysql', idColumn: 'code', poolSize: 2 });
+  });
+
   it('reads the file named by ECHOSTORE_CONFIG, relative to cwd', () => {
     write('env.yml', `tables:\n  a: { source: ${HTTP_SOURCE} }\n`);
     const config = loadConfig({ argv: [], env: { ECHOSTORE_CONFIG: 'env.yml' }, cwd: dir });
@@ -360,6 +378,22 @@ describe('loadConfig rejects an invalid file', () => {
       'tables.products.source.url',
     ],
     [
+      'a postgres url that is not postgres://',
+      'tables:\n  products: { source: { kind: postgres, url: "mysql://h/db", query: "SELECT 1" } }\n',
+      'tables.products.source.url',
+    ],
+    [
+      'a mysql source without query',
+      'tables:\n  products: { source: { kind: mysql, url: "mysql://root@h/db" } }\n',
+      'tables.products.source.query',
+    ],
+    [
+      'a postgres pool of 0',
+      'tables:\n  products: { source: { kind: postgres, url: "postgres://h/db", query: "SELECT 1", poolSize: 0 } }\n',
+      'tables.products.source.poolSize',
+    ],
+    ['a maxBatchSize of 0', table('    maxBatchSize: 0\n'), 'tables.products.maxBatchSize'],
+    [
       'a field of the other source kind',
       'tables:\n  products: { source: { kind: http, url: "http://h/{id}", query: "SELECT 1" } }\n',
       'tables.products.source.query',
@@ -547,6 +581,8 @@ describe('table policy defaults', () => {
       maxQueuedLoads: 10_000,
       maxWaitersPerFlight: 10_000,
       coalescing: 'fleet',
+      batchWindowMs: 0,
+      maxBatchSize: 100,
       l1: { maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 },
     });
   });

@@ -119,11 +119,91 @@ export const HttpSourceSchema = Type.Object(
   },
 );
 
+/** The fields of the `postgres` and `mysql` sources, but `kind`, `url` and `query`. */
+function sqlFields(listExample: string) {
+  return {
+    query: Type.String({
+      minLength: 1,
+      description: `One SELECT, parametrised, that takes the ids as one list and returns a row per id it has: \`${listExample}\`. A batch of misses is one query; one id is a list of one. Checked at start-up (it must compile, take one list, be read-only and return \`idColumn\`).`,
+    }),
+    idColumn: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        default: 'id',
+        description:
+          'The column whose value, as text, is the row\'s id: rows are matched to the ids asked by it; an id with no row is "not found".',
+      }),
+    ),
+    poolSize: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100,
+        default: 4,
+        description:
+          "Most connections open at once. Every session is read-only, with a statement timeout of the table's `loadTimeoutMs`.",
+      }),
+    ),
+    connectTimeoutMs: Type.Optional(ms('A connection not established within this fails.', 2_000)),
+    seed: Type.Optional(
+      stringEnum(['demo'], {
+        description:
+          '`demo`: create the table `products` with the demo catalog (10,000 products) first, when it is missing or empty.',
+      }),
+    ),
+  };
+}
+
+/** `source` of a table whose items are rows of a PostgreSQL database. */
+export const PostgresSourceSchema = Type.Object(
+  {
+    kind: Type.Literal('postgres', { description: 'Selects this kind of source.' }),
+    url: Type.String({
+      pattern: '^postgres(ql)?://',
+      description:
+        '`postgres://user[:password]@host[:port]/database` (libpq URL parameters such as `sslmode` allowed). Never repeated in error messages.',
+    }),
+    ...sqlFields('SELECT … FROM products WHERE id = ANY($1)'),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'One parametrised query on PostgreSQL (the `pg` driver, a bounded pool); misses are loaded in batches, one `= ANY($1)` query each (`batchWindowMs`, `maxBatchSize`).',
+  },
+);
+
+/** `source` of a table whose items are rows of a MySQL or MariaDB database. */
+export const MysqlSourceSchema = Type.Object(
+  {
+    kind: Type.Literal('mysql', { description: 'Selects this kind of source.' }),
+    url: Type.String({
+      pattern: '^(mysql|mariadb)://',
+      description:
+        '`mysql://user[:password]@host[:port]/database` (MySQL or MariaDB). Never repeated in error messages.',
+    }),
+    ...sqlFields('SELECT … FROM products WHERE id IN (?)'),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'One parametrised query on MySQL or MariaDB (the `mysql2` driver, server-side prepared statements, a bounded pool); misses are loaded in batches, one `IN (…)` query each (`batchWindowMs`, `maxBatchSize`).',
+  },
+);
+
 /** The source schemas by `kind`. */
-export const SOURCE_SCHEMAS = { sqlite: SqliteSourceSchema, http: HttpSourceSchema } as const;
+export const SOURCE_SCHEMAS = {
+  sqlite: SqliteSourceSchema,
+  http: HttpSourceSchema,
+  postgres: PostgresSourceSchema,
+  mysql: MysqlSourceSchema,
+} as const;
 
 /** A table's `source` as written in the configuration file. */
-export type FileSourceConfig = Static<typeof SqliteSourceSchema> | Static<typeof HttpSourceSchema>;
+export type FileSourceConfig =
+  | Static<typeof SqliteSourceSchema>
+  | Static<typeof HttpSourceSchema>
+  | Static<typeof PostgresSourceSchema>
+  | Static<typeof MysqlSourceSchema>;
 
 const SourceSchema = Type.Unsafe<FileSourceConfig>({
   type: 'object',

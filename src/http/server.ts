@@ -2,6 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Logger } from 'pino';
 import type { Store } from '../store/store.js';
 import { adminOnly } from './auth.js';
+import { batchRoutes } from './batch.js';
 import { answerClientError, answerConnect, requireHost } from './client-errors.js';
 import { installErrorHandlers, sendError } from './errors.js';
 import { itemRoutes } from './items.js';
@@ -64,6 +65,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     lifecycle.closing = true;
   });
   itemRoutes(app, options.store, admin);
+  batchRoutes(app, options.store);
   warmRoutes(app, options.store, admin);
   opsRoutes(app, options.store, lifecycle);
   return app;
