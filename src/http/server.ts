@@ -6,6 +6,7 @@ import { answerClientError, answerConnect, requireHost } from './client-errors.j
 import { installErrorHandlers, sendError } from './errors.js';
 import { itemRoutes } from './items.js';
 import { installJsonBodyParser } from './json-body.js';
+import { installOpenApi, openApiRoute } from './openapi.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
 import { warmRoutes } from './warm.js';
 
@@ -26,9 +27,14 @@ export interface ServerOptions {
 
 /**
  * Builds the fastify app (not listening yet): item routes, warm-up, operator
- * routes, coded JSON errors for everything, including unknown routes, bad
- * URLs and requests Node's HTTP parser rejects. `app.close()` stops
- * accepting, lets running requests finish, and turns `/readyz` to 503.
+ * routes, the OpenAPI document, coded JSON errors for everything, including
+ * unknown routes, bad URLs and requests Node's HTTP parser rejects.
+ * `app.close()` stops accepting, lets running requests finish, and turns
+ * `/readyz` to 503.
+ *
+ * The routes are registered in a plugin, after `@fastify/swagger`, so they
+ * are added when the app loads (`ready()`, `listen()`): an `onRoute` hook
+ * added to the returned app sees every one of them.
  *
  * @throws {TypeError} when `adminToken` is empty or contains whitespace.
  */
@@ -63,8 +69,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   app.addHook('preClose', async () => {
     lifecycle.closing = true;
   });
-  itemRoutes(app, options.store, admin);
-  warmRoutes(app, options.store, admin);
-  opsRoutes(app, options.store, lifecycle);
+  installOpenApi(app);
+  app.register(async (api) => {
+    itemRoutes(api, options.store, admin);
+    warmRoutes(api, options.store, admin);
+    opsRoutes(api, options.store, lifecycle);
+    openApiRoute(api);
+  });
   return app;
 }

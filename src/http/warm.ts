@@ -5,6 +5,7 @@ import type { Store } from '../store/store.js';
 import type { Table } from '../store/table.js';
 import type { AdminRouteOptions } from './auth.js';
 import { allowOnly } from './methods.js';
+import { ADMIN_SECURITY, errorResponses } from './openapi.js';
 
 /** Most ids one warm-up request may name. */
 export const MAX_WARM_IDS = 1000;
@@ -36,6 +37,26 @@ const body = {
   additionalProperties: false,
   properties: {
     ids: { type: 'array', minItems: 1, maxItems: MAX_WARM_IDS, items: { type: 'string' } },
+  },
+} as const;
+
+const answer = {
+  description: 'Every id counted once: warmed, not found, or failed (in request order).',
+  type: 'object',
+  required: ['warmed', 'notFound', 'failed'],
+  additionalProperties: false,
+  properties: {
+    warmed: { type: 'integer' },
+    notFound: { type: 'integer' },
+    failed: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['id', 'code'],
+        additionalProperties: false,
+        properties: { id: { type: 'string' }, code: { type: 'string' } },
+      },
+    },
   },
 } as const;
 
@@ -89,7 +110,23 @@ export function warmRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
     WARM_PATH,
     {
       ...admin,
-      schema: { params, body },
+      schema: {
+        summary: 'Read a list of ids into the cache (admin)',
+        tags: ['items'],
+        security: ADMIN_SECURITY,
+        params,
+        body,
+        response: {
+          200: answer,
+          ...errorResponses({
+            400: ['ECC_BAD_REQUEST'],
+            401: ['ECC_UNAUTHORIZED'],
+            404: ['ECC_UNKNOWN_TABLE'],
+            413: ['ECC_PAYLOAD_TOO_LARGE'],
+            415: ['ECC_UNSUPPORTED_MEDIA_TYPE'],
+          }),
+        },
+      },
       validatorCompiler: ({ schema }) => ajv.compile(schema),
       preValidation: async (request) => {
         store.table(request.params.table);
