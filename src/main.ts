@@ -1,18 +1,28 @@
 #!/usr/bin/env node
 /**
  * The service: reads the config, builds the sources and the store, serves
- * HTTP, and shuts down gracefully on SIGTERM/SIGINT (stop accepting, let
- * running requests and flights settle, quit Valkey).
+ * HTTP, warms the configured ids before `/readyz` says ready, and shuts down
+ * gracefully on SIGTERM/SIGINT (stop accepting, let running requests and
+ * flights settle, quit Valkey).
  */
 import closeWithGrace from 'close-with-grace';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { loadConfig } from './config/load.js';
 import { ConfigError, EchoStoreError } from './errors.js';
+import type { Lifecycle } from './http/ops.js';
 import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
 import { createStore, type TableOptions } from './store/store.js';
 import { redactUrl } from './valkey.js';
+import {
+  DEFAULT_WARM_CONCURRENCY,
+  DEFAULT_WARM_TIMEOUT_MS,
+  StartupWarmUp,
+  type WarmConfig,
+  type WarmPlan,
+  warmIds,
+} from './warm/startup.js';
 
 async function main(): Promise<void> {
   const config = loadConfig({ argv: process.argv.slice(2), env: process.env });
@@ -25,18 +35,21 @@ async function main(): Promise<void> {
 
   const sources: Source[] = [];
   const tables: Record<string, TableOptions> = Object.create(null);
-  for (const [name, { source, ...policy }] of Object.entries(config.tables)) {
-    let built: Source;
+  const warmIdsOf = new Map<string, { config: WarmConfig; ids: string[] }>();
+  for (const [name, { source, warm, ...policy }] of Object.entries(config.tables)) {
     try {
-      built = buildSource(source, `tables.${name}.source`);
+      const built = buildSource(source, `tables.${name}.source`);
+      sources.push(built);
+      tables[name] = { ...policy, load: built.load };
+      if (warm !== undefined) {
+        warmIdsOf.set(name, { config: warm, ids: await listWarmIds(warm, built, name, log) });
+      }
     } catch (err) {
       for (const s of sources) s.close();
       if (err instanceof ConfigError)
         throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err });
       throw err;
     }
-    sources.push(built);
-    tables[name] = { ...policy, load: built.load };
   }
   const store = await createStore({
     valkey: config.valkey,
@@ -45,14 +58,26 @@ async function main(): Promise<void> {
     logger: log,
     readyTimeoutMs: config.valkey.connectTimeoutMs,
   });
+  const plans: WarmPlan[] = [...warmIdsOf].map(([name, { config: warm, ids }]) => ({
+    table: store.table(name),
+    ids,
+    concurrency: warm.concurrency ?? DEFAULT_WARM_CONCURRENCY,
+    timeoutMs: warm.timeoutMs ?? DEFAULT_WARM_TIMEOUT_MS,
+  }));
+  const warmUp = new StartupWarmUp(registry, Object.keys(tables));
+  const lifecycle: Lifecycle = { warming: plans.length > 0, closing: false };
   const app = buildServer({
     store,
     logger: log,
     bodyLimitBytes: config.http.bodyLimitBytes,
     adminToken: config.http.adminToken,
+    lifecycle,
   });
 
+  const stopWarmUp = new AbortController();
   closeWithGrace({ delay: 15_000, logger: log }, async ({ signal, err }) => {
+    lifecycle.closing = true;
+    stopWarmUp.abort(); // a warm-up reads no further id
     if (err !== undefined) log.error({ err }, 'stopping after an uncaught error');
     else log.info({ signal }, 'stopping');
     // Both at once: the server stops accepting and waits for running requests,
@@ -81,9 +106,37 @@ async function main(): Promise<void> {
       valkey: redactUrl(config.valkey.url),
       valkeyReady: store.valkeyReady(),
       tables: Object.keys(tables),
+      warming: lifecycle.warming,
     },
     'echostore is serving',
   );
+  if (plans.length > 0) {
+    await warmUp.run(plans, log, stopWarmUp.signal);
+    lifecycle.warming = false;
+    if (!lifecycle.closing) log.info('warm-up finished: ready');
+  }
+}
+
+/**
+ * The ids of a table's `warm` section. A source that fails to list its ids
+ * is logged, and the table is not warmed: the service starts anyway.
+ *
+ * @throws {ConfigError} when the section cannot work (see `warmIds`).
+ */
+async function listWarmIds(
+  warm: WarmConfig,
+  source: Source,
+  table: string,
+  log: Logger,
+): Promise<string[]> {
+  try {
+    return await warmIds(warm, source, `tables.${table}.warm`);
+  } catch (err) {
+    // A section that cannot work stops the start; a source that fails to list its ids does not.
+    if (warm.top === undefined || source.listIds === undefined) throw err;
+    log.error({ err, table }, 'warm-up: the source could not list ids; the table is not warmed');
+    return [];
+  }
 }
 
 /** The listen address is taken or not allowed: a clear message, no stack trace. */

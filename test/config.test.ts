@@ -73,7 +73,11 @@ describe('loadConfig with a file', () => {
     );
     const config = loadConfig({ argv: ['--config', file], env: {} });
     expect(config.origin).toBe(file);
-    expect(config.http).toEqual({ host: '127.0.0.1', port: 9090, bodyLimitBytes: 1_048_576 });
+    expect(config.http).toEqual({
+      host: '127.0.0.1',
+      port: 9090,
+      bodyLimitBytes: 1_048_576,
+    });
     expect(config.valkey.url).toBe('redis://127.0.0.1:6379');
     expect(config.tables).toEqual({
       products: {
@@ -152,7 +156,11 @@ describe('loadConfig environment overrides', () => {
       env: { VALKEY_URL: 'redis://env:6379/2', HOST: '0.0.0.0', PORT: '0', LOG_LEVEL: 'trace' },
     });
     expect(config.valkey.url).toBe('redis://env:6379/2');
-    expect(config.http).toEqual({ host: '0.0.0.0', port: 0, bodyLimitBytes: 1_048_576 });
+    expect(config.http).toEqual({
+      host: '0.0.0.0',
+      port: 0,
+      bodyLimitBytes: 1_048_576,
+    });
     expect(config.log.level).toBe('trace');
   });
 
@@ -384,6 +392,22 @@ describe('loadConfig rejects an invalid file', () => {
       'a negative bodyLimitBytes',
       `http: { bodyLimitBytes: -1 }\n${table()}`,
       'http.bodyLimitBytes',
+    ],
+    ['a warm section naming nothing', table('    warm: {}\n'), 'tables.products.warm'],
+    [
+      'a warm section naming two forms',
+      table('    warm: { ids: ["1"], top: 5 }\n'),
+      'tables.products.warm',
+    ],
+    [
+      'a warm concurrency of 0',
+      table('    warm: { ids: ["1"], concurrency: 0 }\n'),
+      'tables.products.warm.concurrency',
+    ],
+    [
+      'an unknown warm field',
+      table('    warm: { ids: ["1"], every: 5 }\n'),
+      'tables.products.warm.every',
     ],
     ['a list at the top level', '- tables\n', '(root)'],
     [

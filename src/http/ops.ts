@@ -2,8 +2,11 @@ import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
 import { errorResponses } from './openapi.js';
 
-/** Whether the service is shutting down (readiness goes 503 first). */
+/** Where the service is in its life, for `/readyz`: ready only while neither warming nor closing. */
 export interface Lifecycle {
+  /** True until the start-up warm-up has ended: `/readyz` answers 503 `warming`. */
+  warming: boolean;
+  /** True from the shutdown signal on: `/readyz` answers 503 `closing`. */
   closing: boolean;
 }
 
@@ -118,7 +121,8 @@ export function opsRoutes(app: FastifyInstance, store: Store, lifecycle: Lifecyc
   );
 
   // Ready while serving; "degraded" (still 200) while Valkey is unreachable,
-  // because L1 hits and source reads keep answering; 503 only while shutting down.
+  // because L1 hits and source reads keep answering; 503 while the start-up
+  // warm-up runs and from the shutdown signal on.
   app.get(
     '/readyz',
     {
@@ -130,7 +134,10 @@ export function opsRoutes(app: FastifyInstance, store: Store, lifecycle: Lifecyc
             ['ready', 'degraded'],
             '`degraded`: Valkey is unusable; L1 and the source still answer.',
           ),
-          503: readiness(['closing'], '`closing`: shutting down.'),
+          503: readiness(
+            ['warming', 'closing'],
+            '`warming`: the start-up warm-up runs; `closing`: shutting down.',
+          ),
           ...errorResponses({}),
         },
       },
@@ -138,6 +145,7 @@ export function opsRoutes(app: FastifyInstance, store: Store, lifecycle: Lifecyc
     async (_request, reply) => {
       const valkey = store.valkey.status;
       if (lifecycle.closing) return reply.code(503).send({ status: 'closing', valkey });
+      if (lifecycle.warming) return reply.code(503).send({ status: 'warming', valkey });
       return { status: store.valkeyReady() ? 'ready' : 'degraded', valkey };
     },
   );

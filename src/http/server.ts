@@ -23,6 +23,13 @@ export interface ServerOptions {
    * string without whitespace; default: no token, every route open.
    */
   adminToken?: string;
+  /**
+   * Where the service is in its life, owned by the caller: `/readyz` answers
+   * 503 while `warming` or `closing` is true. `main` sets `warming` during the
+   * start-up warm-up and `closing` on SIGTERM. Default:
+   * a new one, neither warming nor closing.
+   */
+  lifecycle?: Lifecycle;
 }
 
 /**
@@ -40,7 +47,7 @@ export interface ServerOptions {
  */
 export function buildServer(options: ServerOptions): FastifyInstance {
   const admin = adminOnly(options.adminToken);
-  const lifecycle: Lifecycle = { closing: false };
+  const lifecycle: Lifecycle = options.lifecycle ?? { warming: false, closing: false };
   const log = options.logger as FastifyBaseLogger;
   const app = Fastify({
     loggerInstance: log,

@@ -1,4 +1,5 @@
 /** What every source kind returns. */
+import type { ConfigError } from '../errors.js';
 import type { LoadFn } from '../store/types.js';
 
 /**
@@ -8,6 +9,15 @@ import type { LoadFn } from '../store/types.js';
 export interface Source {
   /** Reads one item; resolves `undefined` when the source has no such item. */
   load: LoadFn;
+  /**
+   * Lists up to `limit` ids, most wanted first, for a start-up warm-up
+   * (`warm.top`). Optional: only sources configured with a listing query have
+   * it (`sqlite` with `idsQuery`).
+   *
+   * @throws (rejects) the source's own error when the listing fails; {@link ConfigError}
+   *   `ECC_BAD_CONFIG` when a listed id is neither text nor an integer.
+   */
+  listIds?(limit: number): Promise<string[]>;
   /** Releases the source's resources. Idempotent; `load` must not be called after it. */
   close(): void;
 }
