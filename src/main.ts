@@ -2,9 +2,11 @@
 /**
  * The service: reads the config, builds the sources and the store, serves
  * HTTP, warms the configured ids before `/readyz` says ready, and shuts down
- * gracefully on SIGTERM/SIGINT (stop accepting, let running requests and
- * flights settle, quit Valkey).
+ * gracefully on SIGTERM/SIGINT: `/readyz` answers 503 at once, requests are
+ * still served for `http.shutdownDelayMs`, then the server stops accepting,
+ * running requests and flights settle, and Valkey is quit.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import closeWithGrace from 'close-with-grace';
 import { type Logger, pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
@@ -23,6 +25,11 @@ import {
   type WarmPlan,
   warmIds,
 } from './warm/startup.js';
+
+/** How long closing may take after `shutdownDelayMs` before the process exits anyway, ms. */
+const CLOSE_TIMEOUT_MS = 15_000;
+/** How long running flights and writes get to settle once the server stops accepting, ms. */
+const STORE_GRACE_MS = 5_000;
 
 async function main(): Promise<void> {
   const config = loadConfig({ argv: process.argv.slice(2), env: process.env });
@@ -75,17 +82,28 @@ async function main(): Promise<void> {
   });
 
   const stopWarmUp = new AbortController();
-  closeWithGrace({ delay: 15_000, logger: log }, async ({ signal, err }) => {
-    lifecycle.closing = true;
-    stopWarmUp.abort(); // a warm-up reads no further id
-    if (err !== undefined) log.error({ err }, 'stopping after an uncaught error');
-    else log.info({ signal }, 'stopping');
-    // Both at once: the server stops accepting and waits for running requests,
-    // while the store gives flights 5 s and then fails what is left with
-    // ECC_CLOSED, so those requests answer 503 instead of holding the close.
-    await Promise.all([app.close(), store.close(5_000)]);
-    for (const s of sources) s.close();
-  });
+  const { shutdownDelayMs } = config.http;
+  closeWithGrace(
+    { delay: shutdownDelayMs + CLOSE_TIMEOUT_MS, logger: log },
+    async ({ signal, err }) => {
+      // /readyz answers 503 from here on; a warm-up reads no further id.
+      lifecycle.closing = true;
+      stopWarmUp.abort();
+      if (err !== undefined) {
+        log.error({ err }, 'stopping after an uncaught error');
+      } else {
+        // Keep serving while load balancers see /readyz fail and stop sending traffic.
+        log.info({ signal, shutdownDelayMs }, 'stopping: not ready, still serving');
+        await sleep(shutdownDelayMs);
+        log.info({ signal }, 'stopping: no longer accepting connections');
+      }
+      // Both at once: the server stops accepting and waits for running requests,
+      // while the store gives flights 5 s and then fails what is left with
+      // ECC_CLOSED, so those requests answer 503 instead of holding the close.
+      await Promise.all([app.close(), store.close(STORE_GRACE_MS)]);
+      for (const s of sources) s.close();
+    },
+  );
 
   try {
     await app.listen({ host: config.http.host, port: config.http.port });

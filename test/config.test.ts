@@ -41,7 +41,7 @@ describe('loadConfig without a file', () => {
     expect(config).toEqual({
       origin: 'built-in demo',
       valkey: { url: 'redis://127.0.0.1:6379', commandTimeoutMs: 1000, connectTimeoutMs: 2000 },
-      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576 },
+      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, shutdownDelayMs: 5_000 },
       log: { level: 'info' },
       tables: {
         products: {
@@ -77,6 +77,7 @@ describe('loadConfig with a file', () => {
       host: '127.0.0.1',
       port: 9090,
       bodyLimitBytes: 1_048_576,
+      shutdownDelayMs: 5_000,
     });
     expect(config.valkey.url).toBe('redis://127.0.0.1:6379');
     expect(config.tables).toEqual({
@@ -160,6 +161,7 @@ describe('loadConfig environment overrides', () => {
       host: '0.0.0.0',
       port: 0,
       bodyLimitBytes: 1_048_576,
+      shutdownDelayMs: 5_000,
     });
     expect(config.log.level).toBe('trace');
   });
@@ -392,6 +394,11 @@ describe('loadConfig rejects an invalid file', () => {
       'a negative bodyLimitBytes',
       `http: { bodyLimitBytes: -1 }\n${table()}`,
       'http.bodyLimitBytes',
+    ],
+    [
+      'a negative shutdownDelayMs',
+      `http: { shutdownDelayMs: -1 }\n${table()}`,
+      'http.shutdownDelayMs',
     ],
     ['a warm section naming nothing', table('    warm: {}\n'), 'tables.products.warm'],
     [

@@ -24,14 +24,21 @@ const MAIN = resolve(dirname(fileURLToPath(import.meta.url)), '../../src/main.js
 
 /**
  * Writes `config` (the service's config file shape) to a temporary YAML file,
- * starts the service on a free port, and waits until `/readyz` answers.
+ * starts the service on `port` (default: a free one), and waits until
+ * `/readyz` answers 200. Unless `config` sets `http.shutdownDelayMs`, it is 0:
+ * a drill's `stop()` does not wait out the drain delay of a rolling deploy.
  *
  * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
  */
-export async function startService(config: object, readyTimeoutMs = 15_000): Promise<Service> {
-  const port = await freePort();
+export async function startService(
+  config: object,
+  readyTimeoutMs = 15_000,
+  port?: number,
+): Promise<Service> {
+  port ??= await freePort();
   const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
-  writeFileSync(file, stringify(config));
+  const http = { shutdownDelayMs: 0, ...(config as { http?: object }).http };
+  writeFileSync(file, stringify({ ...config, http }));
   const child = spawn(process.execPath, [MAIN, '--config', file], {
     env: {
       ...process.env,

@@ -265,6 +265,13 @@ export const HttpSchema = Type.Object(
       default: 1024 * 1024,
       description: 'Largest PUT body.',
     }),
+    shutdownDelayMs: Type.Integer({
+      minimum: 0,
+      maximum: 600_000,
+      default: 5_000,
+      description:
+        'On SIGTERM or SIGINT, how long the service keeps serving while `/readyz` already answers 503 `closing`, so that load balancers and Kubernetes endpoints stop sending traffic before it stops accepting connections. 0: stop accepting at once.',
+    }),
     adminToken: Type.Optional(
       Type.String({
         minLength: 16,

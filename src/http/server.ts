@@ -26,7 +26,7 @@ export interface ServerOptions {
   /**
    * Where the service is in its life, owned by the caller: `/readyz` answers
    * 503 while `warming` or `closing` is true. `main` sets `warming` during the
-   * start-up warm-up and `closing` on SIGTERM. Default:
+   * start-up warm-up and `closing` on SIGTERM, before `app.close()`. Default:
    * a new one, neither warming nor closing.
    */
   lifecycle?: Lifecycle;
@@ -37,7 +37,9 @@ export interface ServerOptions {
  * routes, the OpenAPI document, coded JSON errors for everything, including
  * unknown routes, bad URLs and requests Node's HTTP parser rejects.
  * `app.close()` stops accepting, lets running requests finish, and turns
- * `/readyz` to 503.
+ * `/readyz` to 503. While `lifecycle.closing`, answers carry `Connection:
+ * close`, so keep-alive clients reconnect (through their load balancer) while
+ * this instance still serves.
  *
  * The routes are registered in a plugin, after `@fastify/swagger`, so they
  * are added when the app loads (`ready()`, `listen()`): an `onRoute` hook
@@ -75,6 +77,10 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   });
   app.addHook('preClose', async () => {
     lifecycle.closing = true;
+  });
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (lifecycle.closing) reply.header('connection', 'close');
+    done(null, payload);
   });
   installOpenApi(app);
   app.register(async (api) => {
