@@ -29,11 +29,12 @@ export interface ServiceProcess {
  * Writes `config` to a temporary YAML file in `dir` (a new temporary directory
  * by default: relative paths in `config` resolve against it), starts the
  * service on a free port and waits until `/healthz` answers. Killed when the
- * test ends if it is still running.
+ * test ends if it is still running, unless `inHook` (started in a `beforeAll`:
+ * the caller kills it).
  */
 export async function startServiceProcess(
   config: object,
-  options: { dir?: string; env?: Record<string, string> } = {},
+  options: { dir?: string; env?: Record<string, string>; inHook?: boolean } = {},
 ): Promise<ServiceProcess> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'echostore-test-'));
   const file = join(dir, 'config.yaml');
@@ -49,9 +50,11 @@ export async function startServiceProcess(
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  onTestFinished(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  });
+  if (options.inHook !== true) {
+    onTestFinished(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    });
+  }
   let out = '';
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
     out += chunk;
