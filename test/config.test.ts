@@ -41,7 +41,7 @@ describe('loadConfig without a file', () => {
     expect(config).toEqual({
       origin: 'built-in demo',
       valkey: { url: 'redis://127.0.0.1:6379', commandTimeoutMs: 1000, connectTimeoutMs: 2000 },
-      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576 },
+      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, shutdownDelayMs: 5_000 },
       log: { level: 'info' },
       tables: {
         products: {
@@ -73,7 +73,12 @@ describe('loadConfig with a file', () => {
     );
     const config = loadConfig({ argv: ['--config', file], env: {} });
     expect(config.origin).toBe(file);
-    expect(config.http).toEqual({ host: '127.0.0.1', port: 9090, bodyLimitBytes: 1_048_576 });
+    expect(config.http).toEqual({
+      host: '127.0.0.1',
+      port: 9090,
+      bodyLimitBytes: 1_048_576,
+      shutdownDelayMs: 5_000,
+    });
     expect(config.valkey.url).toBe('redis://127.0.0.1:6379');
     expect(config.tables).toEqual({
       products: {
@@ -170,7 +175,12 @@ describe('loadConfig environment overrides', () => {
       env: { VALKEY_URL: 'redis://env:6379/2', HOST: '0.0.0.0', PORT: '0', LOG_LEVEL: 'trace' },
     });
     expect(config.valkey.url).toBe('redis://env:6379/2');
-    expect(config.http).toEqual({ host: '0.0.0.0', port: 0, bodyLimitBytes: 1_048_576 });
+    expect(config.http).toEqual({
+      host: '0.0.0.0',
+      port: 0,
+      bodyLimitBytes: 1_048_576,
+      shutdownDelayMs: 5_000,
+    });
     expect(config.log.level).toBe('trace');
   });
 
@@ -418,6 +428,27 @@ describe('loadConfig rejects an invalid file', () => {
       'a negative bodyLimitBytes',
       `http: { bodyLimitBytes: -1 }\n${table()}`,
       'http.bodyLimitBytes',
+    ],
+    [
+      'a negative shutdownDelayMs',
+      `http: { shutdownDelayMs: -1 }\n${table()}`,
+      'http.shutdownDelayMs',
+    ],
+    ['a warm section naming nothing', table('    warm: {}\n'), 'tables.products.warm'],
+    [
+      'a warm section naming two forms',
+      table('    warm: { ids: ["1"], top: 5 }\n'),
+      'tables.products.warm',
+    ],
+    [
+      'a warm concurrency of 0',
+      table('    warm: { ids: ["1"], concurrency: 0 }\n'),
+      'tables.products.warm.concurrency',
+    ],
+    [
+      'an unknown warm field',
+      table('    warm: { ids: ["1"], every: 5 }\n'),
+      'tables.products.warm.every',
     ],
     ['a list at the top level', '- tables\n', '(root)'],
     [

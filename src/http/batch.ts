@@ -14,6 +14,7 @@ import type { BatchEntry } from '../store/types.js';
 import { logAnswered, publicMessage } from './errors.js';
 import { cacheStatus } from './items.js';
 import { allowOnly } from './methods.js';
+import { errorResponses } from './openapi.js';
 
 const ITEMS_PATH = '/v1/tables/:table/items';
 /** `::` is find-my-way's literal colon: the path is `…/items:batchGet`. */
@@ -84,7 +85,11 @@ const response = {
       },
     },
   },
-  '4xx': { type: 'object', required: ['error'], properties: { error: errorBody } },
+  ...errorResponses({
+    400: ['ECC_BAD_REQUEST'],
+    404: ['ECC_UNKNOWN_TABLE'],
+    415: ['ECC_UNSUPPORTED_MEDIA_TYPE'],
+  }),
 } as const;
 
 /** An id as asked: decoded, or the raw text of one that does not decode with its error. */

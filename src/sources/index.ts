@@ -17,7 +17,7 @@ export { type SqliteSourceOptions, sqliteSource } from './sqlite.js';
 
 /** A table's `source` as written in the configuration file. */
 export type SourceConfig =
-  | { kind: 'sqlite'; file: string; query: string; seed?: 'demo' }
+  | { kind: 'sqlite'; file: string; query: string; seed?: 'demo'; idsQuery?: string }
   | {
       kind: 'http';
       url: string;

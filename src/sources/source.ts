@@ -1,4 +1,5 @@
 /** What every source kind returns. */
+import type { ConfigError } from '../errors.js';
 import type { LoadFn, LoadManyFn } from '../store/types.js';
 
 /**
@@ -10,6 +11,15 @@ export interface Source {
   load: LoadFn;
   /** Reads many items in one call (one `WHERE id IN (…)`), when the kind can (`postgres`, `mysql`). */
   loadMany?: LoadManyFn;
+  /**
+   * Lists up to `limit` ids, most wanted first, for a start-up warm-up
+   * (`warm.top`). Optional: only sources configured with a listing query have
+   * it (`sqlite` with `idsQuery`).
+   *
+   * @throws (rejects) the source's own error when the listing fails; {@link ConfigError}
+   *   `ECC_BAD_CONFIG` when a listed id is neither text nor an integer.
+   */
+  listIds?(limit: number): Promise<string[]>;
   /** Releases the source's resources. Idempotent; `load` must not be called after it. */
   close(): void | Promise<void>;
 }
