@@ -37,19 +37,25 @@ export interface StartOptions {
   /** Extra environment (e.g. `SKEW_MS`). */
   env?: Record<string, string>;
   readyTimeoutMs?: number;
+  /** The port to listen on (a restart on the same address); default a free one. */
+  port?: number;
 }
 
 /**
  * Writes `config` (the service's config file shape) to a temporary YAML file,
- * starts the service on a free port, and waits until `/readyz` answers.
+ * starts the service on `port` (default: a free one), and waits until
+ * `/readyz` answers 200. Unless `config` sets `http.shutdownDelayMs`, it is 0:
+ * a drill's `stop()` does not wait out the drain delay of a rolling deploy.
  *
  * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
  */
 export async function startService(config: object, options: StartOptions = {}): Promise<Service> {
   const readyTimeoutMs = options.readyTimeoutMs ?? 15_000;
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
-  writeFileSync(file, stringify(config));
+  // No shutdown delay unless the config asks for one: drills stop many instances.
+  const http = { shutdownDelayMs: 0, ...(config as { http?: object }).http };
+  writeFileSync(file, stringify({ ...config, http }));
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
     env: {
       ...process.env,

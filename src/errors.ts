@@ -167,7 +167,7 @@ export class ValkeyUnavailableError extends EchoStoreError {
   }
 }
 
-/** A PUT body is missing, not JSON, or not storable. */
+/** The request is malformed: a PUT body missing, not JSON or not storable; a batch read's ids missing or too many. */
 export class BadRequestError extends EchoStoreError {
   static override readonly code = 'ECC_BAD_REQUEST';
   static override readonly statusCode = 400;

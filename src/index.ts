@@ -13,7 +13,7 @@ export {
   type TablePolicyInput,
 } from './store/policy.js';
 export { createStore, type Store, type StoreOptions, type TableOptions } from './store/store.js';
-export { assertId, MAX_ID_BYTES, TABLE_NAME, type Table } from './store/table.js';
+export { assertId, MAX_BATCH_IDS, MAX_ID_BYTES, TABLE_NAME, type Table } from './store/table.js';
 export type * from './store/types.js';
 export { leaseKey, valueKey } from './store/valkey/scripts.js';
 export { createValkeyClient, type ValkeyOptions, type ValkeyTlsOptions } from './valkey.js';

@@ -1,18 +1,36 @@
 #!/usr/bin/env node
 /**
  * The service: reads the config, builds the sources and the store, serves
- * HTTP, and shuts down gracefully on SIGTERM/SIGINT (stop accepting, let
- * running requests and flights settle, quit Valkey).
+ * HTTP, warms the configured ids before `/readyz` says ready, and shuts down
+ * gracefully on SIGTERM/SIGINT: `/readyz` answers 503 at once, requests are
+ * still served for `http.shutdownDelayMs`, then the server stops accepting,
+ * running requests and flights settle, and Valkey is quit.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import closeWithGrace from 'close-with-grace';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { loadConfig } from './config/load.js';
 import { ConfigError, EchoStoreError } from './errors.js';
+import type { Lifecycle } from './http/ops.js';
 import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
+import { DEFAULT_POLICY } from './store/policy.js';
 import { createStore, type TableOptions } from './store/store.js';
 import { redactUrl } from './valkey.js';
+import {
+  DEFAULT_WARM_CONCURRENCY,
+  DEFAULT_WARM_TIMEOUT_MS,
+  StartupWarmUp,
+  type WarmConfig,
+  type WarmPlan,
+  warmIds,
+} from './warm/startup.js';
+
+/** How long closing may take after `shutdownDelayMs` before the process exits anyway, ms. */
+const CLOSE_TIMEOUT_MS = 15_000;
+/** How long running flights and writes get to settle once the server stops accepting, ms. */
+const STORE_GRACE_MS = 5_000;
 
 async function main(): Promise<void> {
   const config = loadConfig({ argv: process.argv.slice(2), env: process.env });
@@ -25,18 +43,29 @@ async function main(): Promise<void> {
 
   const sources: Source[] = [];
   const tables: Record<string, TableOptions> = Object.create(null);
-  for (const [name, { source, ...policy }] of Object.entries(config.tables)) {
-    let built: Source;
+  const warmIdsOf = new Map<string, { config: WarmConfig; ids: string[] }>();
+  for (const [name, { source, warm, ...policy }] of Object.entries(config.tables)) {
     try {
-      built = buildSource(source, `tables.${name}.source`);
+      const built = await buildSource(source, {
+        field: `tables.${name}.source`,
+        loadTimeoutMs: policy.loadTimeoutMs ?? DEFAULT_POLICY.loadTimeoutMs,
+      });
+      sources.push(built);
+      // A source that loads in batches serves every miss through loadMany (DataLoader-style).
+      tables[name] = {
+        ...policy,
+        load: built.load,
+        ...(built.loadMany === undefined ? {} : { loadMany: built.loadMany }),
+      };
+      if (warm !== undefined) {
+        warmIdsOf.set(name, { config: warm, ids: await listWarmIds(warm, built, name, log) });
+      }
     } catch (err) {
-      for (const s of sources) s.close();
+      await Promise.all(sources.map((s) => s.close()));
       if (err instanceof ConfigError)
-        throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err });
+        throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err, field: err.field });
       throw err;
     }
-    sources.push(built);
-    tables[name] = { ...policy, load: built.load };
   }
   const store = await createStore({
     valkey: config.valkey,
@@ -46,28 +75,51 @@ async function main(): Promise<void> {
     readyTimeoutMs: config.valkey.connectTimeoutMs,
     coherence: config.valkey.coherence,
   });
+  const plans: WarmPlan[] = [...warmIdsOf].map(([name, { config: warm, ids }]) => ({
+    table: store.table(name),
+    ids,
+    concurrency: warm.concurrency ?? DEFAULT_WARM_CONCURRENCY,
+    timeoutMs: warm.timeoutMs ?? DEFAULT_WARM_TIMEOUT_MS,
+  }));
+  const warmUp = new StartupWarmUp(registry, Object.keys(tables));
+  const lifecycle: Lifecycle = { warming: plans.length > 0, closing: false };
   const app = buildServer({
     store,
     logger: log,
     bodyLimitBytes: config.http.bodyLimitBytes,
     adminToken: config.http.adminToken,
+    lifecycle,
   });
 
-  closeWithGrace({ delay: 15_000, logger: log }, async ({ signal, err }) => {
-    if (err !== undefined) log.error({ err }, 'stopping after an uncaught error');
-    else log.info({ signal }, 'stopping');
-    // Both at once: the server stops accepting and waits for running requests,
-    // while the store gives flights 5 s and then fails what is left with
-    // ECC_CLOSED, so those requests answer 503 instead of holding the close.
-    await Promise.all([app.close(), store.close(5_000)]);
-    for (const s of sources) s.close();
-  });
+  const stopWarmUp = new AbortController();
+  const { shutdownDelayMs } = config.http;
+  closeWithGrace(
+    { delay: shutdownDelayMs + CLOSE_TIMEOUT_MS, logger: log },
+    async ({ signal, err }) => {
+      // /readyz answers 503 from here on; a warm-up reads no further id.
+      lifecycle.closing = true;
+      stopWarmUp.abort();
+      if (err !== undefined) {
+        log.error({ err }, 'stopping after an uncaught error');
+      } else {
+        // Keep serving while load balancers see /readyz fail and stop sending traffic.
+        log.info({ signal, shutdownDelayMs }, 'stopping: not ready, still serving');
+        await sleep(shutdownDelayMs);
+        log.info({ signal }, 'stopping: no longer accepting connections');
+      }
+      // Both at once: the server stops accepting and waits for running requests,
+      // while the store gives flights 5 s and then fails what is left with
+      // ECC_CLOSED, so those requests answer 503 instead of holding the close.
+      await Promise.all([app.close(), store.close(STORE_GRACE_MS)]);
+      await Promise.all(sources.map((s) => s.close()));
+    },
+  );
 
   try {
     await app.listen({ host: config.http.host, port: config.http.port });
   } catch (err) {
     await store.close(0);
-    for (const s of sources) s.close();
+    await Promise.all(sources.map((s) => s.close()));
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
       throw new ListenError(
@@ -82,9 +134,37 @@ async function main(): Promise<void> {
       valkey: redactUrl(config.valkey.url),
       valkeyReady: store.valkeyReady(),
       tables: Object.keys(tables),
+      warming: lifecycle.warming,
     },
     'echostore is serving',
   );
+  if (plans.length > 0) {
+    await warmUp.run(plans, log, stopWarmUp.signal);
+    lifecycle.warming = false;
+    if (!lifecycle.closing) log.info('warm-up finished: ready');
+  }
+}
+
+/**
+ * The ids of a table's `warm` section. A source that fails to list its ids
+ * is logged, and the table is not warmed: the service starts anyway.
+ *
+ * @throws {ConfigError} when the section cannot work (see `warmIds`).
+ */
+async function listWarmIds(
+  warm: WarmConfig,
+  source: Source,
+  table: string,
+  log: Logger,
+): Promise<string[]> {
+  try {
+    return await warmIds(warm, source, `tables.${table}.warm`);
+  } catch (err) {
+    // A section that cannot work stops the start; a source that fails to list its ids does not.
+    if (warm.top === undefined || source.listIds === undefined) throw err;
+    log.error({ err, table }, 'warm-up: the source could not list ids; the table is not warmed');
+    return [];
+  }
 }
 
 /** The listen address is taken or not allowed: a clear message, no stack trace. */

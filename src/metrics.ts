@@ -21,6 +21,8 @@ export interface TableCounters {
   misses: number;
   /** Loader calls (source reads started by this process); counted once, where the loader is called. */
   fills: number;
+  /** `loadMany` calls (batched loading): each carries the `fills` of its ids to the source as one read. */
+  batches: number;
   /** Flights answered by Valkey (L2). */
   l2_hits: number;
   /** Waiters that attached to a running flight. */
@@ -59,6 +61,7 @@ export function newCounters(): TableCounters {
     hits: 0,
     misses: 0,
     fills: 0,
+    batches: 0,
     l2_hits: 0,
     coalesced: 0,
     reads: { l1: 0, l2: 0, origin: 0, negative: 0, stale: 0 },
@@ -101,6 +104,11 @@ const MIRRORS: Mirror[] = [
     name: 'echostore_fills_total',
     help: 'Loader calls (source reads started by this process).',
     pick: (c) => c.fills,
+  },
+  {
+    name: 'echostore_load_batches_total',
+    help: 'loadMany calls: source reads that each loaded a batch of ids (tables with loadMany only).',
+    pick: (c) => c.batches,
   },
   {
     name: 'echostore_coalesced_total',

@@ -183,11 +183,45 @@ const CASES: Case[] = [
 
   // Routes and methods.
   { name: 'root path', request: '/', status: 404, code: 'ECC_ROUTE_NOT_FOUND' },
+  // Batch reads: a bad id is answered in its item; a bad list is a 400.
   {
-    name: 'items without an id segment',
+    name: 'batch read without ids',
     request: `/v1/tables/${items}/items`,
-    status: 404,
-    code: 'ECC_ROUTE_NOT_FOUND',
+    status: 400,
+    code: 'ECC_BAD_REQUEST',
+  },
+  {
+    name: 'batch read with a malformed id among good ones',
+    request: `/v1/tables/${items}/items?ids=1,%E0%A4%A,2`,
+    status: 200,
+    check: (r) =>
+      expect(r.json().items.map((i: { status: string }) => i.status)).toEqual([
+        'found',
+        'error',
+        'found',
+      ]),
+  },
+  {
+    name: 'batch read body with ids that are not strings',
+    request: {
+      method: 'POST',
+      url: `/v1/tables/${items}/items:batchGet`,
+      headers: JSON_TYPE,
+      payload: '{"ids":[1,2]}',
+    },
+    status: 400,
+    code: 'ECC_BAD_REQUEST',
+  },
+  {
+    name: 'batch read body that is not JSON',
+    request: {
+      method: 'POST',
+      url: `/v1/tables/${items}/items:batchGet`,
+      headers: JSON_TYPE,
+      payload: '{"ids":',
+    },
+    status: 400,
+    code: 'ECC_BAD_REQUEST',
   },
   {
     name: 'extra path segment',

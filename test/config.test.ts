@@ -46,7 +46,7 @@ describe('loadConfig without a file', () => {
         connectTimeoutMs: 2000,
         coherence: true,
       },
-      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576 },
+      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, shutdownDelayMs: 5_000 },
       log: { level: 'info' },
       tables: {
         products: {
@@ -78,7 +78,12 @@ describe('loadConfig with a file', () => {
     );
     const config = loadConfig({ argv: ['--config', file], env: {} });
     expect(config.origin).toBe(file);
-    expect(config.http).toEqual({ host: '127.0.0.1', port: 9090, bodyLimitBytes: 1_048_576 });
+    expect(config.http).toEqual({
+      host: '127.0.0.1',
+      port: 9090,
+      bodyLimitBytes: 1_048_576,
+      shutdownDelayMs: 5_000,
+    });
     expect(config.valkey.url).toBe('redis://127.0.0.1:6379');
     expect(config.tables).toEqual({
       products: {
@@ -111,6 +116,24 @@ describe('loadConfig with a file', () => {
       url: 'https://api/u/{id}',
       timeoutMs: 500,
     });
+  });
+
+  it("reads postgres and mysql sources as written (their defaults are the source's to apply)", () => {
+    const file = write(
+      'sql.yaml',
+      'tables:\n  a: { source: { kind: postgres, url: "postgres://u@h:5432/db", query: "SELECT id FROM t WHERE id = ANY($1)" }, maxBatchSize: 50 }\n' +
+        '  b: { source: { kind: mysql, url: "mysql://u@h/db", query: "SELECT id FROM t WHERE id IN (?)", idColumn: code, poolSize: 2, seed: demo } }\n',
+    );
+    const config = loadConfig({ argv: ['--config', file], env: {} });
+    expect(config.tables.a).toEqual({
+      source: {
+        kind: 'postgres',
+        url: 'postgres://u@h:5432/db',
+        query: 'SELECT id FROM t WHERE id = ANY($1)',
+      },
+      maxBatchSize: 50,
+    });
+    expect(config.tables.b?.source).toMatchObject({ kind: 'mysql', idColumn: 'code', poolSize: 2 });
   });
 
   it('reads the file named by ECHOSTORE_CONFIG, relative to cwd', () => {
@@ -158,7 +181,12 @@ describe('loadConfig environment overrides', () => {
       env: { VALKEY_URL: 'redis://env:6379/2', HOST: '0.0.0.0', PORT: '0', LOG_LEVEL: 'trace' },
     });
     expect(config.valkey.url).toBe('redis://env:6379/2');
-    expect(config.http).toEqual({ host: '0.0.0.0', port: 0, bodyLimitBytes: 1_048_576 });
+    expect(config.http).toEqual({
+      host: '0.0.0.0',
+      port: 0,
+      bodyLimitBytes: 1_048_576,
+      shutdownDelayMs: 5_000,
+    });
     expect(config.log.level).toBe('trace');
   });
 
@@ -367,6 +395,22 @@ describe('loadConfig rejects an invalid file', () => {
       'tables.products.source.url',
     ],
     [
+      'a postgres url that is not postgres://',
+      'tables:\n  products: { source: { kind: postgres, url: "mysql://h/db", query: "SELECT 1" } }\n',
+      'tables.products.source.url',
+    ],
+    [
+      'a mysql source without query',
+      'tables:\n  products: { source: { kind: mysql, url: "mysql://root@h/db" } }\n',
+      'tables.products.source.query',
+    ],
+    [
+      'a postgres pool of 0',
+      'tables:\n  products: { source: { kind: postgres, url: "postgres://h/db", query: "SELECT 1", poolSize: 0 } }\n',
+      'tables.products.source.poolSize',
+    ],
+    ['a maxBatchSize of 0', table('    maxBatchSize: 0\n'), 'tables.products.maxBatchSize'],
+    [
       'a field of the other source kind',
       'tables:\n  products: { source: { kind: http, url: "http://h/{id}", query: "SELECT 1" } }\n',
       'tables.products.source.query',
@@ -391,6 +435,27 @@ describe('loadConfig rejects an invalid file', () => {
       'a negative bodyLimitBytes',
       `http: { bodyLimitBytes: -1 }\n${table()}`,
       'http.bodyLimitBytes',
+    ],
+    [
+      'a negative shutdownDelayMs',
+      `http: { shutdownDelayMs: -1 }\n${table()}`,
+      'http.shutdownDelayMs',
+    ],
+    ['a warm section naming nothing', table('    warm: {}\n'), 'tables.products.warm'],
+    [
+      'a warm section naming two forms',
+      table('    warm: { ids: ["1"], top: 5 }\n'),
+      'tables.products.warm',
+    ],
+    [
+      'a warm concurrency of 0',
+      table('    warm: { ids: ["1"], concurrency: 0 }\n'),
+      'tables.products.warm.concurrency',
+    ],
+    [
+      'an unknown warm field',
+      table('    warm: { ids: ["1"], every: 5 }\n'),
+      'tables.products.warm.every',
     ],
     ['a list at the top level', '- tables\n', '(root)'],
     [
@@ -554,6 +619,8 @@ describe('table policy defaults', () => {
       maxQueuedLoads: 10_000,
       maxWaitersPerFlight: 10_000,
       coalescing: 'fleet',
+      batchWindowMs: 0,
+      maxBatchSize: 100,
       l1: { maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 },
     });
   });

@@ -2,6 +2,7 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
 import { errorOf, metricValue, openStore, scopedValkey, storedValue } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { countingLoader, deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
@@ -196,5 +197,66 @@ describe('fleet lease', () => {
     expect(source.calls()).toBe(1);
     const leftMs = await raw.pttl(`ecc:${table}:{p}:lease`);
     expect(leftMs).toBeLessThanOrEqual(1_000);
+  });
+});
+
+describe('lease renewal (a lease lives only while its holder does)', () => {
+  it('a live loader slower than leaseMs keeps its lease: no takeover, one source read', async () => {
+    const table = uniqueTable('renew');
+    let loads = 0;
+    const started = deferred<void>();
+    const slow = {
+      leaseMs: 300,
+      loadTimeoutMs: 5_000,
+      load: async () => {
+        loads++;
+        started.resolve();
+        await new Promise((r) => setTimeout(r, 1_000));
+        return { loads };
+      },
+    };
+    const a = await openStore({ [table]: slow });
+    const b = await openStore({ [table]: slow });
+    const first = a.table(table).get('k');
+    await started.promise;
+    const second = await b.table(table).get('k');
+    expect(second.found && second.value).toEqual({ loads: 1 });
+    expect((await first).found).toBe(true);
+    expect(loads).toBe(1);
+    expect(
+      await metricValue(a, 'echostore_lease_total', table, { outcome: 'renewed' }),
+    ).toBeGreaterThanOrEqual(2);
+    expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'takeover' })).toBe(0);
+  });
+
+  it('a renewal that finds the lease gone fences the load: its answer is served but not stored', async () => {
+    const table = uniqueTable('fenced');
+    const raw = scopedValkey();
+    const started = deferred<void>();
+    const gate = deferred<void>();
+    const a = await openStore({
+      [table]: {
+        leaseMs: 300,
+        load: async () => {
+          started.resolve();
+          await gate.promise;
+          return { late: true };
+        },
+      },
+    });
+    const t = a.table(table);
+    const reading = t.get('k');
+    await started.promise;
+    // The lease is lost (as when it expired while Valkey was unreachable).
+    expect(await raw.del(leaseKey(table, 'k'))).toBe(1);
+    await vi.waitFor(async () =>
+      expect(await metricValue(a, 'echostore_lease_total', table, { outcome: 'expired' })).toBe(1),
+    );
+    gate.resolve();
+    const r = await reading;
+    expect(r.found && r.value).toEqual({ late: true });
+    expect(r.stored).toBe(false);
+    expect(await raw.exists(valueKey(table, 'k'))).toBe(0);
+    expect(t.stats().l1_entries).toBe(0);
   });
 });

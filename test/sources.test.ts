@@ -88,7 +88,10 @@ describe('sqlite source', () => {
 
   it('names the configuration path it is given', async () => {
     const err = await caught(() =>
-      buildSource({ kind: 'sqlite', file: itemsDb(), query: 'SELECT 1' }, 'tables.items.source'),
+      buildSource(
+        { kind: 'sqlite', file: itemsDb(), query: 'SELECT 1' },
+        { field: 'tables.items.source', loadTimeoutMs: 1_000 },
+      ),
     );
     expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
     expect((err as Error).message).toContain('tables.items.source.query');
@@ -270,7 +273,10 @@ describe('http source', () => {
   });
 
   it('builds an http source from its configuration', async () => {
-    const source = buildSource({ kind: 'http', url: `${base}/items/{id}` });
+    const source = await buildSource(
+      { kind: 'http', url: `${base}/items/{id}` },
+      { loadTimeoutMs: 1_000 },
+    );
     expect(await source.load('9', ctx())).toEqual({ id: '9', path: '/items/9' });
   });
 

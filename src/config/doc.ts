@@ -13,6 +13,7 @@ import {
   PATTERN_MEANINGS,
   SOURCE_SCHEMAS,
   ValkeySchema,
+  WarmSchema,
 } from './schema.js';
 
 /** Where {@link renderConfigDoc}'s output is committed, relative to the repository root. */
@@ -80,13 +81,19 @@ export function renderConfigDoc(): string {
     section('log', LogSchema, 'The pino logger.'),
     '## `tables`',
     '',
-    `${describe(tables)} Each table has a \`source\` (required; below, by kind) and the policy fields below, all optional.`,
+    `${describe(tables)} Each table has a \`source\` (required; below, by kind), the policy fields below, all optional, and optionally a \`warm\` section.`,
     '',
     '### `tables.<name>`: the policy',
     '',
     'Checked beyond the schema: `leaseMs` must be greater than `loadTimeoutMs`, and `idPattern` must compile and be safe.',
     '',
     ...fieldTable(TablePolicySchema),
+    '',
+    '### `tables.<name>.warm`: warm-up at start',
+    '',
+    describe(WarmSchema),
+    '',
+    ...fieldTable(WarmSchema),
     '',
     ...sources,
   ].join('\n');

@@ -64,7 +64,7 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * 1. The file is `--config <path>` (or `--config=<path>`) in `argv`, else
  *    `ECHOSTORE_CONFIG`; relative to `cwd`. It is parsed as YAML 1.2, of which
  *    JSON is a subset, whatever its extension. A relative `source.file` of an
- *    sqlite table is resolved against the file's directory.
+ *    sqlite table, and a relative `warm.file`, are resolved against the file's directory.
  * 2. Without a file: one built-in demo table, `products`, served by the demo
  *    catalog in `<ECHOSTORE_DATA_DIR or cwd/data>/demo.sqlite` (created on first use).
  * 3. `VALKEY_URL`, `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN`
@@ -82,7 +82,8 @@ const MAX_YAML_ALIAS_COUNT = 100;
  *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
  *   port 1–65535, db 0–15), has a `valkey.tls.caFile` that cannot be read or holds no PEM
  *   certificate, breaks a cross-field policy rule (`leaseMs > loadTimeoutMs`,
- *   `idPattern` compiles and is safe), or an override is invalid. The message names the file
+ *   `idPattern` compiles and is safe), has a `warm` that names not exactly one of
+ *   `ids`, `file` and `top`, or an override is invalid. The message names the file
  *   (or variable) and the field as a dotted path, e.g. `tables.products.ttlMs: must be
  *   integer`; `field` holds that path when one field is at fault.
  */
@@ -114,8 +115,12 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   checkCaFile(config.valkey.tls, path === undefined ? undefined : dirname(origin), origin);
   for (const [name, table] of Object.entries(config.tables)) {
     checkPolicy(name, table, origin);
+    checkWarm(name, table, origin);
     if (table.source.kind === 'sqlite' && path !== undefined) {
       table.source.file = resolve(dirname(origin), table.source.file);
+    }
+    if (table.warm?.file !== undefined && path !== undefined) {
+      table.warm.file = resolve(dirname(origin), table.warm.file);
     }
   }
 
@@ -255,6 +260,22 @@ function checkPolicy(name: string, table: TableConfig, origin: string): void {
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     throw new ConfigError(`${origin}: ${err.message}`, { field: err.field, cause: err });
+  }
+}
+
+/** `warm` names exactly one of `ids`, `file` and `top`. */
+function checkWarm(name: string, table: TableConfig, origin: string): void {
+  if (table.warm === undefined) return;
+  const given = (['ids', 'file', 'top'] as const).filter((k) => table.warm?.[k] !== undefined);
+  if (given.length !== 1) {
+    const field = `tables.${name}.warm`;
+    const problem = given.length === 0 ? 'names none' : `names ${given.join(' and ')}`;
+    throw new ConfigError(
+      `${origin}: ${field}: must name exactly one of ids, file, top (it ${problem})`,
+      {
+        field,
+      },
+    );
   }
 }
 

@@ -74,6 +74,13 @@ export const SqliteSourceSchema = Type.Object(
           '`demo`: create the demo catalog (10,000 products) in `file` first, when it has no `products` table.',
       }),
     ),
+    idsQuery: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          "A query listing ids, most wanted first, for the table's `warm.top`: it takes exactly one parameter, the limit (`?`, or `@limit` / `:limit` / `$limit`); each row's first column is an id (text or integer). Unset: the source cannot list ids.",
+      }),
+    ),
   },
   {
     additionalProperties: false,
@@ -119,11 +126,91 @@ export const HttpSourceSchema = Type.Object(
   },
 );
 
+/** The fields of the `postgres` and `mysql` sources, but `kind`, `url` and `query`. */
+function sqlFields(listExample: string) {
+  return {
+    query: Type.String({
+      minLength: 1,
+      description: `One SELECT, parametrised, that takes the ids as one list and returns a row per id it has: \`${listExample}\`. A batch of misses is one query; one id is a list of one. Checked at start-up (it must compile, take one list, be read-only and return \`idColumn\`).`,
+    }),
+    idColumn: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        default: 'id',
+        description:
+          'The column whose value, as text, is the row\'s id: rows are matched to the ids asked by it; an id with no row is "not found".',
+      }),
+    ),
+    poolSize: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100,
+        default: 4,
+        description:
+          "Most connections open at once. Every session is read-only, with a statement timeout of the table's `loadTimeoutMs`.",
+      }),
+    ),
+    connectTimeoutMs: Type.Optional(ms('A connection not established within this fails.', 2_000)),
+    seed: Type.Optional(
+      stringEnum(['demo'], {
+        description:
+          '`demo`: create the table `products` with the demo catalog (10,000 products) first, when it is missing or empty.',
+      }),
+    ),
+  };
+}
+
+/** `source` of a table whose items are rows of a PostgreSQL database. */
+export const PostgresSourceSchema = Type.Object(
+  {
+    kind: Type.Literal('postgres', { description: 'Selects this kind of source.' }),
+    url: Type.String({
+      pattern: '^postgres(ql)?://',
+      description:
+        '`postgres://user[:password]@host[:port]/database` (libpq URL parameters such as `sslmode` allowed). Never repeated in error messages.',
+    }),
+    ...sqlFields('SELECT … FROM products WHERE id = ANY($1)'),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'One parametrised query on PostgreSQL (the `pg` driver, a bounded pool); misses are loaded in batches, one `= ANY($1)` query each (`batchWindowMs`, `maxBatchSize`).',
+  },
+);
+
+/** `source` of a table whose items are rows of a MySQL or MariaDB database. */
+export const MysqlSourceSchema = Type.Object(
+  {
+    kind: Type.Literal('mysql', { description: 'Selects this kind of source.' }),
+    url: Type.String({
+      pattern: '^(mysql|mariadb)://',
+      description:
+        '`mysql://user[:password]@host[:port]/database` (MySQL or MariaDB). Never repeated in error messages.',
+    }),
+    ...sqlFields('SELECT … FROM products WHERE id IN (?)'),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'One parametrised query on MySQL or MariaDB (the `mysql2` driver, server-side prepared statements, a bounded pool); misses are loaded in batches, one `IN (…)` query each (`batchWindowMs`, `maxBatchSize`).',
+  },
+);
+
 /** The source schemas by `kind`. */
-export const SOURCE_SCHEMAS = { sqlite: SqliteSourceSchema, http: HttpSourceSchema } as const;
+export const SOURCE_SCHEMAS = {
+  sqlite: SqliteSourceSchema,
+  http: HttpSourceSchema,
+  postgres: PostgresSourceSchema,
+  mysql: MysqlSourceSchema,
+} as const;
 
 /** A table's `source` as written in the configuration file. */
-export type FileSourceConfig = Static<typeof SqliteSourceSchema> | Static<typeof HttpSourceSchema>;
+export type FileSourceConfig =
+  | Static<typeof SqliteSourceSchema>
+  | Static<typeof HttpSourceSchema>
+  | Static<typeof PostgresSourceSchema>
+  | Static<typeof MysqlSourceSchema>;
 
 const SourceSchema = Type.Unsafe<FileSourceConfig>({
   type: 'object',
@@ -134,9 +221,59 @@ const SourceSchema = Type.Unsafe<FileSourceConfig>({
   description: 'Where the items come from, by kind.',
 });
 
-/** One table: where its items come from, and its freshness policy (every policy field optional). */
+/** Most ids a table's start-up warm-up may name (`ids`, `file` or `top`). */
+export const MAX_STARTUP_WARM_IDS = 100_000;
+
+/** `warm` of a table: what to read into the cache at start, before `/readyz` says ready. */
+export const WarmSchema = Type.Object(
+  {
+    ids: Type.Optional(
+      Type.Array(Type.String({ minLength: 1 }), {
+        minItems: 1,
+        maxItems: MAX_STARTUP_WARM_IDS,
+        description: 'The ids to warm, in order: 1 to 100,000.',
+      }),
+    ),
+    file: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: `A text file of ids, one per line (UTF-8; a trailing CR is dropped, empty lines are skipped), relative to the config file's directory; at most ${MAX_STARTUP_WARM_IDS.toLocaleString('en')} ids. Read at start: an unreadable file stops the start.`,
+      }),
+    ),
+    top: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_STARTUP_WARM_IDS,
+        description:
+          'Warm the first `top` ids the source lists, most wanted first. Only a source that can list ids: `sqlite` with `idsQuery`.',
+      }),
+    ),
+    concurrency: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 64,
+        default: 4,
+        description:
+          "Reads the warm-up keeps in flight at once: a small share of the table's `maxConcurrentLoads`, so that warm-up does not crowd out (or shed) itself or live traffic. A read shed with `ECC_SHED` is retried after its `Retry-After`, up to 3 times.",
+      }),
+    ),
+    timeoutMs: Type.Optional(
+      ms(
+        'The warm-up of this table stops after this long; the ids not read by then are counted as `skipped`, and the service becomes ready anyway.',
+        60_000,
+      ),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'Warm-up at start: exactly one of `ids`, `file` and `top`. Each id is read through the normal read path (L1, Valkey, then the source under the load limit); `/readyz` answers 503 `warming` until every table has finished.',
+  },
+);
+
+/** One table: where its items come from, what to warm at start, and its freshness policy (every policy field optional). */
 export const TableSchema = Type.Object(
-  { source: SourceSchema, ...TablePolicySchema.properties },
+  { source: SourceSchema, warm: Type.Optional(WarmSchema), ...TablePolicySchema.properties },
   { additionalProperties: false },
 );
 
@@ -212,6 +349,13 @@ export const HttpSchema = Type.Object(
       maximum: GIB,
       default: 1024 * 1024,
       description: 'Largest PUT body.',
+    }),
+    shutdownDelayMs: Type.Integer({
+      minimum: 0,
+      maximum: 600_000,
+      default: 5_000,
+      description:
+        'On SIGTERM or SIGINT, how long the service keeps serving while `/readyz` already answers 503 `closing`, so that load balancers and Kubernetes endpoints stop sending traffic before it stops accepting connections. 0: stop accepting at once.',
     }),
     adminToken: Type.Optional(
       Type.String({

@@ -1,10 +1,11 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BadRequestError, BadValueError, NotFoundError } from '../errors.js';
 import type { Store } from '../store/store.js';
 import type { ReadResult } from '../store/types.js';
 import type { AdminRouteOptions } from './auth.js';
 import { clip, sendError } from './errors.js';
 import { allowOnly } from './methods.js';
+import { ADMIN_SECURITY, errorResponses, header, RETRY_AFTER } from './openapi.js';
 
 interface ItemParams {
   table: string;
@@ -14,10 +15,59 @@ interface ItemParams {
 const params = {
   type: 'object',
   required: ['table', 'id'],
-  properties: { table: { type: 'string' }, id: { type: 'string' } },
+  properties: {
+    table: { type: 'string', description: 'The table name, `[a-z0-9_-]{1,64}`.' },
+    id: {
+      type: 'string',
+      description:
+        "The item id, percent-encoded: 1–512 bytes of printable UTF-8, and the table's `idPattern` if it has one.",
+    },
+  },
 } as const;
 
 const ITEM_PATH = '/v1/tables/:table/items/:id';
+const ITEMS = ['items'];
+
+const CACHE_STATUS = header('RFC 9211: which layer answered (docs/http-api.md, Cache-Status).');
+const ETAG = header('The item version, `"<version>"`.');
+
+const readErrors = errorResponses({
+  400: ['ECC_BAD_ID'],
+  404: ['ECC_NOT_FOUND (with Cache-Status)', 'ECC_UNKNOWN_TABLE'],
+  502: ['ECC_LOAD_FAILED', 'ECC_BAD_VALUE'],
+  503: ['ECC_SHED (with Retry-After)', 'ECC_CLOSED'],
+  504: ['ECC_LOAD_TIMEOUT', 'ECC_WAIT_TIMEOUT'],
+});
+
+/** GET and HEAD: the same schema, so HEAD answers exactly GET's headers. */
+const readSchema = {
+  summary: 'Read an item (cache-aside; HEAD: the same headers, no body)',
+  tags: ITEMS,
+  params,
+  headers: {
+    type: 'object',
+    properties: {
+      'if-none-match': {
+        type: 'string',
+        description: '`*` or entity tags (compared weakly): a match answers 304.',
+      },
+    },
+  },
+  response: {
+    // No type: the value is any JSON value, sent as the text the store holds (never re-serialised).
+    200: {
+      description: 'The value, any JSON value.',
+      headers: { etag: ETAG, 'cache-status': CACHE_STATUS },
+    },
+    304: {
+      description: '`If-None-Match` matched: no body, no Content-Length.',
+      type: 'null',
+      headers: { etag: ETAG, 'cache-status': CACHE_STATUS },
+    },
+    ...readErrors,
+    503: { ...readErrors[503], headers: RETRY_AFTER },
+  },
+} as const;
 
 /**
  * The item routes: read (cache-aside, single-flight), write-through, invalidate;
@@ -26,7 +76,7 @@ const ITEM_PATH = '/v1/tables/:table/items/:id';
  * guards the writes (PUT, DELETE).
  */
 export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRouteOptions): void {
-  app.get<{ Params: ItemParams }>(ITEM_PATH, { schema: { params } }, async (request, reply) => {
+  const read = async (request: FastifyRequest<{ Params: ItemParams }>, reply: FastifyReply) => {
     const { table, id } = request.params;
     const result = await store.table(table).get(id);
     reply.header('cache-status', cacheStatus(result));
@@ -39,14 +89,48 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
     }
     const etag = `"${result.version}"`;
     reply.header('etag', etag);
-    // RFC 9110 §13.1.2: a matching If-None-Match on a GET answers 304 without a body.
+    // RFC 9110 §13.1.2: a matching If-None-Match on a GET or HEAD answers 304 without a body.
     if (noneMatch(request.headers['if-none-match'], etag)) return reply.code(304).send();
     return reply.type('application/json; charset=utf-8').send(result.json);
-  });
+  };
+  // HEAD runs GET's handler and sends GET's answer: Node's HTTP server writes
+  // the headers (Content-Length included) and drops the body. fastify's own
+  // HEAD route would add `Content-Length: 0` to a 304 (RFC 9110 §8.6: a 304
+  // has no body and should not say so).
+  app.get<{ Params: ItemParams }>(ITEM_PATH, { schema: readSchema, exposeHeadRoute: false }, read);
+  app.head<{ Params: ItemParams }>(ITEM_PATH, { schema: readSchema }, read);
 
   app.put<{ Params: ItemParams; Body: unknown }>(
     ITEM_PATH,
-    { schema: { params }, ...admin },
+    {
+      schema: {
+        summary: 'Store a value in the cache (admin)',
+        description:
+          'Writes the cache, never the source: Valkey, then this L1, with a new version; the lease is cancelled.',
+        tags: ITEMS,
+        security: ADMIN_SECURITY,
+        params,
+        body: { description: 'The value, any JSON value (application/json, UTF-8).' },
+        response: {
+          200: {
+            description: 'Stored, with this version (also as ETag).',
+            type: 'object',
+            required: ['version'],
+            properties: { version: { type: 'integer' } },
+            headers: { etag: ETAG },
+          },
+          ...errorResponses({
+            400: ['ECC_BAD_ID', 'ECC_BAD_REQUEST'],
+            401: ['ECC_UNAUTHORIZED'],
+            404: ['ECC_UNKNOWN_TABLE'],
+            413: ['ECC_PAYLOAD_TOO_LARGE'],
+            415: ['ECC_UNSUPPORTED_MEDIA_TYPE'],
+            503: ['ECC_VALKEY_UNAVAILABLE', 'ECC_CLOSED'],
+          }),
+        },
+      },
+      ...admin,
+    },
     async (request, reply) => {
       const { table, id } = request.params;
       const t = store.table(table);
@@ -72,7 +156,24 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
 
   app.delete<{ Params: ItemParams }>(
     ITEM_PATH,
-    { schema: { params }, ...admin },
+    {
+      schema: {
+        summary: 'Invalidate an item (admin)',
+        tags: ITEMS,
+        security: ADMIN_SECURITY,
+        params,
+        response: {
+          204: { description: 'Valkey confirmed the tombstone.', type: 'null' },
+          ...errorResponses({
+            400: ['ECC_BAD_ID'],
+            401: ['ECC_UNAUTHORIZED'],
+            404: ['ECC_UNKNOWN_TABLE'],
+            503: ['ECC_VALKEY_UNAVAILABLE', 'ECC_CLOSED'],
+          }),
+        },
+      },
+      ...admin,
+    },
     async (request, reply) => {
       const { table, id } = request.params;
       await store.table(table).invalidate(id);

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { MethodNotAllowedError } from '../errors.js';
+import { errorResponses } from './openapi.js';
 
 /**
  * Declares the methods `url` serves (its routes are registered elsewhere):
@@ -11,11 +12,29 @@ import { MethodNotAllowedError } from '../errors.js';
  */
 export function allowOnly(app: FastifyInstance, url: string, allowed: readonly string[]): void {
   const allow = [...allowed, 'OPTIONS'].join(', ');
-  app.options(url, async (_request, reply) => reply.code(204).header('allow', allow).send());
+  app.options(
+    url,
+    {
+      schema: {
+        summary: 'The methods this path serves',
+        response: {
+          204: {
+            description: 'No body; `Allow` lists the methods.',
+            type: 'null',
+            headers: { allow: { type: 'string', description: allow } },
+          },
+          ...errorResponses({}),
+        },
+      },
+    },
+    async (_request, reply) => reply.code(204).header('allow', allow).send(),
+  );
   const refused = app.supportedMethods.filter((m) => !allowed.includes(m) && m !== 'OPTIONS');
   app.route({
     method: refused,
     url,
+    // Not an operation: the OpenAPI document says which methods the path serves.
+    schema: { hide: true },
     // onRequest, before the body is read: the method is wrong whatever the body is.
     onRequest: async (_request, reply) => {
       reply.header('allow', allow);

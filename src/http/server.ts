@@ -2,10 +2,12 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Logger } from 'pino';
 import type { Store } from '../store/store.js';
 import { adminOnly } from './auth.js';
+import { batchRoutes } from './batch.js';
 import { answerClientError, answerConnect, requireHost } from './client-errors.js';
 import { installErrorHandlers, sendError } from './errors.js';
 import { itemRoutes } from './items.js';
 import { installJsonBodyParser } from './json-body.js';
+import { installOpenApi, openApiRoute } from './openapi.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
 import { warmRoutes } from './warm.js';
 
@@ -22,19 +24,33 @@ export interface ServerOptions {
    * string without whitespace; default: no token, every route open.
    */
   adminToken?: string;
+  /**
+   * Where the service is in its life, owned by the caller: `/readyz` answers
+   * 503 while `warming` or `closing` is true. `main` sets `warming` during the
+   * start-up warm-up and `closing` on SIGTERM, before `app.close()`. Default:
+   * a new one, neither warming nor closing.
+   */
+  lifecycle?: Lifecycle;
 }
 
 /**
  * Builds the fastify app (not listening yet): item routes, warm-up, operator
- * routes, coded JSON errors for everything, including unknown routes, bad
- * URLs and requests Node's HTTP parser rejects. `app.close()` stops
- * accepting, lets running requests finish, and turns `/readyz` to 503.
+ * routes, the OpenAPI document, coded JSON errors for everything, including
+ * unknown routes, bad URLs and requests Node's HTTP parser rejects.
+ * `app.close()` stops accepting, lets running requests finish, and turns
+ * `/readyz` to 503. While `lifecycle.closing`, answers carry `Connection:
+ * close`, so keep-alive clients reconnect (through their load balancer) while
+ * this instance still serves.
+ *
+ * The routes are registered in a plugin, after `@fastify/swagger`, so they
+ * are added when the app loads (`ready()`, `listen()`): an `onRoute` hook
+ * added to the returned app sees every one of them.
  *
  * @throws {TypeError} when `adminToken` is empty or contains whitespace.
  */
 export function buildServer(options: ServerOptions): FastifyInstance {
   const admin = adminOnly(options.adminToken);
-  const lifecycle: Lifecycle = { closing: false };
+  const lifecycle: Lifecycle = options.lifecycle ?? { warming: false, closing: false };
   const log = options.logger as FastifyBaseLogger;
   const app = Fastify({
     loggerInstance: log,
@@ -63,8 +79,17 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   app.addHook('preClose', async () => {
     lifecycle.closing = true;
   });
-  itemRoutes(app, options.store, admin);
-  warmRoutes(app, options.store, admin);
-  opsRoutes(app, options.store, lifecycle);
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (lifecycle.closing) reply.header('connection', 'close');
+    done(null, payload);
+  });
+  installOpenApi(app);
+  app.register(async (api) => {
+    itemRoutes(api, options.store, admin);
+    batchRoutes(api, options.store);
+    warmRoutes(api, options.store, admin);
+    opsRoutes(api, options.store, lifecycle);
+    openApiRoute(api);
+  });
   return app;
 }

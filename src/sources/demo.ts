@@ -46,8 +46,15 @@ function pick<T>(random: () => number, items: readonly T[]): T {
   return items[Math.floor(random() * items.length)] as T;
 }
 
-/** One product row; seeded by its id alone, so a row does not depend on `count`. */
-function product(id: number): unknown[] {
+/** How many products the demo catalog holds. */
+export const DEMO_COUNT = 10_000;
+
+/**
+ * One product row, `[id, sku, name, category, price_cents, stock, description]`;
+ * seeded by its id alone, so a row does not depend on `count` (the SQL sources
+ * seed the same rows).
+ */
+export function demoProduct(id: number): [number, string, string, string, number, number, string] {
   const random = mulberry32(CATALOG_SEED ^ Math.imul(id, 0x9e3779b1));
   const [noun, category] = pick(random, KINDS);
   const name = `${pick(random, ADJECTIVES)} ${noun}`;
@@ -70,7 +77,7 @@ function product(id: number): unknown[] {
  * @param count - number of products. Default 10,000.
  * @throws {Error} when the directory or file cannot be created or written (SqliteError, fs errors).
  */
-export function ensureDemoCatalog(file: string, count = 10_000): void {
+export function ensureDemoCatalog(file: string, count = DEMO_COUNT): void {
   mkdirSync(dirname(file), { recursive: true });
   const db = new Database(file);
   try {
@@ -84,7 +91,7 @@ export function ensureDemoCatalog(file: string, count = 10_000): void {
           'price_cents INTEGER, stock INTEGER, description TEXT)',
       );
       const insert = db.prepare('INSERT INTO products VALUES (?, ?, ?, ?, ?, ?, ?)');
-      for (let id = 1; id <= count; id++) insert.run(product(id));
+      for (let id = 1; id <= count; id++) insert.run(demoProduct(id));
     });
     seed.immediate();
   } finally {

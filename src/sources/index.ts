@@ -1,34 +1,50 @@
-/** Source kinds by configuration: `sqlite` and `http`. */
+/** Source kinds by configuration: `sqlite`, `http`, `postgres` and `mysql`. */
 import { httpSource } from './http.js';
+import { mysqlSource } from './mysql.js';
+import { postgresSource } from './postgres.js';
 import type { Source } from './source.js';
+import type { SqlSourceOptions } from './sql.js';
 import { sqliteSource } from './sqlite.js';
 
 export { SourceError } from '../errors.js';
 export { ensureDemoCatalog } from './demo.js';
 export { type HttpSourceOptions, httpSource } from './http.js';
+export { type MysqlSourceContext, mysqlSource } from './mysql.js';
+export { type PostgresSourceContext, postgresSource } from './postgres.js';
 export type { Source } from './source.js';
+export type { SqlSourceContext, SqlSourceOptions } from './sql.js';
 export { type SqliteSourceOptions, sqliteSource } from './sqlite.js';
 
 /** A table's `source` as written in the configuration file. */
 export type SourceConfig =
-  | { kind: 'sqlite'; file: string; query: string; seed?: 'demo' }
+  | { kind: 'sqlite'; file: string; query: string; seed?: 'demo'; idsQuery?: string }
   | {
       kind: 'http';
       url: string;
       timeoutMs?: number;
       headers?: Record<string, string>;
       maxBodyBytes?: number;
-    };
+    }
+  | ({ kind: 'postgres' } & SqlSourceOptions)
+  | ({ kind: 'mysql' } & SqlSourceOptions);
+
+/** What the store tells {@link buildSource} about the table. */
+export interface BuildContext {
+  /** Dotted path of the source's configuration (e.g. `tables.products.source`), for error messages. Default `source`. */
+  field?: string;
+  /** The table's `loadTimeoutMs`: the SQL sources' statement timeout. */
+  loadTimeoutMs: number;
+}
 
 /**
- * Builds the source a table's `source` configuration describes.
+ * Builds the source a table's `source` configuration describes; the SQL kinds
+ * connect and check their query before it resolves.
  *
- * @param field - dotted path of `config` in the configuration (e.g. `tables.products.source`),
- *   used in error messages.
- * @throws {ConfigError} `ECC_BAD_CONFIG` naming the field, when the source cannot be set up
- *   (see {@link sqliteSource} and {@link httpSource}).
+ * @throws {ConfigError} (rejects) `ECC_BAD_CONFIG` naming the field, when the source cannot be
+ *   set up (see {@link sqliteSource}, {@link httpSource}, {@link postgresSource}, {@link mysqlSource}).
  */
-export function buildSource(config: SourceConfig, field = 'source'): Source {
+export async function buildSource(config: SourceConfig, context: BuildContext): Promise<Source> {
+  const field = context.field ?? 'source';
   switch (config.kind) {
     case 'sqlite': {
       const { kind: _, ...options } = config;
@@ -37,6 +53,14 @@ export function buildSource(config: SourceConfig, field = 'source'): Source {
     case 'http': {
       const { kind: _, ...options } = config;
       return httpSource(options, field);
+    }
+    case 'postgres': {
+      const { kind: _, ...options } = config;
+      return postgresSource(options, { field, loadTimeoutMs: context.loadTimeoutMs });
+    }
+    case 'mysql': {
+      const { kind: _, ...options } = config;
+      return mysqlSource(options, { field, loadTimeoutMs: context.loadTimeoutMs });
     }
   }
 }

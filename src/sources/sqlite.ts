@@ -15,9 +15,15 @@ export interface SqliteSourceOptions {
   query: string;
   /** `'demo'`: create the demo catalog in `file` first, when it has no `products` table. */
   seed?: 'demo';
+  /**
+   * A query listing ids, most wanted first, that takes exactly one parameter,
+   * the limit: `?`, or the named `@limit` / `:limit` / `$limit`. Each row's
+   * first column is an id (text or integer). Gives the source `listIds`.
+   */
+  idsQuery?: string;
 }
 
-/** How the id is bound: as the one positional parameter, or as the named parameter `id`. */
+/** How the parameter is bound: as the one positional parameter, or by its name. */
 type Binding = 'positional' | 'named';
 
 /**
@@ -27,11 +33,13 @@ type Binding = 'positional' | 'named';
  * (the store reports them as `ECC_LOAD_FAILED`).
  *
  * The query runs synchronously on the event loop, so keep it to an indexed lookup.
+ * With `idsQuery` the source also has `listIds(limit)`: the first column of
+ * each row, as a string.
  *
  * @param field - dotted path of these options in the configuration, used in error messages.
  * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.file` when the file cannot be opened
- *   (or seeded), or `<field>.query` when the query does not compile, returns no rows, or does
- *   not take exactly one parameter, the id.
+ *   (or seeded), or `<field>.query` (`<field>.idsQuery`) when the query does not compile,
+ *   returns no rows, or does not take exactly one parameter, the id (the limit).
  */
 export function sqliteSource(options: SqliteSourceOptions, field = 'source'): Source {
   if (options.seed === 'demo') {
@@ -56,8 +64,8 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
     if (!statement.reader) {
       throw new ConfigError(`${field}.query: must return rows (a SELECT)`);
     }
-    const binding = probeBinding(db, options.query, `${field}.query`);
-    return {
+    const binding = probeBinding(db, options.query, `${field}.query`, 'id');
+    const source: Source = {
       // async: a failed query rejects like every source's load, never throws in the caller.
       async load(id, { signal }) {
         signal.throwIfAborted();
@@ -67,6 +75,10 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
         if (db.open) db.close();
       },
     };
+    if (options.idsQuery !== undefined) {
+      source.listIds = idLister(db, options.idsQuery, `${field}.idsQuery`);
+    }
+    return source;
   } catch (err) {
     db.close();
     if (err instanceof ConfigError) throw err;
@@ -74,11 +86,42 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
   }
 }
 
+/** `listIds` over `query`: the first column of each row, as a string. */
+function idLister(
+  db: Database.Database,
+  query: string,
+  field: string,
+): (limit: number) => Promise<string[]> {
+  let statement: Database.Statement;
+  try {
+    statement = db.prepare(query);
+  } catch (err) {
+    throw new ConfigError(`${field}: ${(err as Error).message}`, { cause: err });
+  }
+  if (!statement.reader) throw new ConfigError(`${field}: must return rows (a SELECT)`);
+  const binding = probeBinding(db, query, field, 'limit');
+  const list = statement.raw(true);
+  return async (limit) => {
+    const rows = list.all(binding === 'named' ? { limit } : limit) as unknown[][];
+    return rows.map(([id]) => {
+      if (typeof id === 'string') return id;
+      if (typeof id === 'number' || typeof id === 'bigint') return String(id);
+      throw new ConfigError(`${field}: a row's first column is not text or an integer`, { field });
+    });
+  };
+}
+
 /**
- * Finds how the query takes the id by binding trial values to throwaway
- * statements (better-sqlite3 does not expose the parameter list).
+ * Finds how the query takes its one parameter (`name`: `id` or `limit`) by
+ * binding trial values to throwaway statements (better-sqlite3 does not
+ * expose the parameter list).
  */
-function probeBinding(db: Database.Database, query: string, field: string): Binding {
+function probeBinding(
+  db: Database.Database,
+  query: string,
+  field: string,
+  name: 'id' | 'limit',
+): Binding {
   const binds = (...args: unknown[]): boolean => {
     try {
       db.prepare(query).bind(...args);
@@ -87,9 +130,9 @@ function probeBinding(db: Database.Database, query: string, field: string): Bind
       return false;
     }
   };
-  const expected = 'must take exactly one parameter, the id (`?`, `@id`, `:id` or `$id`)';
+  const expected = `must take exactly one parameter, the ${name} (\`?\`, \`@${name}\`, \`:${name}\` or \`$${name}\`)`;
   if (binds()) throw new ConfigError(`${field}: ${expected}; it takes none`);
-  if (binds('id')) return 'positional';
-  if (binds({ id: 'id' })) return 'named';
+  if (binds(1)) return 'positional';
+  if (binds({ [name]: 1 })) return 'named';
   throw new ConfigError(`${field}: ${expected}`);
 }

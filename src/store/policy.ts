@@ -150,6 +150,24 @@ export const TablePolicySchema = Type.Object(
           'How far misses are coalesced: `fleet` (in-process single-flight plus the Valkey lease: one source read per burst across every instance), `process` (single-flight in this process only), or `none` (every miss loads: a baseline for drills, never for production).',
       }),
     ),
+    batchWindowMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 1_000,
+        default: 0,
+        description:
+          'Tables with `loadMany` (batched loading): how long the first miss of a batch waits for others before the batch goes to the source. 0: one turn of the event loop, which gathers the misses of one request or one Valkey reply.',
+      }),
+    ),
+    maxBatchSize: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000,
+        default: 100,
+        description:
+          'Tables with `loadMany`: most ids in one source call; a full batch goes at once. Each id of a batch holds its own admission slot, so a batch is also at most the adaptive limit (`maxConcurrentLoads`).',
+      }),
+    ),
     idPattern: Type.Optional(
       Type.String({
         minLength: 1,

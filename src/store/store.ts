@@ -7,13 +7,14 @@ import { ConfigError, UnknownTableError } from '../errors.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
 import { Admission } from './admission.js';
+import { batchingLoader } from './batch-load.js';
 import { VersionClock } from './envelope.js';
 import type { TableContext } from './flight.js';
 import { L1 } from './l1.js';
 import { TableOwner } from './owner.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
-import type { LoadFn } from './types.js';
+import type { LoadFn, LoadManyFn } from './types.js';
 import { Breaker, type BreakerOptions, type DegradedReason } from './valkey/breaker.js';
 import { TableEvents } from './valkey/events.js';
 import {
@@ -25,10 +26,16 @@ import {
 } from './valkey/probe.js';
 import { eventsChannel, L2 } from './valkey/scripts.js';
 
-/** One table of `createStore`: its loader and, optionally, its policy. */
+/** One table of `createStore`: its loader (`load`, `loadMany` or both) and, optionally, its policy. */
 export interface TableOptions extends TablePolicyInput {
-  /** Reads one item from the source of truth; `undefined` means "not found". */
-  load: LoadFn;
+  /** Reads one item from the source of truth; `undefined` means "not found". Required unless `loadMany` is given. */
+  load?: LoadFn;
+  /**
+   * Reads many items in one call (batched loading, DataLoader-style): the misses gathered within
+   * one tick or `batchWindowMs` (at most `maxBatchSize`) go to it as one call, while each id keeps
+   * its own flight, lease and waiters. When given, every miss goes through it and `load` is not called.
+   */
+  loadMany?: LoadManyFn;
 }
 
 /** Options of {@link createStore}. */
@@ -103,7 +110,7 @@ export interface ValkeyHealth {
 const ajv = new Ajv({ allErrors: false, strict: true });
 const validatePolicy = ajv.compile({
   type: 'object',
-  properties: { ...policySchemaProperties, load: {} },
+  properties: { ...policySchemaProperties, load: {}, loadMany: {} },
   additionalProperties: false,
 });
 
@@ -262,18 +269,37 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
       { field: `tables.${name}` },
     );
   }
-  if (typeof input?.load !== 'function') {
-    throw new ConfigError(`tables.${name}.load: must be a function (id, { signal }) => value`, {
-      field: `tables.${name}.load`,
-    });
+  if (input?.loadMany !== undefined && typeof input.loadMany !== 'function') {
+    throw new ConfigError(
+      `tables.${name}.loadMany: must be a function (ids, { signal }) => Map of id to value`,
+      { field: `tables.${name}.loadMany` },
+    );
+  }
+  const hasLoad = input?.load !== undefined || input?.loadMany === undefined;
+  if (hasLoad && typeof input?.load !== 'function') {
+    throw new ConfigError(
+      `tables.${name}.load: must be a function (id, { signal }) => value (or give loadMany)`,
+      { field: `tables.${name}.load` },
+    );
   }
   if (!validatePolicy(input)) {
     const { field, reason } = schemaProblem(validatePolicy.errors, `tables.${name}`);
     throw new ConfigError(`${field}: ${reason}`, { field });
   }
-  const { load, ...policyInput } = input;
+  const { load: loadOne, loadMany, ...policyInput } = input;
   const policy = resolvePolicy(policyInput, `tables.${name}`);
   const counters = newCounters();
+  // Decided once: with loadMany, the table's loader is the batching function.
+  const load: LoadFn =
+    loadMany === undefined
+      ? (loadOne as LoadFn)
+      : batchingLoader(loadMany, {
+          batchWindowMs: policy.batchWindowMs,
+          maxBatchSize: policy.maxBatchSize,
+          onBatch: () => {
+            counters.batches++;
+          },
+        });
   const l1 = new L1(policy.l1, policy.jitter);
   let table: Table | undefined;
   const ctx: TableContext = {

@@ -3,7 +3,15 @@
  * never enters the owner's mailbox), writes, stats, and the id rules every
  * entry point checks before anything touches Valkey or the source.
  */
-import { BadIdError, BadValueError, ClosedError, WaitTimeoutError } from '../errors.js';
+import {
+  BadIdError,
+  BadRequestError,
+  BadValueError,
+  ClosedError,
+  EchoStoreError,
+  InternalError,
+  WaitTimeoutError,
+} from '../errors.js';
 import { toJson } from './envelope.js';
 import { answerOf, type TableContext } from './flight.js';
 import { xfetchDue } from './freshness.js';
@@ -11,7 +19,7 @@ import type { L1 } from './l1.js';
 import type { RefreshReason } from './messages.js';
 import type { TableOwner } from './owner.js';
 import type { TablePolicy } from './policy.js';
-import type { ReadResult, TableStats, WriteResult } from './types.js';
+import type { BatchEntry, ReadResult, TableStats, WriteResult } from './types.js';
 
 /** Table names: lowercase letters, digits, `_` and `-`, 1–64 characters. */
 export const TABLE_NAME = /^[a-z0-9_-]{1,64}$/;
@@ -25,6 +33,9 @@ export const RESERVED_TABLE_NAMES: ReadonlySet<string> = new Set([
 
 /** Longest id accepted, in UTF-8 bytes. */
 export const MAX_ID_BYTES = 512;
+
+/** Most ids one `Table.getMany` call (and one batch read over HTTP) may name, duplicates counted. */
+export const MAX_BATCH_IDS = 1000;
 
 // Not printable: C0/C1 controls and DEL (Cc), invisible format characters such
 // as U+202E RIGHT-TO-LEFT OVERRIDE, U+200B and the BOM (Cf), line and paragraph
@@ -143,6 +154,40 @@ export class Table {
   }
 
   /**
+   * Reads many items at once: each distinct id through the same path as
+   * {@link get} (L1 in the caller, then one flight per id, so herds still
+   * coalesce and each id keeps its own lease). The misses are posted to the
+   * owner together, so their Valkey reads leave on one connection in the same
+   * tick (pipelined: one round trip), and a table with `loadMany` loads them
+   * in one source call.
+   *
+   * @param ids up to {@link MAX_BATCH_IDS} ids, duplicates counted.
+   * @returns one entry per distinct id, in the order of first appearance:
+   *   `{ id, ok: true, result }` or `{ id, ok: false, error }`. One id's
+   *   failure (a malformed id, a failed load, a shed) never fails the others.
+   * @throws (rejects) {@link BadRequestError} `ECC_BAD_REQUEST` when `ids` is
+   *   not an array or names more than {@link MAX_BATCH_IDS} ids.
+   */
+  getMany(ids: readonly string[]): Promise<BatchEntry[]> {
+    if (!Array.isArray(ids) || ids.length > MAX_BATCH_IDS) {
+      return Promise.reject(
+        new BadRequestError(`ids must be an array of at most ${MAX_BATCH_IDS} ids`, {
+          table: this.name,
+        }),
+      );
+    }
+    const distinct = [...new Set(ids)];
+    return Promise.all(
+      distinct.map((id) =>
+        this.get(id).then(
+          (result): BatchEntry => ({ id, ok: true, result }),
+          (err: unknown): BatchEntry => ({ id, ok: false, error: this.#asError(err, id) }),
+        ),
+      ),
+    );
+  }
+
+  /**
    * Write-through: stores `value` in L2 (`SET … PX`), then in L1, with a new version.
    *
    * @param value any JSON-serialisable value.
@@ -220,6 +265,17 @@ export class Table {
   /** Asks the owner for a background refresh, unless one runs or the id is backing off. */
   #refresh(id: string, reason: RefreshReason, now: number): void {
     if (this.#owner.wantsRefresh(id, now)) this.#owner.post({ kind: 'refresh', id, reason });
+  }
+
+  /** A read's failure as a coded error (anything else is a bug: `ECC_INTERNAL`). */
+  #asError(err: unknown, id: string): EchoStoreError {
+    if (err instanceof EchoStoreError) return err;
+    this.#ctx.log.error({ err, table: this.name }, 'batch read failed');
+    return new InternalError('internal error in a batch read', {
+      table: this.name,
+      id,
+      cause: err,
+    });
   }
 
   #assertOpen(id: string): void {

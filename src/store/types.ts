@@ -1,4 +1,5 @@
 /** Types shared by the store's files and its users. */
+import type { EchoStoreError } from '../errors.js';
 
 /** What the loader is given besides the id. */
 export interface LoadContext {
@@ -20,6 +21,23 @@ export interface LoadContext {
  */
 export type LoadFn = (id: string, ctx: LoadContext) => unknown | Promise<unknown>;
 // A loader may also return `withPolicy(value, { ttlMs, staleMs, negative })` (see result.ts).
+
+/**
+ * Reads many items from the source of truth in one call (one `WHERE id IN (…)`),
+ * for the misses of one table gathered within one tick or `batchWindowMs`
+ * (at most `maxBatchSize` distinct ids, each asked once).
+ *
+ * Resolve with a `Map` from id to value, each value as {@link LoadFn} would
+ * resolve it (`withPolicy` included). An id absent from the map, or mapped to
+ * `undefined`, is "not found"; an id mapped to an `Error` fails alone
+ * (`ECC_LOAD_FAILED`, or the error's own code if it is an EchoStore error). A
+ * rejection fails every id of the call with `ECC_LOAD_FAILED`. `signal` is
+ * aborted once every id of the call has timed out or been given up at close.
+ */
+export type LoadManyFn = (
+  ids: readonly string[],
+  ctx: LoadContext,
+) => ReadonlyMap<string, unknown> | Promise<ReadonlyMap<string, unknown>>;
 
 /** Which layer answered a read: in-process L1, Valkey L2, or the origin (the loader read the source of truth). */
 export type ReadLayer = 'l1' | 'l2' | 'origin';
@@ -59,6 +77,14 @@ export interface NotFoundResult extends ReadBase {
 
 /** The answer of `Table.get`. */
 export type ReadResult = FoundResult | NotFoundResult;
+
+/**
+ * One id's answer in `Table.getMany`: its read, or the coded error that id
+ * alone failed with (`ECC_BAD_ID`, `ECC_LOAD_FAILED`, `ECC_SHED`, …).
+ */
+export type BatchEntry =
+  | { id: string; ok: true; result: ReadResult }
+  | { id: string; ok: false; error: EchoStoreError };
 
 /** The answer of `Table.put`. */
 export interface WriteResult {

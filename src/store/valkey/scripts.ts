@@ -223,6 +223,7 @@ export class L2 {
   readonly #breaker: Breaker;
   readonly #table: string;
   readonly #channel: string;
+  #corked = false;
 
   /** @param coherent false: the scripts publish nothing (coherence is off). */
   constructor(client: Redis, breaker: Breaker, table: string, coherent = true) {
@@ -235,7 +236,24 @@ export class L2 {
 
   #call(name: ScriptName, ...args: (string | number)[]): Promise<unknown> {
     const command = commandOf(name);
+    this.#corkTick();
     return this.#breaker.run(() => this.#client[command]?.(...args) as Promise<unknown>);
+  }
+
+  /**
+   * Holds this tick's commands in the socket and writes them as one segment
+   * after it (`cork`, then `uncork` on a microtask): the flights of a batch
+   * read, launched together, reach Valkey together and are answered together.
+   */
+  #corkTick(): void {
+    const stream = this.#client.stream;
+    if (this.#corked || typeof stream?.cork !== 'function') return;
+    this.#corked = true;
+    stream.cork();
+    queueMicrotask(() => {
+      this.#corked = false;
+      stream.uncork();
+    });
   }
 
   /** `read`: the value key's text (null when absent or not a string) and Valkey's clock (cache-aside without the lease). */

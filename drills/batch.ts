@@ -1,0 +1,217 @@
+/**
+ * Batch-loading drill: R concurrent readers over N distinct cold ids of a
+ * table on a real SQL database → the database sees at most 2 queries and
+ * exactly N rows, and every reader gets its own row.
+ *
+ *   npm run drill:batch -- [--readers 200] [--ids 50] [--source postgres|mysql]
+ *     [--latency-ms 20] [--postgres-url …] [--mysql-url …] [--json [file]]
+ *
+ * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` and the database
+ * (PostgreSQL at 127.0.0.1:5432 user postgres, or MariaDB/MySQL at
+ * 127.0.0.1:3306 root, database test, unless the URL options say otherwise).
+ * The drill makes its own schema (a database on MySQL) and drops it. Queries
+ * and rows are counted in a wrapper around the source's pool: what the
+ * database was asked and answered, not the cache's counters. Exits 1 when
+ * the law does not hold.
+ */
+import { randomBytes } from 'node:crypto';
+import mysql from 'mysql2/promise';
+import pg from 'pg';
+import { mysqlSource } from '../src/sources/mysql.js';
+import { postgresSource } from '../src/sources/postgres.js';
+import type { Source } from '../src/sources/source.js';
+import { createStore } from '../src/store/store.js';
+import { drillArgs, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
+import { columns, p50p99 } from './lib/report.js';
+import { connectAdmin, dropTable } from './lib/store.js';
+
+const args = drillArgs({
+  readers: int(200, 1, 100_000),
+  ids: int(50, 1, 1_000),
+  source: oneOf('postgres', 'mysql'),
+  'latency-ms': float(20, 0, 2_000),
+  'postgres-url': text('postgres://postgres@127.0.0.1:5432/test'),
+  'mysql-url': text('mysql://root@127.0.0.1:3306/test'),
+  valkey: valkeyOption(),
+});
+
+/** What the database was asked and answered, counted at the pool. */
+const counted = { queries: 0, rows: 0 };
+
+/** A schema of `items(id, name)` with rows 1..ids, the source over it, and how to drop both. */
+async function database(schema: string): Promise<{ source: Source; drop(): Promise<void> }> {
+  const seconds = (args['latency-ms'] / 1000).toFixed(3);
+  const loadTimeoutMs = 4_000;
+  if (args.source === 'postgres') {
+    const url = args['postgres-url'];
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    await admin.query(`CREATE SCHEMA ${schema}`);
+    await admin.query(`CREATE TABLE ${schema}.items (id integer PRIMARY KEY, name text)`);
+    await admin.query(
+      `INSERT INTO ${schema}.items SELECT i, 'item ' || i FROM generate_series(1, ${args.ids}) AS i`,
+    );
+    const drop = async () => {
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`);
+      await admin.end();
+    };
+    try {
+      const source = await postgresSource(
+        {
+          url,
+          // The source's latency, on the server: one pause per query.
+          query: `WITH pause AS (SELECT pg_sleep(${seconds})) SELECT items.id, items.name FROM ${schema}.items, pause WHERE items.id = ANY($1)`,
+        },
+        {
+          field: 'tables.batch.source',
+          loadTimeoutMs,
+          makePool: (config) => {
+            const pool = new pg.Pool(config);
+            const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<pg.QueryResult>;
+            pool.query = (async (...a: unknown[]) => {
+              counted.queries++;
+              const result = await query(...a);
+              counted.rows += result.rowCount ?? 0;
+              return result;
+            }) as typeof pool.query;
+            return pool;
+          },
+        },
+      );
+      return { source, drop };
+    } catch (err) {
+      await drop();
+      throw err;
+    }
+  }
+  const url = new URL(args['mysql-url']);
+  const admin = await mysql.createConnection({ uri: url.toString() });
+  await admin.query(`CREATE DATABASE ${schema}`);
+  await admin.query(`CREATE TABLE ${schema}.items (id INT PRIMARY KEY, name TEXT)`);
+  const rows = Array.from({ length: args.ids }, (_, i) => [i + 1, `item ${i + 1}`]);
+  await admin.query(`INSERT INTO ${schema}.items VALUES ?`, [rows]);
+  const drop = async () => {
+    await admin.query(`DROP DATABASE ${schema}`);
+    await admin.end();
+  };
+  url.pathname = `/${schema}`;
+  try {
+    const source = await mysqlSource(
+      {
+        url: url.toString(),
+        query: `SELECT items.id, items.name FROM items, (SELECT SLEEP(${seconds}) AS s) AS pause WHERE items.id IN (?)`,
+      },
+      {
+        field: 'tables.batch.source',
+        loadTimeoutMs,
+        makePool: (config) => {
+          const pool = mysql.createPool(config);
+          const execute = pool.execute.bind(pool) as (
+            ...a: unknown[]
+          ) => Promise<[unknown[], unknown]>;
+          pool.execute = (async (...a: unknown[]) => {
+            counted.queries++;
+            const result = await execute(...a);
+            counted.rows += result[0].length;
+            return result;
+          }) as typeof pool.execute;
+          return pool;
+        },
+      },
+    );
+    return { source, drop };
+  } catch (err) {
+    await drop();
+    throw err;
+  }
+}
+
+async function main() {
+  const { readers, ids } = args;
+  const schema = `es_drill_${randomBytes(4).toString('hex')}`;
+  const table = `batch-${randomBytes(4).toString('hex')}`;
+  const admin = await connectAdmin(args.valkey);
+  const { source, drop } = await database(schema);
+  const latenciesMs: number[] = [];
+  let failures = 0;
+  let wrongRows = 0;
+  let batches = 0;
+  let fills = 0;
+  let coalesced = 0;
+  try {
+    const store = await createStore({
+      valkey: args.valkey,
+      tables: {
+        [table]: {
+          load: source.load,
+          ...(source.loadMany === undefined ? {} : { loadMany: source.loadMany }),
+          // Each id of a batch holds an admission slot: enough for all of them.
+          maxConcurrentLoads: Math.max(16, ids),
+          maxBatchSize: ids,
+        },
+      },
+    });
+    try {
+      const t = store.table(table);
+      await Promise.all(
+        Array.from({ length: readers }, async (_, i) => {
+          const id = String((i % ids) + 1);
+          const started = performance.now();
+          try {
+            const r = await t.get(id);
+            latenciesMs.push(performance.now() - started);
+            if (!r.found || (r.value as { id: number }).id !== Number(id)) wrongRows++;
+          } catch {
+            failures++;
+          }
+        }),
+      );
+      const stats = t.stats();
+      fills = stats.fills;
+      coalesced = stats.coalesced;
+      batches = (await store.registry.getSingleMetric('echostore_load_batches_total')?.get())
+        ?.values[0]?.value as number;
+    } finally {
+      await store.close();
+    }
+  } finally {
+    await source.close();
+    await drop();
+    await dropTable(admin, table);
+    admin.disconnect();
+  }
+  return {
+    drill: 'batch',
+    source: args.source,
+    readers,
+    ids,
+    sourceLatencyMs: args['latency-ms'],
+    queries: counted.queries,
+    rows: counted.rows,
+    fills,
+    batches,
+    coalesced,
+    wrongRows,
+    failures,
+    ...p50p99(latenciesMs, 1),
+    pass: counted.queries <= 2 && counted.rows === ids && wrongRows === 0 && failures === 0,
+  };
+}
+
+function render(r: Awaited<ReturnType<typeof main>>): string {
+  const table = columns([
+    ['readers', r.readers],
+    ['distinct cold ids', r.ids],
+    ['queries (counted at the pool)', `${r.queries}   (law: ≤ 2)`],
+    ['rows the database answered', `${r.rows}   (law: ${r.ids})`],
+    ['fills (ids loaded) / loadMany calls', `${r.fills} / ${r.batches}`],
+    ['coalesced waiters', r.coalesced],
+    ['readers given another row', `${r.wrongRows}   (law: 0)`],
+    ['failed readers', `${r.failures}   (law: 0)`],
+    ['latency p50', `${r.p50Ms} ms`],
+    ['latency p99', `${r.p99Ms} ms`],
+  ]);
+  return `batch drill (${r.source}): ${r.readers} readers over ${r.ids} cold ids, ${r.sourceLatencyMs} ms per query\n${table}\n${r.pass ? 'PASS' : 'FAIL'}: the batching law ${r.pass ? 'holds' : 'is broken'}\n`;
+}
+
+runDrill('batch', args.json, main, render);

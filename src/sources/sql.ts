@@ -1,0 +1,170 @@
+/**
+ * What the `postgres` and `mysql` sources share: their options, how rows are
+ * matched to ids, how one bad id is kept from failing a whole batch, and how
+ * a load gives up when its flight's signal is aborted.
+ */
+import { BadIdError, ConfigError } from '../errors.js';
+
+/** Options of a SQL source (`postgres` or `mysql`); durations in milliseconds. */
+export interface SqlSourceOptions {
+  /**
+   * `postgres://user[:password]@host[:port]/database` or `mysql://…`. Never
+   * repeated in error messages (it may hold a password).
+   */
+  url: string;
+  /**
+   * One SELECT that takes the ids as one list parameter and returns a row per
+   * id it has: `… WHERE id = ANY($1)` (postgres) or `… WHERE id IN (?)` (mysql).
+   */
+  query: string;
+  /** The column whose value (as text) is the row's id. Default `id`. */
+  idColumn?: string;
+  /** Most connections open at once. Default 4. */
+  poolSize?: number;
+  /** A connection not established within this fails. Default 2,000 ms. */
+  connectTimeoutMs?: number;
+  /** `'demo'`: create the demo `products` table and its 10,000 rows first, if it is missing or empty. */
+  seed?: 'demo';
+}
+
+/** What the store tells a source when it builds it. */
+export interface SqlSourceContext {
+  /** Dotted path of the source's options in the configuration, for error messages. Default `source`. */
+  field?: string;
+  /** The table's `loadTimeoutMs`: the statement timeout on the server. */
+  loadTimeoutMs: number;
+}
+
+export const DEFAULT_ID_COLUMN = 'id';
+export const DEFAULT_POOL_SIZE = 4;
+export const DEFAULT_CONNECT_TIMEOUT_MS = 2_000;
+
+/**
+ * The rows as a map from id (the `idColumn` value as text) to row: the first
+ * row of an id wins, an id with no row is absent ("not found").
+ */
+export function rowsById(rows: readonly Record<string, unknown>[], idColumn: string) {
+  const byId = new Map<string, unknown>();
+  for (const row of rows) {
+    const id = row[idColumn];
+    if (id === null || id === undefined) continue;
+    const key = String(id);
+    if (!byId.has(key)) byId.set(key, { ...row });
+  }
+  return byId;
+}
+
+/**
+ * Loads `ids` with one query; when the database refuses the list because of
+ * one value (a data exception: `'abc'` for an integer column, a number out of
+ * range), asks again one id per query so that only the bad ids fail, each
+ * with `ECC_BAD_ID`.
+ *
+ * @param isDataError whether a query error is about a value, not the query.
+ */
+export async function loadIsolatingBadIds(
+  ids: readonly string[],
+  query: (ids: readonly string[]) => Promise<Map<string, unknown>>,
+  isDataError: (err: unknown) => boolean,
+  table: string | undefined,
+): Promise<Map<string, unknown>> {
+  try {
+    return await query(ids);
+  } catch (err) {
+    if (!isDataError(err)) throw err;
+    if (ids.length === 1) throw badId(ids[0] as string, err, table);
+  }
+  const answers = await Promise.all(
+    ids.map((id) =>
+      query([id]).then(
+        (rows) => rows.get(id),
+        (err: unknown) => {
+          if (isDataError(err)) return badId(id, err, table);
+          return err instanceof Error ? err : new Error(String(err));
+        },
+      ),
+    ),
+  );
+  const byId = new Map<string, unknown>();
+  ids.forEach((id, i) => {
+    if (answers[i] !== undefined) byId.set(id, answers[i]);
+  });
+  return byId;
+}
+
+function badId(id: string, cause: unknown, table: string | undefined): BadIdError {
+  return new BadIdError('id is not a valid value of the source\u2019s id column', {
+    id,
+    cause,
+    ...(table === undefined ? {} : { table }),
+  });
+}
+
+/** `promise`, or a rejection with the signal's reason as soon as it is aborted (the query itself runs on to its statement timeout). */
+export function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    promise.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}
+
+/** The table name in a field such as `tables.products.source`, for error context. */
+export function tableOf(field: string): string | undefined {
+  return /^tables\.([^.]+)\./.exec(`${field}.`)?.[1];
+}
+
+/** A database URL as `host:port/database`, never with its user or password. */
+export function describeUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}${u.port === '' ? '' : `:${u.port}`}${u.pathname}`;
+  } catch {
+    return '<invalid url>';
+  }
+}
+
+/** Checks the options the schema cannot: a URL that parses, with the expected scheme. */
+export function checkSqlOptions(
+  options: SqlSourceOptions,
+  field: string,
+  schemes: readonly string[],
+): void {
+  let url: URL;
+  try {
+    url = new URL(options.url);
+  } catch {
+    throw new ConfigError(`${field}.url: is not a valid URL`, { field: `${field}.url` });
+  }
+  if (!schemes.includes(url.protocol)) {
+    throw new ConfigError(
+      `${field}.url: must be a ${schemes.map((s) => `${s}//`).join(' or ')} URL`,
+      { field: `${field}.url` },
+    );
+  }
+  if (url.pathname.length <= 1) {
+    throw new ConfigError(`${field}.url: must name the database (…/database)`, {
+      field: `${field}.url`,
+    });
+  }
+}
+
+/** The first line of a driver's message, clipped: enough to fix a query, no more. */
+export function reason(err: unknown): string {
+  const text = err instanceof Error ? err.message : String(err);
+  const line = text.split('\n')[0] ?? '';
+  return line.length > 300 ? `${line.slice(0, 300)}…` : line;
+}

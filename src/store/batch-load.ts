@@ -1,0 +1,130 @@
+/**
+ * Batched loading, after Facebook's DataLoader: the misses of one table that
+ * reach the loader within one tick (or `batchWindowMs`) go to the source as
+ * one `loadMany(ids)` call, while each id keeps its own flight, lease,
+ * waiters and timeout. The table's `load` *becomes* this batching function,
+ * built once per table, so the flight runner does not know batches exist.
+ */
+import type { LoadContext, LoadFn, LoadManyFn } from './types.js';
+
+/** Tuning of {@link batchingLoader}. */
+export interface BatchOptions {
+  /**
+   * How long the first id of a batch waits for others, ms. 0: one turn of the
+   * event loop (`setImmediate`), which gathers every miss that the same I/O
+   * (one Valkey reply, one HTTP request) produced.
+   */
+  batchWindowMs: number;
+  /** Most ids in one `loadMany` call; a full batch is sent at once. */
+  maxBatchSize: number;
+  /** Called once per `loadMany` call with the number of distinct ids in it (counting). */
+  onBatch?(size: number): void;
+}
+
+/** One id's call of the batching loader, waiting for its batch. */
+interface Pending {
+  id: string;
+  signal: AbortSignal;
+  resolve(value: unknown): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * Builds a per-id loader over `loadMany`. Each call joins the open batch;
+ * the batch is sent when `maxBatchSize` ids are in it or its window closes.
+ * Its answer settles each id's call:
+ *
+ * - `loadMany` resolves with a `Map` from id to value: the id's value;
+ *   an id absent from the map (or mapped to `undefined`) is "not found";
+ *   an id mapped to an `Error` fails that id alone (DataLoader's rule);
+ * - `loadMany` rejects, throws, or resolves with something other than a
+ *   `Map`: every id of the batch fails with that error (the store answers
+ *   each with `ECC_LOAD_FAILED`).
+ *
+ * An id asked twice in one window (coalescing `none`) is sent once and
+ * answers both calls. The batch's `signal` is aborted once the signal of
+ * every call in it is (each id's timeout still fails that id at once).
+ */
+export function batchingLoader(loadMany: LoadManyFn, options: BatchOptions): LoadFn {
+  const { batchWindowMs, maxBatchSize } = options;
+  let open: Pending[] = [];
+  let cancelTimer: (() => void) | undefined;
+
+  const send = (): void => {
+    const batch = open;
+    open = [];
+    cancelTimer?.();
+    cancelTimer = undefined;
+    void runBatch(loadMany, batch, options.onBatch);
+  };
+
+  return (id: string, { signal }: LoadContext) =>
+    new Promise<unknown>((resolve, reject) => {
+      open.push({ id, signal, resolve, reject });
+      if (open.length >= maxBatchSize) send();
+      else if (cancelTimer === undefined) cancelTimer = schedule(send, batchWindowMs);
+    });
+}
+
+/** Runs `fn` after `ms` (0: on the next turn of the event loop); returns its cancel. */
+function schedule(fn: () => void, ms: number): () => void {
+  if (ms <= 0) {
+    const immediate = setImmediate(fn);
+    return () => clearImmediate(immediate);
+  }
+  const timer = setTimeout(fn, ms);
+  return () => clearTimeout(timer);
+}
+
+async function runBatch(
+  loadMany: LoadManyFn,
+  batch: Pending[],
+  onBatch: ((size: number) => void) | undefined,
+): Promise<void> {
+  const ids = [...new Set(batch.map((p) => p.id))];
+  onBatch?.(ids.length);
+  const abort = abortedByAll(batch.map((p) => p.signal));
+  let answer: unknown;
+  try {
+    answer = await loadMany(ids, { signal: abort.signal });
+    if (!(answer instanceof Map)) {
+      throw new TypeError('loadMany must resolve with a Map from id to value');
+    }
+  } catch (err) {
+    for (const p of batch) p.reject(err);
+    return;
+  } finally {
+    abort.dispose();
+  }
+  const values = answer as ReadonlyMap<string, unknown>;
+  for (const p of batch) {
+    const value = values.get(p.id);
+    if (value instanceof Error) p.reject(value);
+    else p.resolve(value);
+  }
+}
+
+/** A controller aborted once every one of `signals` is (with the last one's reason). */
+function abortedByAll(signals: AbortSignal[]): { signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  let left = signals.filter((s) => !s.aborted).length;
+  if (left === 0) {
+    controller.abort(signals[signals.length - 1]?.reason);
+    return { signal: controller.signal, dispose() {} };
+  }
+  const listeners: Array<[AbortSignal, () => void]> = [];
+  for (const s of signals) {
+    if (s.aborted) continue;
+    const onAbort = () => {
+      if (--left === 0) controller.abort(s.reason);
+    };
+    s.addEventListener('abort', onAbort, { once: true });
+    listeners.push([s, onAbort]);
+  }
+  return {
+    signal: controller.signal,
+    dispose() {
+      for (const [s, onAbort] of listeners) s.removeEventListener('abort', onAbort);
+    },
+  };
+}

@@ -1,0 +1,87 @@
+/**
+ * The real service (`dist/src/main.js`, built by `pretest`) as a child
+ * process, for what only a process shows: signals, start-up order, exit codes.
+ * Its log lines (pino JSON on stdout) are kept for the test to read.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { onTestFinished, vi } from 'vitest';
+import { stringify } from 'yaml';
+import { freePort } from '../../harness/free-port.js';
+
+const MAIN = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url));
+
+/** A running service process. */
+export interface ServiceProcess {
+  /** `http://127.0.0.1:<port>`. */
+  url: string;
+  process: ChildProcess;
+  /** Log lines so far, parsed (lines that are not JSON are skipped). */
+  logs(): Array<Record<string, unknown> & { msg?: string }>;
+  /** Resolves with the exit code (or the signal's name) once the process has exited. */
+  exited: Promise<number | string>;
+}
+
+/**
+ * Writes `config` to a temporary YAML file in `dir` (a new temporary directory
+ * by default: relative paths in `config` resolve against it), starts the
+ * service on a free port and waits until `/healthz` answers. Killed when the
+ * test ends if it is still running, unless `inHook` (started in a `beforeAll`:
+ * the caller kills it).
+ */
+export async function startServiceProcess(
+  config: object,
+  options: { dir?: string; env?: Record<string, string>; inHook?: boolean } = {},
+): Promise<ServiceProcess> {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'echostore-test-'));
+  const file = join(dir, 'config.yaml');
+  writeFileSync(file, stringify(config));
+  const port = await freePort();
+  const child = spawn(process.execPath, [MAIN, '--config', file], {
+    env: {
+      ...process.env,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      ...options.env,
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  if (options.inHook !== true) {
+    onTestFinished(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    });
+  }
+  let out = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    out += chunk;
+  });
+  const exited = new Promise<number | string>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
+  );
+  const url = `http://127.0.0.1:${port}`;
+  await vi.waitFor(
+    async () => {
+      if (child.exitCode !== null) throw new Error(`the service exited with ${child.exitCode}`);
+      const r = await fetch(`${url}/healthz`);
+      if (!r.ok) throw new Error(`/healthz answered ${r.status}`);
+    },
+    { timeout: 15_000, interval: 50 },
+  );
+  return {
+    url,
+    process: child,
+    exited,
+    logs: () =>
+      out.split('\n').flatMap((line) => {
+        try {
+          return [JSON.parse(line)];
+        } catch {
+          return [];
+        }
+      }),
+  };
+}
