@@ -101,6 +101,8 @@ export interface ValkeyHealth {
   coherence: boolean;
   /** The subscriber connection's state (`ready`, `reconnecting`, …); undefined with coherence off. */
   subscriber: string | undefined;
+  /** The subscriber connection's name in `CLIENT LIST`; undefined with coherence off. */
+  subscriberName: string | undefined;
   /** The server's `maxmemory-policy` (read at start-up and on each reconnect); undefined when unknown. */
   maxmemoryPolicy: string | undefined;
   /** Why that policy may evict leases or tombstones first; undefined when it does not. */
@@ -234,6 +236,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       degradedReason: breaker.reason,
       coherence,
       subscriber: events?.status,
+      subscriberName: events?.name,
       maxmemoryPolicy: eviction.policy,
       evictionRisk: eviction.risk,
     }),

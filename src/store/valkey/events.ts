@@ -3,6 +3,7 @@
  * dedicated subscriber connection, and watches that wake a flight waiting for
  * another instance's fill of one id.
  */
+import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { type HeartbeatOptions, keepAlive } from './heartbeat.js';
@@ -54,7 +55,10 @@ export class TableEvents {
     // Subscriptions are queued until connected and re-issued after a reconnect.
     // The SUBSCRIBE waits in the offline queue until the connection is up, however
     // long that takes (the main client's maxRetriesPerRequest: 0 would drop it).
+    this.name = `echostore-events-${randomBytes(4).toString('hex')}`;
     this.#sub = client.duplicate({
+      // Named, so an operator (or a test) can tell it apart in CLIENT LIST.
+      connectionName: this.name,
       enableOfflineQueue: true,
       autoResubscribe: true,
       commandTimeout: undefined,
@@ -99,6 +103,9 @@ export class TableEvents {
       },
     );
   }
+
+  /** The subscriber connection's name (`CLIENT SETNAME`), `echostore-events-<random>`. */
+  readonly name: string;
 
   /** The subscriber connection's state (ioredis `status`: `ready`, `reconnecting`, …). */
   get status(): string {
