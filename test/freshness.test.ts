@@ -11,7 +11,7 @@ import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type Store, withPolicy } from '../src/index.js';
 import { eventsChannel, leaseKey, valueKey } from '../src/store/valkey/scripts.js';
 import { manualClock } from './helpers/clock.js';
-import { errorOf, metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
+import { metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, delay, uniqueTable } from './helpers/store.js';
 
