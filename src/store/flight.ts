@@ -5,8 +5,8 @@
 import type { Logger } from 'pino';
 import type { EchoStoreError } from '../errors.js';
 import type { TableCounters, TableHistograms } from '../metrics.js';
-import type { Envelope, VersionClock } from './envelope.js';
 import type { Admission } from './admission.js';
+import type { Envelope, VersionClock } from './envelope.js';
 import type { TablePolicy } from './policy.js';
 import type { LoadFn, ReadLayer, ReadResult } from './types.js';
 import type { TableEvents } from './valkey/events.js';

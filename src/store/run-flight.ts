@@ -15,6 +15,7 @@ import {
   WaitTimeoutError,
 } from '../errors.js';
 import { bump } from '../metrics.js';
+import type { LoadEnd } from './admission.js';
 import {
   decodeEnvelope,
   type Envelope,
@@ -25,7 +26,6 @@ import {
   readMark,
   toJson,
 } from './envelope.js';
-import type { LoadEnd } from './admission.js';
 import type { Flight, Outcome, TableContext } from './flight.js';
 import { classifyValkeyError } from './valkey/breaker.js';
 import type { Watch } from './valkey/events.js';

@@ -92,7 +92,12 @@ export class Writes {
     ctx.l2.write(m.id, envelope, now, hardTtlMs(envelope, now), 'put').then(
       ({ version, valkeyNowMs }) => {
         ctx.clock.wrote(version, valkeyNowMs);
-        this.#post({ kind: 'written', id: m.id, envelope: { ...envelope, version }, waiter: m.waiter });
+        this.#post({
+          kind: 'written',
+          id: m.id,
+          envelope: { ...envelope, version },
+          waiter: m.waiter,
+        });
       },
       (error: unknown) =>
         this.#post({ kind: 'written', id: m.id, envelope, error, waiter: m.waiter }),
