@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 
 /** Tuning of {@link Breaker}. */
@@ -69,7 +69,7 @@ export function classifyValkeyError(err: unknown): 'health' | 'data' | 'unsent' 
  * half-open (one probe in flight) → closed on an answer, open again on a failure.
  */
 export class Breaker {
-  readonly #client: Redis;
+  readonly #client: Redis | Cluster;
   readonly #log: Logger;
   readonly #threshold: number;
   readonly #coolDownMs: number;
@@ -80,7 +80,7 @@ export class Breaker {
   #reported = false;
   readonly #onReport = () => this.#report();
 
-  constructor(client: Redis, log: Logger, options: BreakerOptions = {}) {
+  constructor(client: Redis | Cluster, log: Logger, options: BreakerOptions = {}) {
     this.#client = client;
     this.#log = log;
     this.#threshold = options.failureThreshold ?? 3;

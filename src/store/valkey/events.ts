@@ -3,9 +3,10 @@
  * dedicated subscriber connection, and watches that wake a flight waiting for
  * another instance's fill of one id.
  */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { eventsChannel } from './scripts.js';
+import { openSubscriber } from './subscriber.js';
 
 /**
  * A message on a table's channel. `k` is the kind: `fill` (a load's value was
@@ -46,13 +47,13 @@ export class TableEvents {
   readonly #handlers = new Map<string, TableHandlers>();
   #connectedBefore = false;
 
-  /** Opens a subscriber connection duplicated from `client`. */
-  constructor(client: Redis, log: Logger) {
+  /** Opens a subscriber connection for `client` (a duplicate; on a cluster, one that follows its nodes). */
+  constructor(client: Redis | Cluster, log: Logger) {
     this.#log = log;
     // Subscriptions are queued until connected and re-issued after a reconnect.
     // The SUBSCRIBE waits in the offline queue until the connection is up, however
     // long that takes (the main client's maxRetriesPerRequest: 0 would drop it).
-    this.#sub = client.duplicate({
+    this.#sub = openSubscriber(client, {
       enableOfflineQueue: true,
       autoResubscribe: true,
       commandTimeout: undefined,
