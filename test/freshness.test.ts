@@ -1,6 +1,6 @@
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { withPolicy } from '../src/index.js';
-import { errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
+import { clientLists, errorOf, metricValue, openStore, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, delay, uniqueTable } from './helpers/store.js';
 
@@ -304,17 +304,20 @@ describe('coherent L1s', () => {
     await t.get('a');
     await t.get('b');
     expect(t.stats().l1_entries).toBe(2);
-    const clients = (await raw.client('LIST')) as string;
-    const subscriber = clients
-      .split('\n')
-      .find(
-        (line) =>
-          line.includes(`ecc:events:${table}`) ||
-          (line.includes('sub=1') && line.includes('cmd=subscribe')),
-      );
+    const subscribers = (await clientLists(raw)).flatMap(({ server, list }) =>
+      list
+        .split('\n')
+        .filter(
+          (line) =>
+            line.includes(`ecc:events:${table}`) ||
+            (line.includes('sub=1') && line.includes('cmd=subscribe')),
+        )
+        .map((line) => ({ server, line })),
+    );
+    const subscriber = subscribers[0];
     expect(subscriber).toBeDefined();
-    const id = /id=(\d+)/.exec(subscriber as string)?.[1];
-    await raw.client('KILL', 'ID', id as string);
+    const id = /id=(\d+)/.exec(subscriber?.line as string)?.[1];
+    await subscriber?.server.client('KILL', 'ID', id as string);
     const deadline = Date.now() + 5_000;
     while (t.stats().l1_entries > 0 && Date.now() < deadline) await delay(50);
     expect(t.stats().l1_entries).toBe(0);
