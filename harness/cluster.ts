@@ -51,7 +51,11 @@ export interface LocalCluster {
   seeds: string[];
   /** The node that currently owns `slot` as a primary (asked of a live node), or undefined. */
   primaryOf(slot: number): Promise<ClusterNode | undefined>;
-  /** Resolves once every live node says `cluster_state:ok` and agrees on each slot's primary. */
+  /**
+   * Resolves once every live node says `cluster_state:ok` and agrees on each
+   * slot's primary, and every slot's primary is alive (after a primary is
+   * killed: once its replica has taken over).
+   */
   waitHealthy(timeoutMs?: number): Promise<void>;
   /** SIGKILLs every node (idempotent) and removes the nodes' files. */
   stop(): Promise<void>;
@@ -219,9 +223,11 @@ async function waitHealthy(nodes: ClusterNode[], timeoutMs: number): Promise<voi
       const infos = await Promise.all(up.map((n) => ask(n, (r) => r.cluster('INFO'))));
       const maps = await Promise.all(up.map(slotMap));
       const first = maps[0]?.join(',');
+      // Slots served by a live primary: a killed primary keeps its slots until its replica takes over.
+      const live = new Set(up.map((n) => n.address));
       const covered = (maps[0] ?? []).reduce((n, line) => {
-        const [start, end] = line.split(' ').map(Number) as [number, number];
-        return n + end - start + 1;
+        const [start, end, owner] = line.split(' ') as [string, string, string];
+        return live.has(owner) ? n + Number(end) - Number(start) + 1 : n;
       }, 0);
       if (
         infos.every((i) => String(i).includes('cluster_state:ok')) &&

@@ -65,11 +65,15 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const primary = await spawnValkey(track);
+    // A replica writes the snapshot it syncs from to its --dir: keep it out of the caller's cwd.
+    const primary = await spawnValkey({ ...track, args: ['--dir', dir] });
     servers.push(primary);
     const started = await Promise.all(
       Array.from({ length: replicas }, () =>
-        spawnValkey({ ...track, args: ['--replicaof', '127.0.0.1', String(primary.port)] }),
+        spawnValkey({
+          ...track,
+          args: ['--dir', dir, '--replicaof', '127.0.0.1', String(primary.port)],
+        }),
       ),
     );
     servers.push(...started);
@@ -86,7 +90,9 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
           '',
         ].join('\n'),
       );
-      sentinels.push(await spawnValkey({ ...track, configFile: file, args: ['--sentinel'] }));
+      sentinels.push(
+        await spawnValkey({ ...track, configFile: file, args: ['--dir', dir, '--sentinel'] }),
+      );
     }
     const set: SentinelSet = {
       name,

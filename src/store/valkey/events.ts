@@ -68,6 +68,11 @@ export class TableEvents {
     });
   }
 
+  /** `host:port` of the server the subscriber is connected to, or tries next (diagnostics and tests). */
+  get endpoint(): string {
+    return `${this.#sub.options.host}:${this.#sub.options.port}`;
+  }
+
   /** Subscribes to `table`'s channel; `handlers` get its events and reconnects. */
   subscribe(table: string, handlers: TableHandlers): void {
     this.#handlers.set(table, handlers);

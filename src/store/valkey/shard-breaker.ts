@@ -7,7 +7,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { Breaker, type BreakerOptions } from './breaker.js';
-import { primaries, primaryOf } from './slots.js';
+import { primaryOf, slotOwners } from './slots.js';
 
 /**
  * What a table's Valkey commands go through: the store's one {@link Breaker}
@@ -37,14 +37,18 @@ export function isCluster(client: Redis | Cluster): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true;
 }
 
+/** The breaker of commands whose slot has no primary in the slot map (or that have no key). */
+const UNMAPPED = 'unmapped';
+
 /**
  * A {@link Breaker} per primary (`host:port`), chosen per command by the slot
  * of its key in the client's current slot map. When a primary dies its
  * breaker opens after 3 failed commands and the shard's keys are answered
  * without L2; when its replica is promoted, the slot map names the new
- * primary, whose breaker is closed: fills resume at once. A command without
- * a key, or sent before the slot map is known, goes through a breaker of its
- * own.
+ * primary, whose breaker is closed: fills resume at once. Commands for slots
+ * the map leaves without a primary (the server stops listing a failed
+ * primary's slots once it is marked failed), or without a key, share one more
+ * breaker.
  */
 export class ShardBreakers implements Circuit {
   readonly #cluster: Cluster;
@@ -65,20 +69,21 @@ export class ShardBreakers implements Circuit {
    */
   run<T>(op: () => Promise<T>, key?: string): Promise<T> {
     const primary = key === undefined ? undefined : primaryOf(this.#cluster, key);
-    return this.#breaker(primary ?? 'unmapped').run(op);
+    return this.#breaker(primary ?? UNMAPPED).run(op);
   }
 
   /**
    * True when the cluster client is not ready, or the breaker of some primary
-   * in the current slot map is open. Breakers of nodes that no longer serve a
-   * slot (a failed primary after its replica took over) are dropped.
+   * in the current slot map (or of the unmapped slots, while there are any) is
+   * open. Breakers that no longer guard anything (a failed primary after its
+   * replica took over) are dropped.
    */
   get degraded(): boolean {
     if (this.#cluster.status !== 'ready') return true;
-    const current = primaries(this.#cluster);
+    const { primaries, unmapped } = slotOwners(this.#cluster);
     let degraded = false;
     for (const [primary, breaker] of this.#byPrimary) {
-      if (!current.has(primary) && primary !== 'unmapped') {
+      if (primary === UNMAPPED ? unmapped === 0 : !primaries.has(primary)) {
         breaker.close();
         this.#byPrimary.delete(primary);
       } else if (breaker.degraded) {
@@ -86,11 +91,6 @@ export class ShardBreakers implements Circuit {
       }
     }
     return degraded;
-  }
-
-  /** The primaries whose breaker is open (`host:port`), for logs and tests. */
-  get openShards(): string[] {
-    return [...this.#byPrimary].flatMap(([p, b]) => (b.degraded && p !== 'unmapped' ? [p] : []));
   }
 
   close(): void {

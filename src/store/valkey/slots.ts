@@ -48,12 +48,18 @@ export function primaryOf(cluster: Cluster, key: string): string | undefined {
   return cluster.slots[keySlot(key)]?.[0];
 }
 
-/** Every primary in `cluster`'s current slot map (`host:port`). */
-export function primaries(cluster: Cluster): Set<string> {
-  const owners = new Set<string>();
-  for (const nodes of cluster.slots) {
-    const owner = nodes?.[0];
-    if (owner !== undefined) owners.add(owner);
+/**
+ * Every primary in `cluster`'s current slot map (`host:port`), and how many
+ * slots have none (a failed primary's slots, before its replica takes over,
+ * as the server reports them).
+ */
+export function slotOwners(cluster: Cluster): { primaries: Set<string>; unmapped: number } {
+  const primaries = new Set<string>();
+  let unmapped = 0;
+  for (let slot = 0; slot < SLOTS; slot++) {
+    const owner = cluster.slots[slot]?.[0];
+    if (owner === undefined) unmapped++;
+    else primaries.add(owner);
   }
-  return owners;
+  return { primaries, unmapped };
 }
