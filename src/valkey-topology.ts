@@ -52,6 +52,12 @@ export function parseAddress(text: string, field: string): Address {
  * node is unreachable, and it keeps retrying the cluster forever with a capped
  * back-off. It refreshes its slot map every 2 s besides on every `MOVED`, so a
  * promoted replica is found even by a shard whose commands the breaker holds back.
+ *
+ * Each node's connection is opened as soon as the node is known, not on its
+ * first command: ioredis bounces the commands that find a node's connection
+ * still opening (without an offline queue) and retries them after
+ * `retryDelayOnFailover`, so a cold node would cost the first burst of misses
+ * 100 ms each, and let a burst's later misses find another instance's fill.
  */
 export function createClusterClient(settings: ClusterSettings, nodeOptions: RedisOptions): Cluster {
   const {
@@ -60,7 +66,7 @@ export function createClusterClient(settings: ClusterSettings, nodeOptions: Redi
     lazyConnect: _l,
     ...redisOptions
   } = nodeOptions;
-  return new Cluster(
+  const cluster = new Cluster(
     settings.nodes.map((n, i) => parseAddress(n, `valkey.cluster.nodes.${i}`)),
     {
       redisOptions,
@@ -71,6 +77,10 @@ export function createClusterClient(settings: ClusterSettings, nodeOptions: Redi
       clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
     },
   );
+  cluster.on('+node', (node: Redis) => {
+    if (node.status === 'wait') node.connect().catch(() => {});
+  });
+  return cluster;
 }
 
 /**
