@@ -32,9 +32,11 @@ export async function startService(config: object, readyTimeoutMs = 15_000): Pro
   const port = await freePort();
   const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
   writeFileSync(file, stringify(config));
+  // The config file says where Valkey is: an inherited VALKEY_URL or VALKEY_CLUSTER_NODES would override it.
+  const { VALKEY_URL: _u, VALKEY_CLUSTER_NODES: _n, ...env } = process.env;
   const child = spawn(process.execPath, [MAIN, '--config', file], {
     env: {
-      ...process.env,
+      ...env,
       PORT: String(port),
       HOST: '127.0.0.1',
       LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
