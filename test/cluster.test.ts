@@ -3,7 +3,7 @@
  * here): the slot rule, ids with braces, events across shards, and what a
  * dead primary costs (its shard only, until its replica is promoted).
  */
-import type { Cluster } from 'ioredis';
+import { type Cluster, Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type LocalCluster, spawnCluster } from '../harness/cluster.js';
@@ -45,6 +45,16 @@ function clusterClient(cluster: LocalCluster): Cluster {
 async function answerOf(read: Promise<ReadResult>): Promise<unknown> {
   const r = await read;
   return r.found ? r.value : undefined;
+}
+
+/** Runs `fn` on a connection of its own to the node on `port`. */
+async function ask<T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T> {
+  const r = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 0 });
+  try {
+    return await fn(r);
+  } finally {
+    r.disconnect();
+  }
 }
 
 async function ready(client: Cluster): Promise<void> {
@@ -147,6 +157,52 @@ describe('on a healthy cluster', () => {
     expect(await watch.wait(10_000)).toBe(true);
     expect(await answerOf(waiting)).toEqual({ from: 'holder' });
     expect(await answerOf(holding)).toEqual({ from: 'holder' });
+  });
+
+  it('follows a slot moved to another primary under its feet (ASK, TRYAGAIN, then MOVED): no source read, no Valkey error', async () => {
+    const table = uniqueTable('moved');
+    const source = countingLoader(5);
+    const a = await clusterStore(cluster, { [table]: { load: source.load } });
+    const b = await clusterStore(cluster, { [table]: { load: source.load } });
+    const id = 'moving';
+    await a.table(table).get(id);
+    const slot = keySlot(valueKey(table, id));
+    const from = (await cluster.primaryOf(slot)) as NonNullable<
+      Awaited<ReturnType<LocalCluster['primaryOf']>>
+    >;
+    const primaries = [];
+    for (const n of cluster.nodes) {
+      if (((await ask(n.port, (r) => r.call('ROLE'))) as string[])[0] === 'master')
+        primaries.push(n);
+    }
+    const to = primaries.find((n) => n !== from) as typeof from;
+    const ids = new Map(
+      await Promise.all(
+        [from, to].map(async (n) => [n, await ask(n.port, (r) => r.cluster('MYID'))] as const),
+      ),
+    );
+    await ask(to.port, (r) => r.cluster('SETSLOT', slot, 'IMPORTING', ids.get(from) as string));
+    await ask(from.port, (r) => r.cluster('SETSLOT', slot, 'MIGRATING', ids.get(to) as string));
+    await ask(from.port, (r) =>
+      r.migrate('127.0.0.1', to.port, '', 0, 5_000, 'KEYS', valueKey(table, id)),
+    );
+    // The value is on the new primary, the slot still half-moved: B's read is redirected (ASK)
+    // and retried (TRYAGAIN: its two keys are split) until the move ends 200 ms later (MOVED).
+    const reading = b.table(table).get(id);
+    await new Promise((r) => setTimeout(r, 200));
+    for (const n of primaries) {
+      await ask(n.port, (r) => r.cluster('SETSLOT', slot, 'NODE', ids.get(to) as string));
+    }
+    const read = await reading;
+    expect(read.layer).toBe('l2');
+    expect(source.calls()).toBe(1);
+    await a.table(table).put(id, { moved: true });
+    await vi.waitFor(async () =>
+      expect(await answerOf(b.table(table).get(id))).toEqual({ moved: true }),
+    );
+    for (const s of [a, b]) {
+      expect(await metricValue(s, 'echostore_valkey_errors_total', table)).toBe(0);
+    }
   });
 
   it('refuses a seed list that no node answers, or that names a node not in cluster mode', async () => {
