@@ -11,7 +11,7 @@
  * 15 s. `replica-validity-factor 0` lets a replica be promoted however long
  * it was cut off.
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -87,9 +87,17 @@ export async function freeClusterPort(taken: ReadonlySet<number> = new Set()): P
   throw new Error(`no free port pair (p, p + 10000) in ${MIN_PORT}–${MAX_PORT}`);
 }
 
-/** The `redis-cli` (or `valkey-cli`) that goes with the server binary. */
+/** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
 function cliBinary(): string {
-  return process.env.ECHOSTORE_CLI ?? 'redis-cli';
+  for (const bin of ['valkey-cli', 'redis-cli']) {
+    try {
+      execFileSync('sh', ['-c', `command -v ${bin}`], { stdio: 'pipe' });
+      return bin;
+    } catch {
+      // not installed
+    }
+  }
+  throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
 }
 
 /**

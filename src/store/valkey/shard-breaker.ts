@@ -69,7 +69,15 @@ export class ShardBreakers implements Circuit {
    */
   run<T>(op: () => Promise<T>, key?: string): Promise<T> {
     const primary = key === undefined ? undefined : primaryOf(this.#cluster, key);
-    return this.#breaker(primary ?? UNMAPPED).run(op);
+    return this.#breaker(primary ?? UNMAPPED)
+      .run(op)
+      .catch((err: unknown) => {
+        // Every script keeps to one slot (see valueKey): a cross-slot reply is a bug, never an answer.
+        if (err instanceof Error && err.message.includes('CROSSSLOT')) {
+          this.#log.error({ err, key }, 'bug: a Valkey command spanned two cluster slots');
+        }
+        throw err;
+      });
   }
 
   /**
