@@ -5,6 +5,7 @@
  * node hears every shard's events (docs/operations.md#cluster weighs this
  * against sharded Pub/Sub).
  */
+import { randomInt } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { type TLSSocket, connect as tlsConnect } from 'node:tls';
 import { AbstractConnector, type Cluster, Redis, type RedisOptions } from 'ioredis';
@@ -14,15 +15,17 @@ import { isCluster } from './shard-breaker.js';
  * A subscriber connection for `client`'s events, with `overrides` applied:
  * `client.duplicate()` for a single server (a Sentinel-managed client asks the
  * sentinels for the primary on every reconnect, so it follows a failover), or,
- * for a cluster, a connection to one of its primaries that moves on to the
- * next primary in the current slot map whenever it loses its node (a killed
- * node, a failover), through its own retry strategy. Either way the
+ * for a cluster, a connection to one of its primaries (a random one first)
+ * that moves on to the next primary the cluster client knows whenever it
+ * loses its node (a killed node, a failover), through its own retry strategy. Either way the
  * connection emits `ready` after each reconnect, when the subscriber flushes
  * L1 (messages sent meanwhile were lost), and re-subscribes by itself.
  */
 export function openSubscriber(client: Redis | Cluster, overrides: Partial<RedisOptions>): Redis {
   if (!isCluster(client)) return client.duplicate(overrides);
-  let turn = 0;
+  // A random first pick spreads a fleet's subscribers over the primaries, so that one primary's
+  // death flushes the L1 of about a third of the instances, not of all of them.
+  let turn = randomInt(1_000_000);
   const next = (): Address | undefined => {
     const known = client.nodes('master');
     const node = known[turn++ % Math.max(1, known.length)];
