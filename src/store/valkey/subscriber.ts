@@ -27,6 +27,8 @@ export function openSubscriber(client: Redis | Cluster, overrides: Partial<Redis
   // death flushes the L1 of about a third of the instances, not of all of them.
   let turn = randomInt(1_000_000);
   const next = (): Address | undefined => {
+    // Until the slot map is known, the client's "primaries" are its seed nodes, replicas included.
+    if (client.status !== 'ready') return undefined;
     const known = client.nodes('master');
     const node = known[turn++ % Math.max(1, known.length)];
     const { host, port } = node?.options ?? {};
