@@ -236,18 +236,32 @@ describe('on a healthy cluster', () => {
   });
 });
 
-/** A primary (`host:port`) with no subscriber connection on it. */
-async function primaryWithoutSubscribers(client: Cluster): Promise<string> {
-  await eventually(async () => {
-    const subs = await Promise.all(
-      client.nodes('master').map(async (n) => (await n.client('LIST')) as string),
+/** A primary (`host:port`) with no subscriber connection on it, once `subscribers` are connected somewhere. */
+async function primaryWithoutSubscribers(
+  cluster: LocalCluster,
+  client: Cluster,
+  subscribers: number,
+) {
+  const lists = async () =>
+    Promise.all(
+      cluster.nodes.map(async (n) => ({
+        node: n,
+        list: await ask(n.port, (r) => r.client('LIST')),
+      })),
     );
-    expect(subs.join('\n').match(/ sub=1 /g)?.length).toBe(2);
+  await eventually(async () => {
+    const all = (await lists()).map((l) => l.list as string).join('\n');
+    expect(all.match(/ sub=1 /g)?.length).toBe(subscribers);
   });
-  for (const node of client.nodes('master')) {
-    if (!((await node.client('LIST')) as string).includes(' sub=1 ')) return nodeAddress(node);
-  }
-  throw new Error('every primary has a subscriber');
+  const primaries = client.nodes('master').map(nodeAddress);
+  const busy = new Set(
+    (await lists())
+      .filter((l) => (l.list as string).includes(' sub=1 '))
+      .map((l) => l.node.address),
+  );
+  const free = primaries.find((p) => !busy.has(p));
+  if (free === undefined) throw new Error('every primary has a subscriber');
+  return free;
 }
 
 function nodeAddress(r: { options: { host?: string; port?: number } }): string {
@@ -305,7 +319,7 @@ describe('when a primary dies', () => {
     const b = await clusterStore(cluster, { [table]: policy });
     const client = a.valkey as Cluster;
     // A primary neither store's subscriber is on: killing that one would flush their L1s (coherence).
-    const victim = await primaryWithoutSubscribers(client);
+    const victim = await primaryWithoutSubscribers(cluster, client, 2);
     // Ids chosen on the slot map before the kill: the server stops listing a failed primary's slots.
     const names = ['hot', 'put', 'after', ...Array.from({ length: 6 }, (_, i) => `cold${i}`)];
     const ids = (side: string, not: boolean) =>

@@ -15,9 +15,10 @@ import { isCluster } from './shard-breaker.js';
  * A subscriber connection for `client`'s events, with `overrides` applied:
  * `client.duplicate()` for a single server (a Sentinel-managed client asks the
  * sentinels for the primary on every reconnect, so it follows a failover), or,
- * for a cluster, a connection to one of its primaries (a random one first)
- * that moves on to the next primary the cluster client knows whenever it
- * loses its node (a killed node, a failover), through its own retry strategy. Either way the
+ * for a cluster, a connection to one of its nodes (a random primary, or seed
+ * node before the slot map is known) that moves on to the next primary the
+ * cluster client knows whenever it loses its node (a killed node, a
+ * failover), through its own retry strategy. Either way the
  * connection emits `ready` after each reconnect, when the subscriber flushes
  * L1 (messages sent meanwhile were lost), and re-subscribes by itself.
  */
@@ -27,8 +28,8 @@ export function openSubscriber(client: Redis | Cluster, overrides: Partial<Redis
   // death flushes the L1 of about a third of the instances, not of all of them.
   let turn = randomInt(1_000_000);
   const next = (): Address | undefined => {
-    // Until the slot map is known, the client's "primaries" are its seed nodes, replicas included.
-    if (client.status !== 'ready') return undefined;
+    // Before the slot map is known these are the seed nodes, replicas perhaps among them: a
+    // replica hears the broadcast too, and connecting at once keeps the store's first events.
     const known = client.nodes('master');
     const node = known[turn++ % Math.max(1, known.length)];
     const { host, port } = node?.options ?? {};
