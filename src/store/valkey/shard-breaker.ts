@@ -7,7 +7,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { Breaker, type BreakerOptions } from './breaker.js';
-import { primaryOf, slotOwners } from './slots.js';
+import { isCluster, primaryOf, slotOwners } from './slots.js';
 
 /**
  * What a table's Valkey commands go through: the store's one {@link Breaker}
@@ -30,11 +30,6 @@ export function circuitFor(
   return isCluster(client)
     ? new ShardBreakers(client, log, options)
     : new Breaker(client, log, options);
-}
-
-/** True when `client` is an ioredis `Cluster`. */
-export function isCluster(client: Redis | Cluster): client is Cluster {
-  return (client as { isCluster?: boolean }).isCluster === true;
 }
 
 /** The breaker of commands whose slot has no primary in the slot map (or that have no key). */

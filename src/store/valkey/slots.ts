@@ -5,7 +5,12 @@
  * first `}` after it, when that is non-empty — else of the whole key, modulo
  * 16384 (https://valkey.io/topics/cluster-spec/#hash-tags).
  */
-import type { Cluster } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
+
+/** True when `client` is an ioredis `Cluster`. */
+export function isCluster(client: Redis | Cluster): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true;
+}
 
 /** Hash slots in a cluster. */
 export const SLOTS = 16_384;

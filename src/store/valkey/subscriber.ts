@@ -9,7 +9,7 @@ import { randomInt } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { type TLSSocket, connect as tlsConnect } from 'node:tls';
 import { AbstractConnector, type Cluster, Redis, type RedisOptions } from 'ioredis';
-import { isCluster } from './shard-breaker.js';
+import { isCluster } from './slots.js';
 
 /**
  * A subscriber connection for `client`'s events, with `overrides` applied:
