@@ -2,9 +2,10 @@
  * Herd drill: N concurrent cold readers of one id → the source counts 1 read,
  * N−1 readers coalesced, 1 distinct answer.
  *
- *   npm run drill:herd -- [--readers 200] [--latency-ms 50] [--via inproc|http] [--json [file]]
+ *   npm run drill:herd -- [--readers 200] [--latency-ms 50] [--via inproc|http] [--cluster] [--json [file]]
  *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default redis://127.0.0.1:6379).
+ * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default
+ * redis://127.0.0.1:6379), or with `--cluster` starts its own 3+3 cluster.
  * The source is an HTTP origin started here that counts its own reads; the
  * law is judged by that count. Exits 1 when the law does not hold.
  */
@@ -12,24 +13,26 @@ import { randomBytes } from 'node:crypto';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { startService } from '../harness/service.js';
 import { burst, httpRead, storeRead } from './lib/burst.js';
-import { drillArgs, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
+import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl } from './lib/http.js';
 import { metric, scrape } from './lib/metrics.js';
 import { columns, p50p99 } from './lib/report.js';
-import { connectAdmin, dropId, originStore } from './lib/store.js';
+import { dropId, originStore } from './lib/store.js';
+import { type DrillValkey, drillValkey } from './lib/valkey-target.js';
 
 const args = drillArgs({
   readers: int(200, 1),
   'latency-ms': float(50, 0),
   via: oneOf('inproc', 'http'),
   valkey: valkeyOption(),
+  cluster: flag(),
 });
 
 const TABLE = 'herd';
 
 /** The readers call `table.get` on one store in this process; `coalesced` from its stats. */
-async function inProcess(origin: Origin, id: string) {
-  const { store, close } = await originStore(args.valkey, TABLE, origin.template);
+async function inProcess(valkey: DrillValkey, origin: Origin, id: string) {
+  const { store, close } = await originStore(valkey.target, TABLE, origin.template);
   try {
     const t = store.table(TABLE);
     return { ...(await burst(storeRead(t, id), args.readers)), coalesced: t.stats().coalesced };
@@ -39,9 +42,9 @@ async function inProcess(origin: Origin, id: string) {
 }
 
 /** The readers GET one service instance; `coalesced` from its `/metrics`. */
-async function viaHttp(origin: Origin, id: string) {
+async function viaHttp(valkey: DrillValkey, origin: Origin, id: string) {
   const service = await startService({
-    valkey: { url: args.valkey },
+    valkey: valkey.section,
     tables: { [TABLE]: { source: { kind: 'http', url: origin.template } } },
   });
   try {
@@ -57,16 +60,17 @@ async function viaHttp(origin: Origin, id: string) {
 async function main() {
   const { readers, via } = args;
   const id = `herd-${Date.now()}-${randomBytes(4).toString('hex')}`;
-  const admin = await connectAdmin(args.valkey);
-  await dropId(admin, TABLE, id);
-  const origin = await startOrigin(args['latency-ms']);
+  const valkey = await drillValkey(args.valkey, args.cluster);
   let run: Awaited<ReturnType<typeof inProcess>>;
+  let origin: Origin | undefined;
   try {
-    run = via === 'http' ? await viaHttp(origin, id) : await inProcess(origin, id);
+    await dropId(valkey.admin, TABLE, id);
+    origin = await startOrigin(args['latency-ms']);
+    run = via === 'http' ? await viaHttp(valkey, origin, id) : await inProcess(valkey, origin, id);
   } finally {
-    await origin.close();
-    await dropId(admin, TABLE, id);
-    admin.disconnect();
+    await origin?.close();
+    await dropId(valkey.admin, TABLE, id).catch(() => {});
+    await valkey.close();
   }
   const sourceReads = origin.readsOf(id);
   const distinctAnswers = run.answers.length;
@@ -77,6 +81,7 @@ async function main() {
   return {
     drill: 'herd',
     via,
+    valkey: valkey.label,
     readers,
     sourceLatencyMs: args['latency-ms'],
     sourceReads,
@@ -102,7 +107,7 @@ function render(r: Awaited<ReturnType<typeof main>>): string {
     ['latency p50', `${r.p50Ms} ms`],
     ['latency p99', `${r.p99Ms} ms`],
   ]);
-  return `herd drill (${r.via}): ${r.readers} concurrent cold readers, source latency ${r.sourceLatencyMs} ms\n${table}\n${r.pass ? 'PASS' : 'FAIL'}: the coalescing law ${r.pass ? 'holds' : 'is broken'}\n`;
+  return `herd drill (${r.via}): ${r.readers} concurrent cold readers, source latency ${r.sourceLatencyMs} ms, on ${r.valkey}\n${table}\n${r.pass ? 'PASS' : 'FAIL'}: the coalescing law ${r.pass ? 'holds' : 'is broken'}\n`;
 }
 
 runDrill('herd', args.json, main, render);

@@ -6,6 +6,7 @@
  * reports a {@link BurstResult}.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ValkeyOptions } from '../src/valkey.js';
 import { burst, httpRead, type Read, storeRead } from './lib/burst.js';
 import { itemUrl } from './lib/http.js';
 import { loadFetch, originStore } from './lib/store.js';
@@ -22,7 +23,8 @@ export interface Setup {
   readers: number;
   /** The table policy besides `coalescing` (the same for every regime). */
   policy: RegimePolicy;
-  valkey: string;
+  /** `createStore`'s `valkey` option: a URL, or `{ cluster }` (`inproc`). */
+  valkey: string | ValkeyOptions;
   /** The origin's item URL template (`inproc`). */
   template: string;
   /** Base URL of this worker's service instance (`http`). */

@@ -7,14 +7,14 @@
  *   fleet    single-flight + the Valkey lease         → source reads 1
  *
  *   npm run drill:regimes -- [--instances 6] [--readers 200] [--latency-ms 50]
- *     [--via inproc|http] [--json [file]] [--svg drills/out/regimes.svg]
+ *     [--via inproc|http] [--cluster] [--json [file]] [--svg drills/out/regimes.svg]
  *
  * `inproc`: each instance is a forked `regimes-worker` holding its own store.
  * `http`: each instance is a real service (`dist/src/main.js`); a forked
  * worker per service fires the burst at it over HTTP.
  *
  * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default
- * redis://127.0.0.1:6379). The source is an HTTP origin started here that
+ * redis://127.0.0.1:6379), or with `--cluster` starts its own 3+3 cluster. The source is an HTTP origin started here that
  * counts its own reads; the laws are judged by that count, never by the
  * cache's counters. Each regime uses its own table and a fresh id, so nothing
  * is warm. Exits 1 when a regime breaks its law, 2 when the drill cannot run.
@@ -23,14 +23,14 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Redis } from 'ioredis';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
 import type { BurstResult } from './lib/burst.js';
-import { drillArgs, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
+import { drillArgs, flag, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
 import { addCounts, columns, listCounts, p50p99 } from './lib/report.js';
-import { connectAdmin, dropId } from './lib/store.js';
+import { dropId } from './lib/store.js';
 import { barChartSvg } from './lib/svg.js';
+import { type DrillValkey, drillValkey } from './lib/valkey-target.js';
 import { runWorkers } from './lib/workers.js';
 import type { Go, RegimePolicy, Setup } from './regimes-worker.js';
 
@@ -41,6 +41,7 @@ const args = drillArgs({
   via: oneOf('inproc', 'http'),
   svg: text('drills/out/regimes.svg'),
   valkey: valkeyOption(),
+  cluster: flag(),
 });
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'regimes-worker.js');
@@ -65,8 +66,9 @@ const go = async () => ({
 });
 
 /** Fires one burst per instance at one fresh id in the regime's table and judges it. */
-async function runRegime(origin: Origin, admin: Redis, regime: Regime) {
-  const { via, instances, readers, valkey } = args;
+async function runRegime(origin: Origin, valkey: DrillValkey, regime: Regime) {
+  const { via, instances, readers } = args;
+  const { admin } = valkey;
   const table = `regimes-${regime}`;
   const id = `regimes-${Date.now()}-${randomBytes(6).toString('hex')}`;
   let services: Service[] = [];
@@ -76,14 +78,14 @@ async function runRegime(origin: Origin, admin: Redis, regime: Regime) {
     if (via === 'http') {
       const source = { kind: 'http', url: origin.template, timeoutMs: 10_000 };
       services = await startServices(instances, {
-        valkey: { url: valkey },
+        valkey: valkey.section,
         tables: { [table]: { source, coalescing: regime, ...POLICY } },
       });
     }
     const { template } = origin;
     const setup = (serviceUrl?: string): Setup => {
-      const base = { kind: 'setup', via, table, id, readers, valkey, template } as const;
-      return { ...base, serviceUrl, coalescing: regime, policy: POLICY };
+      const base = { kind: 'setup', via, table, id, readers, template } as const;
+      return { ...base, valkey: valkey.target, serviceUrl, coalescing: regime, policy: POLICY };
     };
     const setups =
       via === 'http'
@@ -126,18 +128,20 @@ async function runRegime(origin: Origin, admin: Redis, regime: Regime) {
 }
 
 async function main() {
-  const admin = await connectAdmin(args.valkey);
-  const origin = await startOrigin(args['latency-ms']);
+  const valkey = await drillValkey(args.valkey, args.cluster);
   const regimes: Array<Awaited<ReturnType<typeof runRegime>>> = [];
+  let origin: Origin | undefined;
   try {
-    for (const regime of REGIMES) regimes.push(await runRegime(origin, admin, regime));
+    origin = await startOrigin(args['latency-ms']);
+    for (const regime of REGIMES) regimes.push(await runRegime(origin, valkey, regime));
   } finally {
-    await origin.close();
-    admin.disconnect();
+    await origin?.close();
+    await valkey.close();
   }
   const report = {
     drill: 'regimes',
     via: args.via,
+    valkey: valkey.label,
     instances: args.instances,
     readersPerInstance: args.readers,
     sourceLatencyMs: args['latency-ms'],
@@ -180,7 +184,7 @@ function render(r: Report): string {
   const broken = r.regimes.filter((x) => !x.pass).map((x) => x.regime);
   const header = ['regime', 'expected reads', 'source reads', 'distinct answers', 'failures'];
   return [
-    `regimes drill (${r.via}): ${r.instances} instances × ${r.readersPerInstance} concurrent cold readers, source latency ${r.sourceLatencyMs} ms`,
+    `regimes drill (${r.via}): ${r.instances} instances × ${r.readersPerInstance} concurrent cold readers, source latency ${r.sourceLatencyMs} ms, on ${r.valkey}`,
     columns(rows, [...header, 'p50 ms', 'p99 ms', 'result']),
     `  worst p99: ${r.worstP99Ms} ms`,
     `  chart: ${r.svg}`,

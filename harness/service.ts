@@ -56,9 +56,11 @@ export async function startService(config: object, options: StartOptions = {}): 
   // No shutdown delay unless the config asks for one: drills stop many instances.
   const http = { shutdownDelayMs: 0, ...(config as { http?: object }).http };
   writeFileSync(file, stringify({ ...config, http }));
+  // The config file says where Valkey is: an inherited VALKEY_URL or VALKEY_CLUSTER_NODES would override it.
+  const { VALKEY_URL: _u, VALKEY_CLUSTER_NODES: _n, ...env } = process.env;
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
     env: {
-      ...process.env,
+      ...env,
       ...options.env,
       PORT: String(port),
       HOST: '127.0.0.1',

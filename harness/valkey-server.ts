@@ -17,6 +17,8 @@ export interface ValkeyServerOptions {
   port?: number;
   /** Default: {@link serverBinary}. */
   binary?: string;
+  /** A config file, passed before every other argument (a Sentinel needs one it may rewrite). */
+  configFile?: string;
   /** Called with every process spawned (the first and each restart), e.g. to kill it if the caller exits early. */
   track?: (child: ChildProcess) => void;
   /** How long each start may take to answer PING, ms. Default 10,000. */
@@ -71,6 +73,7 @@ export async function spawnValkey(options: ValkeyServerOptions = {}): Promise<Va
   }
   const port = options.port ?? (await freePort());
   const argv = [
+    ...(options.configFile === undefined ? [] : [options.configFile]),
     ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
     ...['--protected-mode', 'no', ...(options.args ?? [])],
   ];

@@ -16,4 +16,6 @@ export { createStore, type Store, type StoreOptions, type TableOptions } from '.
 export { assertId, MAX_BATCH_IDS, MAX_ID_BYTES, TABLE_NAME, type Table } from './store/table.js';
 export type * from './store/types.js';
 export { leaseKey, valueKey } from './store/valkey/scripts.js';
+export { keySlot } from './store/valkey/slots.js';
 export { createValkeyClient, type ValkeyOptions, type ValkeyTlsOptions } from './valkey.js';
+export type { ClusterSettings, SentinelSettings } from './valkey-topology.js';

@@ -131,7 +131,12 @@ async function main(): Promise<void> {
   log.info(
     {
       config: config.origin,
-      valkey: redactUrl(config.valkey.url),
+      valkey:
+        config.valkey.cluster !== undefined
+          ? { cluster: config.valkey.cluster.nodes }
+          : config.valkey.sentinel !== undefined
+            ? { sentinel: config.valkey.sentinel }
+            : redactUrl(config.valkey.url),
       valkeyReady: store.valkeyReady(),
       tables: Object.keys(tables),
       warming: lifecycle.warming,

@@ -1,7 +1,13 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
-import { Redis, type RedisOptions } from 'ioredis';
+import { type Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ConfigError } from './errors.js';
+import {
+  type ClusterSettings,
+  createClusterClient,
+  type SentinelSettings,
+  sentinelOptions,
+} from './valkey-topology.js';
 
 /** TLS settings of a `rediss://` connection; ignored with a `redis://` URL. */
 export interface ValkeyTlsOptions {
@@ -17,10 +23,18 @@ export interface ValkeyTlsOptions {
   servername?: string;
 }
 
-/** How the store reaches Valkey. All durations are milliseconds. */
+/**
+ * How the store reaches Valkey: one server (`url`), a cluster (`cluster`) or
+ * a Sentinel-managed primary (`sentinel`); with more than one, `cluster` wins,
+ * then `sentinel`. All durations are milliseconds.
+ */
 export interface ValkeyOptions {
   /** `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS. */
-  url: string;
+  url?: string;
+  /** A Valkey/Redis Cluster, found through its seed nodes. */
+  cluster?: ClusterSettings;
+  /** A primary with replicas, found (and followed through failovers) through its Sentinels. */
+  sentinel?: SentinelSettings;
   /** A command not answered within this fails (never hangs). Default 1,000. */
   commandTimeoutMs?: number;
   /** A connection attempt (TLS handshake included) not established within this fails and is retried. Default 2,000. */
@@ -30,7 +44,8 @@ export interface ValkeyOptions {
 }
 
 /**
- * Creates an ioredis client set up so that no call can hang on a dead or
+ * Creates an ioredis client (a `Cluster` for `options.cluster`) set up so
+ * that no call can hang on a dead or
  * paused server: every command has `commandTimeout`; there is no offline
  * queue (a command issued while disconnected fails at once, and the store
  * falls back to the source); reconnection retries forever with capped
@@ -44,7 +59,7 @@ export interface ValkeyOptions {
  *
  * @throws {ConfigError} `ECC_BAD_CONFIG` naming `valkey.tls.caFile` when that file cannot be read or holds no PEM certificate.
  */
-export function createValkeyClient(options: ValkeyOptions): Redis {
+export function createValkeyClient(options: ValkeyOptions): Redis | Cluster {
   const redisOptions: RedisOptions = {
     commandTimeout: options.commandTimeoutMs ?? 1_000,
     connectTimeout: options.connectTimeoutMs ?? 2_000,
@@ -58,11 +73,16 @@ export function createValkeyClient(options: ValkeyOptions): Redis {
     reconnectOnError: reconnectOnReadOnly(),
     lazyConnect: false,
   };
+  if (options.cluster !== undefined) return createClusterClient(options.cluster, redisOptions);
+  if (options.sentinel !== undefined) {
+    return new ValkeyClient({ ...redisOptions, ...sentinelOptions(options.sentinel) });
+  }
+  const url = options.url ?? 'redis://127.0.0.1:6379';
   // ioredis turns TLS on for a rediss:// URL with `tls: true` only when no `tls`
   // is given; an object keeps it on and adds our settings. Given for every
   // rediss:// URL (ioredis's own test is case-sensitive) so TLS is never dropped.
-  if (/^rediss:\/\//i.test(options.url)) redisOptions.tls = tlsOptions(options.tls ?? {});
-  return new ValkeyClient(options.url, redisOptions);
+  if (/^rediss:\/\//i.test(url)) redisOptions.tls = tlsOptions(options.tls ?? {});
+  return new ValkeyClient(url, redisOptions);
 }
 
 /**
@@ -145,7 +165,7 @@ function redactAuthArgs(err: unknown): void {
  *
  * @returns true when connected.
  */
-export function waitReady(client: Redis, timeoutMs: number): Promise<boolean> {
+export function waitReady(client: Redis | Cluster, timeoutMs: number): Promise<boolean> {
   if (client.status === 'ready') return Promise.resolve(true);
   return new Promise((resolve) => {
     const done = (ok: boolean) => {

@@ -12,7 +12,7 @@ import { MAX_MESSAGE_CHARS } from '../src/http/errors.js';
 import { buildServer } from '../src/http/server.js';
 import { createStore, type Store } from '../src/index.js';
 import { rawExchange } from './helpers/http.js';
-import { uniqueTable, valkeyUrl } from './helpers/store.js';
+import { uniqueTable, valkeyTarget } from './helpers/store.js';
 
 const TOKEN = 'corpus-admin-token';
 const ADMIN = { authorization: `Bearer ${TOKEN}` };
@@ -545,7 +545,7 @@ function expectCodedAnswer(
 
 beforeAll(async () => {
   store = await createStore({
-    valkey: valkeyUrl(),
+    valkey: valkeyTarget(),
     tables: {
       [items]: { load: (id) => (id === 'missing' ? undefined : { id }) },
       [other]: { idPattern: '^[0-9]+$', load: (id) => ({ id }) },

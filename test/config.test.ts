@@ -262,6 +262,78 @@ describe('loadConfig valkey.url', () => {
   });
 });
 
+describe('loadConfig valkey.cluster and valkey.sentinel', () => {
+  const tables = `tables:\n  t: { source: ${HTTP_SOURCE} }\n`;
+  const load = (valkey: string, env: Record<string, string> = {}) =>
+    loadConfig({ argv: ['--config', write('mode.yaml', `valkey: ${valkey}\n${tables}`)], env });
+
+  it('reads the seed nodes of a cluster and the Sentinels of a primary', () => {
+    const cluster = load('{ cluster: { nodes: ["10.0.0.1:7000", "[::1]:7001"] } }');
+    expect(cluster.valkey.cluster).toEqual({ nodes: ['10.0.0.1:7000', '[::1]:7001'] });
+    const sentinel = load('{ sentinel: { sentinels: ["10.0.0.1:26379"], name: cache } }');
+    expect(sentinel.valkey.sentinel).toEqual({ sentinels: ['10.0.0.1:26379'], name: 'cache' });
+  });
+
+  it.each([
+    ['url and cluster', '{ url: "redis://a:1", cluster: { nodes: ["a:1"] } }', 'valkey.cluster'],
+    [
+      'url and sentinel',
+      '{ url: "redis://a:1", sentinel: { sentinels: ["a:1"], name: m } }',
+      'valkey.sentinel',
+    ],
+    [
+      'cluster and sentinel',
+      '{ cluster: { nodes: ["a:1"] }, sentinel: { sentinels: ["a:1"], name: m } }',
+      'valkey.sentinel',
+    ],
+    ['an empty node list', '{ cluster: { nodes: [] } }', 'valkey.cluster.nodes'],
+    ['a node without a port', '{ cluster: { nodes: ["a"] } }', 'valkey.cluster.nodes.0'],
+    [
+      'a Sentinel set without a name',
+      '{ sentinel: { sentinels: ["a:1"] } }',
+      'valkey.sentinel.name',
+    ],
+    [
+      'an empty Sentinel list',
+      '{ sentinel: { sentinels: [], name: m } }',
+      'valkey.sentinel.sentinels',
+    ],
+  ])('rejects %s, naming the field', (_, valkey, field) => {
+    const err = failure(() => load(valkey));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect((err as ConfigError).field).toBe(field);
+    expect(err.message).toContain(`: ${field}: `);
+  });
+
+  it('takes the cluster from VALKEY_CLUSTER_NODES over a url, and a url from VALKEY_URL over a cluster', () => {
+    const env = { VALKEY_CLUSTER_NODES: ' 10.0.0.1:7000, 10.0.0.2:7000 ' };
+    expect(load('{ url: "redis://file:1" }', env).valkey.cluster).toEqual({
+      nodes: ['10.0.0.1:7000', '10.0.0.2:7000'],
+    });
+    const single = load('{ cluster: { nodes: ["a:1"] } }', { VALKEY_URL: 'redis://env:1' });
+    expect(single.valkey).toMatchObject({ url: 'redis://env:1' });
+    expect(single.valkey.cluster).toBeUndefined();
+  });
+
+  it.each([
+    [
+      'both VALKEY_URL and VALKEY_CLUSTER_NODES',
+      { VALKEY_URL: 'redis://a:1', VALKEY_CLUSTER_NODES: 'a:1' },
+      'valkey.cluster',
+    ],
+    ['an empty VALKEY_CLUSTER_NODES list', { VALKEY_CLUSTER_NODES: ' , ' }, 'valkey.cluster.nodes'],
+    [
+      'a VALKEY_CLUSTER_NODES node without a port',
+      { VALKEY_CLUSTER_NODES: 'a:1,b' },
+      'valkey.cluster.nodes.1',
+    ],
+  ])('rejects %s, naming the variable and the field', (_, env, field) => {
+    const err = failure(() => loadConfig({ argv: [], env, cwd: dir }));
+    expect((err as ConfigError).field).toBe(field);
+    expect(err.message).toMatch(/^environment variables? VALKEY_/);
+  });
+});
+
 describe('loadConfig valkey.tls', () => {
   const PEM = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
   const withTls = (tls: string) =>

@@ -11,7 +11,7 @@ import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type Store, withPolicy } from '../src/index.js';
 import { eventsChannel, leaseKey, valueKey } from '../src/store/valkey/scripts.js';
 import { manualClock } from './helpers/clock.js';
-import { metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
+import { clientLists, metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, delay, uniqueTable } from './helpers/store.js';
 
@@ -415,14 +415,16 @@ describe('coherent L1s', () => {
     await t.get('a');
     await t.get('b');
     expect(t.stats().l1_entries).toBe(2);
-    // This store's own subscriber, by its name (other test files share the server).
+    // This store's own subscriber, by its name (other test files share the server; on a
+    // cluster it may be on any node).
     const name = store.valkeyHealth().subscriberName as string;
     expect(name).toMatch(/^echostore-events-/);
-    const clients = (await raw.client('LIST')) as string;
-    const subscriber = clients.split('\n').find((line) => line.includes(` name=${name} `));
+    const subscriber = (await clientLists(raw))
+      .flatMap(({ server, list }) => list.split('\n').map((line) => ({ server, line })))
+      .find(({ line }) => line.includes(` name=${name} `));
     expect(subscriber).toBeDefined();
-    const id = /id=(\d+)/.exec(subscriber as string)?.[1];
-    await raw.client('KILL', 'ID', id as string);
+    const id = /id=(\d+)/.exec(subscriber?.line as string)?.[1];
+    await subscriber?.server.client('KILL', 'ID', id as string);
     await vi.waitFor(() => expect(t.stats().l1_entries).toBe(0), { timeout: 5_000 });
     expect(await metricValue(store, 'echostore_l1_flushes_total', table)).toBe(1);
   });

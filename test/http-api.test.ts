@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { createStore, type Store } from '../src/index.js';
-import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
+import { deferred, uniqueTable, valkeyTarget } from './helpers/store.js';
 
 describe('HTTP API', () => {
   let store: Store;
@@ -17,7 +17,7 @@ describe('HTTP API', () => {
 
   beforeAll(async () => {
     store = await createStore({
-      valkey: valkeyUrl(),
+      valkey: valkeyTarget(),
       tables: {
         [products]: {
           load: (id) => {

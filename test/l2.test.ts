@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createStore, leaseKey, valueKey } from '../src/index.js';
 import type { Envelope } from '../src/store/envelope.js';
 import { isTombstone, metricValue, openStore, rawValkey, readEnvelope } from './helpers/probe.js';
-import { uniqueTable, valkeyUrl } from './helpers/store.js';
+import { uniqueTable, valkeyTarget } from './helpers/store.js';
 
 describe('L2', () => {
   let raw: Redis;
@@ -15,7 +15,7 @@ describe('L2', () => {
   it('a rebuilt store answers from L2 without calling its loader', async () => {
     const table = uniqueTable('l2-rebuild');
     const first = await createStore({
-      valkey: valkeyUrl(),
+      valkey: valkeyTarget(),
       tables: { [table]: { load: (id) => ({ id, from: 'source' }) } },
     });
     const loaded = await first.table(table).get('p1');

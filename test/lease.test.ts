@@ -5,7 +5,7 @@ import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
 import { errorOf, metricValue, openStore, scopedValkey, storedValue } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
-import { countingLoader, deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
+import { countingLoader, deferred, uniqueTable, valkeyTarget } from './helpers/store.js';
 
 describe('fleet lease', () => {
   it('two stores with separate connections reading one cold key cause one load', async () => {
@@ -69,8 +69,8 @@ describe('fleet lease', () => {
     const built = fileURLToPath(new URL('../dist/src/index.js', import.meta.url));
     expect(existsSync(built), 'run `npm run build` before the tests').toBe(true);
     const table = uniqueTable('takeover');
-    const url = valkeyUrl();
-    const child = fork(holder, [url, table, 'hot'], { stdio: 'ignore' });
+    const target = JSON.stringify(valkeyTarget());
+    const child = fork(holder, [target, table, 'hot'], { stdio: 'ignore' });
     onTestFinished(() => {
       if (child.exitCode === null) child.kill('SIGKILL');
     });

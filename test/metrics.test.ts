@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { createStore, type Store } from '../src/index.js';
-import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
+import { deferred, uniqueTable, valkeyTarget } from './helpers/store.js';
 
 /** One sample of `name{labels}` from Prometheus text; undefined when absent. */
 function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
@@ -25,7 +25,7 @@ describe('/metrics', () => {
 
   beforeAll(async () => {
     store = await createStore({
-      valkey: valkeyUrl(),
+      valkey: valkeyTarget(),
       tables: {
         [table]: {
           load: async (id) => {

@@ -7,18 +7,21 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 
-/** One option: a number within bounds, one of some words, or free text. */
+/** One option: a number within bounds, one of some words, free text, or a flag (no value). */
 type Option =
   | { kind: 'int' | 'float'; default: number; min: number; max: number }
   | { kind: 'oneOf'; default: string; choices: readonly string[] }
-  | { kind: 'text'; default: string };
+  | { kind: 'text'; default: string }
+  | { kind: 'flag' };
 
 type Values<O extends Record<string, Option>> = {
   [K in keyof O]: O[K] extends { choices: readonly (infer C)[] }
     ? C
     : O[K] extends { kind: 'text' }
       ? string
-      : number;
+      : O[K] extends { kind: 'flag' }
+        ? boolean
+        : number;
 } & { json: string | undefined };
 
 /** An integer option from `min` to `max`. */
@@ -35,6 +38,9 @@ export const oneOf = <const C extends readonly string[]>(...choices: C) =>
 
 /** Free text. */
 export const text = (dflt: string) => ({ kind: 'text', default: dflt }) as const;
+
+/** A flag: true when given (`--cluster`), false otherwise; it takes no value. */
+export const flag = () => ({ kind: 'flag' }) as const;
 
 /** `--valkey`: the Valkey/Redis the drill uses, default `VALKEY_URL` or redis://127.0.0.1:6379. */
 export const valkeyOption = () => text(process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379');
@@ -56,9 +62,12 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     process.exit(2);
   };
   const config = Object.fromEntries(
-    [...Object.keys(options), 'json'].map((k) => [k, { type: 'string' as const }]),
+    [...Object.keys(options), 'json'].map((k) => [
+      k,
+      { type: options[k]?.kind === 'flag' ? ('boolean' as const) : ('string' as const) },
+    ]),
   );
-  let given: Record<string, string | undefined> = {};
+  let given: Record<string, string | boolean | undefined> = {};
   try {
     given = parseArgs({ args, options: config, strict: true }).values as typeof given;
   } catch (err) {
@@ -68,7 +77,9 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
   const values: Record<string, unknown> = { json: given.json };
   for (const [name, o] of Object.entries(options)) {
     const raw = given[name];
-    if (raw === undefined || o.kind === 'text') values[name] = raw ?? o.default;
+    if (o.kind === 'flag') values[name] = raw === true;
+    else if (typeof raw === 'boolean') usage(`--${name} needs a value`);
+    else if (raw === undefined || o.kind === 'text') values[name] = raw ?? o.default;
     else if (o.kind === 'oneOf') {
       if (!o.choices.includes(raw)) usage(`--${name} must be ${o.choices.join(' or ')}`);
       values[name] = raw;

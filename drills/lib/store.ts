@@ -2,12 +2,12 @@
  * The store side of the drills: a store whose table reads the counting
  * origin, which layer answered a read, and the run's keys in Valkey.
  */
-import { Redis } from 'ioredis';
+import { type Cluster, Redis } from 'ioredis';
 import { httpSource } from '../../src/sources/http.js';
 import { createStore, type Store, type TableOptions } from '../../src/store/store.js';
 import type { ReadResult } from '../../src/store/types.js';
 import { leaseKey, valueKey } from '../../src/store/valkey/scripts.js';
-import { redactUrl } from '../../src/valkey.js';
+import { redactUrl, type ValkeyOptions } from '../../src/valkey.js';
 
 /** The layer that answered a read. */
 export type Layer = ReadResult['layer'];
@@ -18,9 +18,9 @@ export const layerOf = (r: ReadResult): Layer => r.layer;
 /** The loader ran for this read (the answer came from the source). */
 export const loaded = (r: ReadResult): boolean => layerOf(r) === 'origin';
 
-/** A store with one table, `table`, whose loader GETs the origin's item `template`. */
+/** A store with one table, `table`, whose loader GETs the origin's item `template`; `valkey` as `createStore` takes it. */
 export async function originStore(
-  valkey: string,
+  valkey: string | ValkeyOptions,
   table: string,
   template: string,
   policy: Omit<TableOptions, 'load'> = {},
@@ -66,8 +66,8 @@ export async function connectAdmin(url: string): Promise<Redis> {
   return redis;
 }
 
-/** Deletes the value and the lease of `id` in `table`. */
-export async function dropId(redis: Redis, table: string, id: string): Promise<void> {
+/** Deletes the value and the lease of `id` in `table` (one slot: a cluster client will do). */
+export async function dropId(redis: Redis | Cluster, table: string, id: string): Promise<void> {
   await redis.del(valueKey(table, id), leaseKey(table, id));
 }
 

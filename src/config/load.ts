@@ -46,6 +46,7 @@ const validate = ajv.compile<FileConfig>(configSchema);
 /** Configuration fields the environment overrides, by variable (an empty variable counts as unset). */
 export const ENV_FIELDS = {
   VALKEY_URL: 'valkey.url',
+  VALKEY_CLUSTER_NODES: 'valkey.cluster.nodes',
   HOST: 'http.host',
   PORT: 'http.port',
   LOG_LEVEL: 'log.level',
@@ -67,8 +68,10 @@ const MAX_YAML_ALIAS_COUNT = 100;
  *    sqlite table, and a relative `warm.file`, are resolved against the file's directory.
  * 2. Without a file: one built-in demo table, `products`, served by the demo
  *    catalog in `<ECHOSTORE_DATA_DIR or cwd/data>/demo.sqlite` (created on first use).
- * 3. `VALKEY_URL`, `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN`
- *    override the file, and are validated the same way.
+ * 3. `VALKEY_URL`, `VALKEY_CLUSTER_NODES` (comma-separated `host:port`),
+ *    `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN` override the file, and
+ *    are validated the same way. `VALKEY_URL` replaces the file's `cluster` or
+ *    `sentinel`, `VALKEY_CLUSTER_NODES` its `url` or `sentinel`; both at once are refused.
  *
  * A relative `valkey.tls.caFile` is resolved against the file's directory too,
  * and must be a readable PEM file.
@@ -102,6 +105,7 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
     raw = readConfigFile(origin);
   }
 
+  checkValkeyMode(raw, origin);
   withSectionDefaults(raw);
   if (!validate(raw)) {
     const { field, reason } = schemaProblem(validate.errors);
@@ -139,6 +143,23 @@ function withSectionDefaults(raw: unknown): void {
   for (const section of SECTIONS) {
     const value = raw[section] === undefined ? {} : raw[section];
     if (isMapping(value)) raw[section] = Value.Default(configSchema.properties[section], value);
+  }
+}
+
+/**
+ * A file names at most one of `valkey.url`, `valkey.cluster` and `valkey.sentinel`
+ * (checked before the defaults fill in `url`).
+ *
+ * @throws {ConfigError} naming the second of them.
+ */
+function checkValkeyMode(raw: unknown, origin: string): void {
+  const valkey = isMapping(raw) && isMapping(raw.valkey) ? raw.valkey : {};
+  const [first, second] = ['url', 'cluster', 'sentinel'].filter((k) => valkey[k] !== undefined);
+  if (second !== undefined) {
+    throw new ConfigError(
+      `${origin}: valkey.${second}: cannot be used with valkey.${first} (name one of url, cluster, sentinel)`,
+      { field: `valkey.${second}` },
+    );
   }
 }
 
@@ -291,7 +312,24 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
     config.http.port = Number(port);
   }
   const url = env('VALKEY_URL');
-  if (url !== undefined) config.valkey.url = url;
+  const nodes = env('VALKEY_CLUSTER_NODES');
+  if (url !== undefined && nodes !== undefined) {
+    throw new ConfigError(
+      'environment variables VALKEY_URL and VALKEY_CLUSTER_NODES: valkey.cluster: set only one',
+      { field: 'valkey.cluster' },
+    );
+  }
+  if (url !== undefined) {
+    config.valkey.url = url;
+    delete config.valkey.cluster;
+    delete config.valkey.sentinel;
+  }
+  if (nodes !== undefined) {
+    config.valkey.cluster = {
+      nodes: nodes.split(',').flatMap((n) => (n.trim() === '' ? [] : [n.trim()])),
+    };
+    delete config.valkey.sentinel;
+  }
   const host = env('HOST');
   if (host !== undefined) config.http.host = host;
   const level = env('LOG_LEVEL');
@@ -301,7 +339,7 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
 
   if (!validate(config)) {
     const { field, reason } = schemaProblem(validate.errors);
-    const variable = Object.entries(ENV_FIELDS).find(([, f]) => f === field)?.[0] ?? '?';
+    const variable = Object.entries(ENV_FIELDS).find(([, f]) => field.startsWith(f))?.[0] ?? '?';
     throw new ConfigError(`environment variable ${variable}: ${field}: ${reason}`, { field });
   }
   const urlProblem = url === undefined ? undefined : valkeyUrlProblem(url);

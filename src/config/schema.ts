@@ -5,6 +5,7 @@
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { TablePolicySchema } from '../store/policy.js';
+import { HOST_PORT_PATTERN } from '../valkey-topology.js';
 
 /** pino levels accepted by `log.level` and `LOG_LEVEL`. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -31,6 +32,7 @@ export const ADMIN_TOKEN_PATTERN = '^[\\x21-\\x7e]*$';
 export const PATTERN_MEANINGS: ReadonlyMap<string, string> = new Map([
   [HEADER_VALUE_PATTERN, 'must not contain CR, LF or NUL'],
   [ADMIN_TOKEN_PATTERN, 'must be visible ASCII characters (no spaces or control characters)'],
+  [HOST_PORT_PATTERN, 'must be host:port (or [v6 address]:port)'],
 ]);
 
 const GIB = 1024 * 1024 * 1024;
@@ -284,8 +286,44 @@ export const ValkeySchema = Type.Object(
       pattern: '^rediss?://',
       default: DEFAULT_VALKEY_URL,
       description:
-        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; port 1–65535, db 0–15. Never repeated in error messages (it may hold a password).',
+        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; port 1–65535, db 0–15. Never repeated in error messages (it may hold a password). A file may name only one of `url`, `cluster` and `sentinel`; the default is ignored when `cluster` or `sentinel` is set.',
     }),
+    cluster: Type.Optional(
+      Type.Object(
+        {
+          nodes: Type.Array(Type.String({ pattern: HOST_PORT_PATTERN }), {
+            minItems: 1,
+            description:
+              'Seed nodes, `host:port`: any nodes of the cluster (the rest are discovered). Start-up fails when none answers, or one answers that is not in cluster mode; one that does not answer while others do is logged.',
+          }),
+        },
+        {
+          additionalProperties: false,
+          description:
+            'A Valkey/Redis Cluster (`VALKEY_CLUSTER_NODES=host:port,host:port` sets it from the environment). Not with `url` or `sentinel`; without TLS or credentials. See operations.md#cluster.',
+        },
+      ),
+    ),
+    sentinel: Type.Optional(
+      Type.Object(
+        {
+          sentinels: Type.Array(Type.String({ pattern: HOST_PORT_PATTERN }), {
+            minItems: 1,
+            description:
+              'Sentinels, `host:port`. Start-up fails when none answers, or none monitors `name`.',
+          }),
+          name: Type.String({
+            minLength: 1,
+            description: 'The name the Sentinels monitor the primary under.',
+          }),
+        },
+        {
+          additionalProperties: false,
+          description:
+            'A primary with replicas managed by Sentinel: the primary is asked of the Sentinels, and a failover is followed without a restart. Not with `url` or `cluster`; without TLS or credentials. See operations.md#sentinel.',
+        },
+      ),
+    ),
     commandTimeoutMs: ms('A Valkey command not answered within this fails.', 1_000),
     connectTimeoutMs: ms(
       'A connection attempt not established within this fails; also how long start-up waits for Valkey before starting degraded.',

@@ -1,11 +1,12 @@
 import { Ajv } from 'ajv';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { type Logger, pino } from 'pino';
 import { Registry } from 'prom-client';
 import { schemaProblem } from '../config/schema-error.js';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
+import { checkTopology } from '../valkey-topology.js';
 import { Admission } from './admission.js';
 import { batchingLoader } from './batch-load.js';
 import { VersionClock } from './envelope.js';
@@ -15,7 +16,7 @@ import { TableOwner } from './owner.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
 import type { LoadFn, LoadManyFn } from './types.js';
-import { Breaker, type BreakerOptions, type DegradedReason } from './valkey/breaker.js';
+import type { BreakerOptions, DegradedReason } from './valkey/breaker.js';
 import { TableEvents } from './valkey/events.js';
 import {
   checkAccess,
@@ -25,6 +26,7 @@ import {
   within,
 } from './valkey/probe.js';
 import { eventsChannel, L2 } from './valkey/scripts.js';
+import { type Circuit, circuitFor } from './valkey/shard-breaker.js';
 
 /** One table of `createStore`: its loader (`load`, `loadMany` or both) and, optionally, its policy. */
 export interface TableOptions extends TablePolicyInput {
@@ -40,8 +42,12 @@ export interface TableOptions extends TablePolicyInput {
 
 /** Options of {@link createStore}. */
 export interface StoreOptions {
-  /** A URL / options object (the store owns and closes that client), or an ioredis client you own. */
-  valkey: string | ValkeyOptions | Redis;
+  /**
+   * A URL / options object (the store owns and closes that client: one server,
+   * a cluster or a Sentinel-managed primary), or an ioredis client or
+   * cluster client you own.
+   */
+  valkey: string | ValkeyOptions | Redis | Cluster;
   /** Tables by name (`[a-z0-9_-]{1,64}`). */
   tables: Record<string, TableOptions>;
   /** Where metrics are registered. Default: a new registry per store. */
@@ -79,8 +85,8 @@ export interface Store {
   tables(): Table[];
   /** The metrics registry (Prometheus text via `registry.metrics()`). */
   readonly registry: Registry;
-  /** The Valkey client in use. */
-  readonly valkey: Redis;
+  /** The Valkey client in use (a `Cluster` in cluster mode). */
+  readonly valkey: Redis | Cluster;
   /** True while the Valkey connection is up; false means degraded (misses go straight to the source). */
   valkeyReady(): boolean;
   /** What `/readyz` reports about Valkey: why the store runs degraded, coherence, eviction. */
@@ -130,14 +136,21 @@ const validatePolicy = ajv.compile({
  * });
  * const r = await store.table('products').get('42');
  *
- * @throws {ConfigError} `ECC_BAD_CONFIG`, naming the table and field, when a table's options are invalid.
+ * @throws {ConfigError} `ECC_BAD_CONFIG`, naming the table and field, when a table's options
+ *   are invalid; naming `valkey.cluster…` or `valkey.sentinel…` when both are given, or no
+ *   seed node or Sentinel answers (see `checkTopology`).
  */
 export async function createStore(options: StoreOptions): Promise<Store> {
   const log = options.logger ?? pino({ level: 'silent' });
+  const ownsClient = typeof options.valkey === 'string' || !('status' in options.valkey);
+  if (typeof options.valkey !== 'string' && !('status' in options.valkey)) {
+    for (const unreachable of await checkTopology(options.valkey)) {
+      log.warn({ node: unreachable }, 'valkey seed node did not answer at start-up');
+    }
+  }
   const registry = options.registry ?? new Registry();
   const metrics = new StoreMetrics(registry);
-  const ownsClient = typeof options.valkey === 'string' || !('status' in options.valkey);
-  const valkey: Redis =
+  const valkey: Redis | Cluster =
     typeof options.valkey === 'string'
       ? createValkeyClient({ url: options.valkey })
       : 'status' in options.valkey
@@ -151,7 +164,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
     probed === undefined
       ? undefined
       : healthProbe(valkey, probed, coherence ? eventsChannel(probed) : '');
-  const breaker = new Breaker(valkey, log, { probe, ...options.breaker });
+  // One breaker for a single server, one per primary for a cluster.
+  const breaker = circuitFor(valkey, log, { probe, ...options.breaker });
   metrics.watchDegraded(() => breaker.reason);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = coherence ? new TableEvents(valkey, log) : undefined;
@@ -253,8 +267,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
 
 /** What every table of a store shares. */
 interface StoreDeps {
-  valkey: Redis;
-  breaker: Breaker;
+  valkey: Redis | Cluster;
+  breaker: Circuit;
   /** The subscriber; undefined with coherence off. */
   events: TableEvents | undefined;
   /** Each table's subscription, confirmed (true) or refused (false). */

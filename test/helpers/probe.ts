@@ -3,8 +3,8 @@
  * rejection, read a metric, and talk to Valkey on a separate connection
  * (reading and planting envelopes in the one value format).
  */
-import { Redis } from 'ioredis';
-import { onTestFinished } from 'vitest';
+import { Cluster, Redis } from 'ioredis';
+import { inject, onTestFinished } from 'vitest';
 import {
   createStore,
   type EchoStoreError,
@@ -13,21 +13,31 @@ import {
 } from '../../src/index.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/store/envelope.js';
 import { valueKey } from '../../src/store/valkey/scripts.js';
-import { valkeyUrl } from './store.js';
+import { valkeyCluster, valkeyTarget } from './store.js';
 
-/** Creates a store on the shared test server (unless `options.valkey` says otherwise), closed when the test ends. */
+/** Creates a store on the shared test server or cluster (unless `options.valkey` says otherwise), closed when the test ends. */
 export async function openStore(
   tables: StoreOptions['tables'],
   options: Partial<StoreOptions> = {},
 ): Promise<Store> {
-  const store = await createStore({ valkey: valkeyUrl(), ...options, tables });
+  const store = await createStore({ valkey: valkeyTarget(), ...options, tables });
   onTestFinished(() => store.close(100));
   return store;
 }
 
-/** A plain ioredis client on the shared test server, for looking at keys behind the store's back. */
-export function rawValkey(url = valkeyUrl()): Redis {
-  const raw = new Redis(url, { maxRetriesPerRequest: 0 });
+/**
+ * A plain ioredis client on the shared test server, for looking at keys
+ * behind the store's back; in a cluster run (and no `url`), a cluster client,
+ * which answers the key commands the tests use alike.
+ */
+export function rawValkey(url?: string): Redis {
+  const nodes = valkeyCluster();
+  if (url === undefined && nodes !== undefined) {
+    const cluster = new Cluster(nodes.map((n) => `redis://${n}`));
+    cluster.on('error', () => {});
+    return cluster as unknown as Redis;
+  }
+  const raw = new Redis(url ?? inject('valkeyUrl'), { maxRetriesPerRequest: 0 });
   raw.on('error', () => {});
   return raw;
 }
@@ -63,6 +73,17 @@ export async function metricValue(
     .filter((v) => v.labels.table === table)
     .filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))
     .reduce((sum, v) => sum + Number(v.value), 0);
+}
+
+/**
+ * `CLIENT LIST` of each server behind `raw` (every node of a cluster), with a
+ * connection to that server to send `CLIENT KILL` on.
+ */
+export async function clientLists(raw: Redis): Promise<Array<{ server: Redis; list: string }>> {
+  const servers = raw.isCluster ? (raw as unknown as Cluster).nodes('all') : [raw];
+  return Promise.all(
+    servers.map(async (server) => ({ server, list: (await server.client('LIST')) as string })),
+  );
 }
 
 /** Like {@link rawValkey}, disconnected when the test ends. */

@@ -1,10 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import type { LoadFn } from '../../src/index.js';
+import type { ValkeyOptions } from '../../src/valkey.js';
 
-/** The shared test server's URL (see `server.ts`). */
+/** The shared test server's URL (see `server.ts`); in a cluster run, one node's. */
 export function valkeyUrl(): string {
   return inject('valkeyUrl');
+}
+
+/** The shared cluster's seed nodes in a cluster run (`npm run test:cluster`), else undefined. */
+export function valkeyCluster(): string[] | undefined {
+  const seeds = inject('valkeyCluster');
+  return seeds.length > 0 ? seeds : undefined;
+}
+
+/** What a store of the tests connects to: the shared server's URL, or the shared cluster. */
+export function valkeyTarget(): string | ValkeyOptions {
+  const nodes = valkeyCluster();
+  return nodes === undefined ? valkeyUrl() : { cluster: { nodes } };
 }
 
 /** A table name no other test uses, so test files can run in parallel on one server. */

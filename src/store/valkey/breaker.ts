@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 
 /** Tuning of {@link Breaker}. */
@@ -31,6 +31,8 @@ export interface RunOptions {
    * Its success proves nothing about the refusal, so it never closes the circuit.
    */
   whileRefused?: boolean;
+  /** The command's first key: on a cluster it picks the shard's breaker (see shard-breaker.ts); one breaker ignores it. */
+  key?: string;
 }
 
 /**
@@ -144,7 +146,7 @@ const isRefusal = (reason: DegradedReason | undefined) =>
  * store is ready again within a second of the server.
  */
 export class Breaker {
-  readonly #client: Redis;
+  readonly #client: Redis | Cluster;
   readonly #log: Logger;
   readonly #threshold: number;
   readonly #coolDownMs: number;
@@ -162,7 +164,7 @@ export class Breaker {
   #timer: NodeJS.Timeout | undefined;
   readonly #onReport = () => this.#report();
 
-  constructor(client: Redis, log: Logger, options: BreakerOptions = {}) {
+  constructor(client: Redis | Cluster, log: Logger, options: BreakerOptions = {}) {
     this.#client = client;
     this.#log = log;
     this.#threshold = options.failureThreshold ?? 3;

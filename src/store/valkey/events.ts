@@ -4,10 +4,11 @@
  * another instance's fill of one id.
  */
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { type HeartbeatOptions, keepAlive } from './heartbeat.js';
 import { eventsChannel } from './scripts.js';
+import { openSubscriber } from './subscriber.js';
 
 /**
  * A message on a table's channel. `k` is the kind: `fill` (a load's value was
@@ -49,14 +50,17 @@ export class TableEvents {
   #connectedBefore = false;
   readonly #stopHeartbeat: () => void;
 
-  /** Opens a subscriber connection duplicated from `client`, health-checked by a heartbeat. */
-  constructor(client: Redis, log: Logger, heartbeat: HeartbeatOptions = {}) {
+  /**
+   * Opens a subscriber connection for `client` (a duplicate; on a cluster, one
+   * that follows its nodes), health-checked by a heartbeat.
+   */
+  constructor(client: Redis | Cluster, log: Logger, heartbeat: HeartbeatOptions = {}) {
     this.#log = log;
     // Subscriptions are queued until connected and re-issued after a reconnect.
     // The SUBSCRIBE waits in the offline queue until the connection is up, however
     // long that takes (the main client's maxRetriesPerRequest: 0 would drop it).
     this.name = `echostore-events-${randomBytes(4).toString('hex')}`;
-    this.#sub = client.duplicate({
+    this.#sub = openSubscriber(client, {
       // Named, so an operator (or a test) can tell it apart in CLIENT LIST.
       connectionName: this.name,
       enableOfflineQueue: true,
@@ -82,6 +86,11 @@ export class TableEvents {
       },
       heartbeat,
     );
+  }
+
+  /** `host:port` of the server the subscriber is connected to, or tries next (diagnostics and tests). */
+  get endpoint(): string {
+    return `${this.#sub.options.host}:${this.#sub.options.port}`;
   }
 
   /**

@@ -13,7 +13,7 @@
  *   a policy that may evict leases and tombstones before cold values is warned
  *   about.
  */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { eventsChannel } from './scripts.js';
 
 /**
@@ -79,7 +79,11 @@ export interface Refusal {
  * @throws whatever the command throws (a timeout; `NOPERM` when the user may
  *   not run scripts or touch the key).
  */
-export async function runProbe(client: Redis, table: string, channel: string): Promise<Refusal[]> {
+export async function runProbe(
+  client: Redis | Cluster,
+  table: string,
+  channel: string,
+): Promise<Refusal[]> {
   const c = client as ProbeClient;
   defineProbe(c);
   const flat = await c.eccProbe(probeKey(table), channel, 'report');
@@ -98,7 +102,7 @@ export async function runProbe(client: Redis, table: string, channel: string): P
  * have none), so the probe is never held for good.
  */
 export function healthProbe(
-  client: Redis,
+  client: Redis | Cluster,
   table: string,
   channel: string,
   timeoutMs = 2_000,
@@ -198,7 +202,7 @@ const EVICTION_RISKS: Readonly<Record<string, string>> = {
  * Reads `maxmemory-policy` (`CONFIG GET`, else `INFO memory` for a user
  * without `+config`), and judges it for EchoStore's keys. Never throws.
  */
-export async function readEvictionPolicy(client: Redis): Promise<EvictionPolicy> {
+export async function readEvictionPolicy(client: Redis | Cluster): Promise<EvictionPolicy> {
   let policy: string | undefined;
   try {
     const reply = (await client.config('GET', 'maxmemory-policy')) as string[];
@@ -222,7 +226,7 @@ export async function readEvictionPolicy(client: Redis): Promise<EvictionPolicy>
  * @returns the missing rights, as sentences naming the ACL rule to grant (none: all is well).
  */
 export async function checkAccess(
-  client: Redis,
+  client: Redis | Cluster,
   tables: string[],
   subscribed: ReadonlyMap<string, Promise<boolean>>,
   coherence: boolean,

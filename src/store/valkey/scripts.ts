@@ -7,28 +7,47 @@
  * Plain Lua run with EVALSHA (ioredis `defineCommand`): Redis 7.0 and every
  * Valkey. A cold fill costs two round trips (`readOrLease`, `fillAndRelease`);
  * an L2 hit costs one. Each script touches one cluster slot: an item's value
- * and lease keys share the hash tag `{<id>}`. Each script has one name, the
- * same here, in its ioredis command (`ecc` + the name) and in the docs.
+ * and lease keys share one hash tag (see {@link valueKey}), and the coherence
+ * message is a plain PUBLISH, which names no key. Each script has one name,
+ * the same here, in its ioredis command (`ecc` + the name) and in the docs.
  */
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { type Envelope, LUA_ENVELOPE, writeArgs } from '../envelope.js';
-import type { Breaker } from './breaker.js';
+import type { Circuit } from './shard-breaker.js';
 
 /**
- * The Valkey key of an item's envelope: `ecc:<table>:{<id>}`.
+ * The Valkey key of an item's envelope: `ecc:<table>:{<id>}`, or
+ * `ecc:<table>:~{<escaped id>}` when the id contains `{` or `}`.
  *
- * The mapping is injective: table names cannot contain `:`, and the value key
- * ends in `}` while a lease key ends in `:lease`, so no id can address another
- * table's key or a lease key.
+ * The slot rule: the part between the braces is the key's hash tag, so an
+ * item's value and lease keys always share one cluster slot. An id with a
+ * brace would cut the tag short (`}a` gives an empty tag, and its two keys
+ * would hash apart), so such an id is written escaped — `%` as `%25`, `{` as
+ * `%7B`, `}` as `%7D` — behind a `~`: `}a` → `ecc:t:~{%7Da}`, `a{b}c` →
+ * `ecc:t:~{a%7Bb%7Dc}`, `{}` → `ecc:t:~{%7B%7D}`. Every other id (ids are
+ * never empty) is its own, non-empty tag, unchanged from single-server
+ * releases.
+ *
+ * The mapping is injective: table names cannot contain `:`, so the character
+ * after `ecc:<table>:` tells a plain id (`{`) from an escaped one (`~`), and
+ * the escape is reversible; the value key ends in `}` while a lease key ends
+ * in `:lease`, so no id can address another table's key or a lease key.
  */
 export function valueKey(table: string, id: string): string {
-  return `ecc:${table}:{${id}}`;
+  return `ecc:${table}:${taggedId(id)}`;
 }
 
-/** The Valkey key of an item's lease: `ecc:<table>:{<id>}:lease`. */
+/** The Valkey key of an item's lease: {@link valueKey} + `:lease`, in the same slot. */
 export function leaseKey(table: string, id: string): string {
-  return `ecc:${table}:{${id}}:lease`;
+  return `ecc:${table}:${taggedId(id)}:lease`;
+}
+
+/** `{<id>}`, or `~{<escaped id>}` for an id with a brace (see {@link valueKey}). */
+function taggedId(id: string): string {
+  if (!/[{}]/.test(id)) return `{${id}}`;
+  const escaped = id.replace(/[%{}]/g, (c) => (c === '%' ? '%25' : c === '{' ? '%7B' : '%7D'));
+  return `~{${escaped}}`;
 }
 
 /** The pub/sub channel of a table's fills and invalidations: `ecc:events:<table>`. */
@@ -177,12 +196,13 @@ const SCRIPTS = {
 } as const;
 
 type ScriptName = keyof typeof SCRIPTS;
-type ScriptClient = Redis & Record<string, (...args: (string | number)[]) => Promise<unknown>>;
+type ScriptClient = (Redis | Cluster) &
+  Record<string, (...args: (string | number)[]) => Promise<unknown>>;
 
 const commandOf = (name: ScriptName) => `ecc${name[0]?.toUpperCase()}${name.slice(1)}`;
 
 /** Registers the scripts on `client` (idempotent: a client shared by two stores is fine). */
-export function defineScripts(client: Redis): void {
+export function defineScripts(client: Redis | Cluster): void {
   for (const [name, { keys, lua }] of Object.entries(SCRIPTS)) {
     const command = commandOf(name as ScriptName);
     if (typeof (client as ScriptClient)[command] !== 'function') {
@@ -213,20 +233,21 @@ export type WriteKind = 'put' | 'del';
 
 /**
  * One table's view of Valkey: every command goes through the breaker
- * (`breaker.run`), so a dead or sick server is noticed in one place.
- * All methods throw what {@link Breaker.run} throws (`CircuitOpenError` when
+ * (`breaker.run`, per shard on a cluster: the key picks it), so a dead or sick
+ * server is noticed in one place.
+ * All methods throw what `Breaker.run` throws (`CircuitOpenError` when
  * nothing was sent; a timeout or reply error otherwise). Written envelopes
  * carry this process's clock (`now`); the scripts store them on Valkey's.
  */
 export class L2 {
   readonly #client: ScriptClient;
-  readonly #breaker: Breaker;
+  readonly #breaker: Circuit;
   readonly #table: string;
   readonly #channel: string;
   #corked = false;
 
   /** @param coherent false: the scripts publish nothing (coherence is off). */
-  constructor(client: Redis, breaker: Breaker, table: string, coherent = true) {
+  constructor(client: Redis | Cluster, breaker: Circuit, table: string, coherent = true) {
     defineScripts(client);
     this.#client = client as ScriptClient;
     this.#breaker = breaker;
@@ -234,10 +255,13 @@ export class L2 {
     this.#channel = coherent ? eventsChannel(table) : '';
   }
 
-  #call(name: ScriptName, ...args: (string | number)[]): Promise<unknown> {
+  /** Runs script `name`; its first argument is its first key, which picks the shard. */
+  #call(name: ScriptName, key: string, ...args: (string | number)[]): Promise<unknown> {
     const command = commandOf(name);
     this.#corkTick();
-    return this.#breaker.run(() => this.#client[command]?.(...args) as Promise<unknown>);
+    return this.#breaker.run(() => this.#client[command]?.(key, ...args) as Promise<unknown>, {
+      key,
+    });
   }
 
   /**
@@ -246,8 +270,9 @@ export class L2 {
    * read, launched together, reach Valkey together and are answered together.
    */
   #corkTick(): void {
-    const stream = this.#client.stream;
-    if (this.#corked || typeof stream?.cork !== 'function') return;
+    // A single connection's socket; a cluster client has none (each node has its own).
+    const stream = (this.#client as { stream?: { cork?(): void; uncork(): void } }).stream;
+    if (this.#corked || stream === undefined || typeof stream.cork !== 'function') return;
     this.#corked = true;
     stream.cork();
     queueMicrotask(() => {
@@ -406,7 +431,7 @@ export class L2 {
           this.#channel,
           JSON.stringify(id),
         ) as Promise<unknown>,
-      { whileRefused: true },
+      { whileRefused: true, key: valueKey(this.#table, id) },
     );
     const v = versionOf(reply);
     if (v === undefined) throw new Error('the forget script answered no version');

@@ -1,0 +1,73 @@
+/**
+ * What the failover drill runs on and kills: a local 3+3 cluster (one primary
+ * SIGKILLed; its replica takes over) or a Sentinel set (the primary
+ * SIGKILLed; the Sentinels promote the replica).
+ */
+import { Cluster } from 'ioredis';
+import { spawnCluster } from '../../harness/cluster.js';
+import { spawnSentinelSet } from '../../harness/sentinel.js';
+import { valueKey } from '../../src/store/valkey/scripts.js';
+import { keySlot } from '../../src/store/valkey/slots.js';
+import type { Reaper } from './reaper.js';
+import type { Side } from './shard-load.js';
+
+/** A topology with a victim chosen. */
+export interface FailoverTopology {
+  mode: 'cluster' | 'sentinel';
+  /** For the report. */
+  label: string;
+  /** The `valkey` section of the services' config file (timeouts added by the drill). */
+  section: Record<string, unknown>;
+  /** `host:port` of the primary the drill kills. */
+  victim: string;
+  /** Whether `id`'s keys in `table` live on the victim's shard (before the kill). */
+  sideOf(table: string, id: string): Side;
+  /** SIGKILLs the victim. */
+  kill(): Promise<void>;
+  /** Resolves once a replica serves what the victim served. */
+  waitPromoted(timeoutMs: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Starts a 3+3 cluster and picks the primary of slot 0 as the victim. */
+export async function clusterTopology(reaper: Reaper): Promise<FailoverTopology> {
+  const cluster = await spawnCluster({ track: (c) => reaper.track(c) });
+  const victim = (await cluster.primaryOf(0))?.address;
+  // The slot map as it was before the kill, from a client of the drill's own.
+  const admin = new Cluster(cluster.seeds.map((s) => `redis://${s}`));
+  admin.on('error', () => {});
+  await new Promise<void>((resolve) => admin.once('ready', () => resolve()));
+  const owners = admin.slots.map((nodes) => nodes?.[0]);
+  admin.disconnect();
+  if (victim === undefined) throw new Error('slot 0 has no primary');
+  return {
+    mode: 'cluster',
+    label: `cluster 3+3, primary ${victim} (slot 0) killed`,
+    section: { cluster: { nodes: cluster.seeds } },
+    victim,
+    sideOf: (table, id) => (owners[keySlot(valueKey(table, id))] === victim ? 'lost' : 'other'),
+    kill: async () => cluster.nodes.find((n) => n.address === victim)?.kill(),
+    waitPromoted: (timeoutMs) => cluster.waitHealthy(timeoutMs),
+    stop: () => cluster.stop(),
+  };
+}
+
+/** Starts a primary, a replica and 3 Sentinels; the primary is the victim (the only shard). */
+export async function sentinelTopology(reaper: Reaper): Promise<FailoverTopology> {
+  const set = await spawnSentinelSet({ track: (c) => reaper.track(c) });
+  const primary = await set.primary();
+  if (primary === undefined) throw new Error('the Sentinels name no primary');
+  const victim = `127.0.0.1:${primary.port}`;
+  return {
+    mode: 'sentinel',
+    label: `Sentinel set (primary + replica, 3 Sentinels), primary ${victim} killed`,
+    section: { sentinel: { sentinels: set.addresses, name: set.name } },
+    victim,
+    sideOf: () => 'lost',
+    kill: () => primary.kill(),
+    waitPromoted: async (timeoutMs) => {
+      await set.waitFailover(primary, timeoutMs);
+    },
+    stop: () => set.stop(),
+  };
+}

@@ -1,0 +1,38 @@
+/** Zipf-distributed draws, seeded: the key popularity of a cache's real traffic. */
+
+/** mulberry32: a small seeded PRNG, uniform in [0, 1). */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+/**
+ * Draws ranks 1…`n` with P(k) ∝ 1 / k^`s` (rank 1 the most popular), from a
+ * PRNG seeded with `seed`, by binary search over the cumulative weights.
+ */
+export function zipfSampler(n: number, s: number, seed: number): () => number {
+  const cdf = new Float64Array(n);
+  let sum = 0;
+  for (let k = 1; k <= n; k++) {
+    sum += 1 / k ** s;
+    cdf[k - 1] = sum;
+  }
+  const random = mulberry32(seed);
+  return () => {
+    const u = random() * sum;
+    let lo = 0;
+    let hi = n - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((cdf[mid] as number) < u) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo + 1;
+  };
+}

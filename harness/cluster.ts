@@ -1,0 +1,266 @@
+/**
+ * A local Valkey/Redis Cluster owned by a drill or a test: `primaries`
+ * primaries with `replicas` replicas each (3 + 3 by default), started with
+ * `--cluster-enabled yes` on free loopback ports below 32768 (each node's bus
+ * port, port + 10000, must be free too), joined by `redis-cli --cluster create
+ * … --cluster-replicas 1 --cluster-yes`, and stopped by pid.
+ *
+ * The nodes run with `cluster-require-full-coverage no`, so that the shards
+ * that are up keep answering while one shard has no primary, and a short
+ * `cluster-node-timeout`, so that a failover takes seconds, not the default
+ * 15 s. `replica-validity-factor 0` lets a replica be promoted however long
+ * it was cut off.
+ */
+import { execFile, execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { spawnValkey, type ValkeyServer, type ValkeyServerOptions } from './valkey-server.js';
+
+const run = promisify(execFile);
+
+/** Options of {@link spawnCluster}. */
+export interface ClusterOptions {
+  /** Primaries (each owns an equal share of the 16384 slots). Default 3, at least 3. */
+  primaries?: number;
+  /** Replicas per primary. Default 1. */
+  replicas?: number;
+  /** `cluster-node-timeout`, ms: how long a silent primary takes to be failed over. Default 1,000. */
+  nodeTimeoutMs?: number;
+  /** Called with every process spawned, e.g. to kill it if the caller exits early. */
+  track?: ValkeyServerOptions['track'];
+  /** How long the cluster may take to form (every node says `cluster_state:ok`), ms. Default 30,000. */
+  readyTimeoutMs?: number;
+}
+
+/** One node of the cluster and its role when the cluster formed. */
+export interface ClusterNode extends ValkeyServer {
+  /** `127.0.0.1:<port>`, the form `CLUSTER SLOTS` and ioredis use. */
+  address: string;
+}
+
+/** A running cluster the caller controls. */
+export interface LocalCluster {
+  /** Every node, primaries first (as `redis-cli --cluster create` was given them). */
+  nodes: ClusterNode[];
+  /** `host:port` of every node: the seed list of `valkey.cluster.nodes`. */
+  seeds: string[];
+  /** The node that currently owns `slot` as a primary (asked of a live node), or undefined. */
+  primaryOf(slot: number): Promise<ClusterNode | undefined>;
+  /**
+   * Resolves once every live node says `cluster_state:ok` and agrees on each
+   * slot's primary, and every slot's primary is alive (after a primary is
+   * killed: once its replica has taken over).
+   */
+  waitHealthy(timeoutMs?: number): Promise<void>;
+  /** SIGKILLs every node (idempotent) and removes the nodes' files. */
+  stop(): Promise<void>;
+}
+
+/** Lowest client port handed out: bus ports (+10000) stay below the kernel's ephemeral range (32768). */
+const MIN_PORT = 11_000;
+const MAX_PORT = 22_700;
+
+/** True when 127.0.0.1:`port` can be listened on right now. */
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A port in 11000–22699 such that it and its cluster bus port (+10000) were
+ * free a moment ago, not among `taken`.
+ */
+export async function freeClusterPort(taken: ReadonlySet<number> = new Set()): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = MIN_PORT + Math.floor(Math.random() * (MAX_PORT - MIN_PORT));
+    if (taken.has(port) || taken.has(port + 10_000) || taken.has(port - 10_000)) continue;
+    if ((await portFree(port)) && (await portFree(port + 10_000))) return port;
+  }
+  throw new Error(`no free port pair (p, p + 10000) in ${MIN_PORT}–${MAX_PORT}`);
+}
+
+/** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
+function cliBinary(): string {
+  for (const bin of ['valkey-cli', 'redis-cli']) {
+    try {
+      execFileSync('sh', ['-c', `command -v ${bin}`], { stdio: 'pipe' });
+      return bin;
+    } catch {
+      // not installed
+    }
+  }
+  throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
+}
+
+/**
+ * Starts and joins a cluster, and waits until it is healthy (about 2 s for
+ * 3 + 3 on a laptop).
+ *
+ * @throws {Error} when a node does not start, `redis-cli --cluster create`
+ *   fails, or the cluster is not healthy within `readyTimeoutMs`; every node
+ *   started is stopped first.
+ */
+export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalCluster> {
+  const primaries = options.primaries ?? 3;
+  const replicas = options.replicas ?? 1;
+  if (primaries < 3) throw new Error('a cluster needs at least 3 primaries');
+  const dir = mkdtempSync(join(tmpdir(), 'echostore-cluster-'));
+  const taken = new Set<number>();
+  const ports: number[] = [];
+  for (let i = 0; i < primaries * (1 + replicas); i++) {
+    const port = await freeClusterPort(taken);
+    taken.add(port);
+    ports.push(port);
+  }
+  const nodes: ClusterNode[] = [];
+  const stop = async () => {
+    await Promise.all(nodes.map((n) => n.stop()));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const started = await Promise.all(
+      ports.map((port) =>
+        spawnValkey({
+          port,
+          args: [
+            ...['--cluster-enabled', 'yes', '--dir', dir],
+            ...['--cluster-config-file', `nodes-${port}.conf`],
+            ...['--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1_000)],
+            ...['--cluster-require-full-coverage', 'no'],
+            ...['--cluster-replica-validity-factor', '0'],
+          ],
+          ...(options.track === undefined ? {} : { track: options.track }),
+        }),
+      ),
+    );
+    for (const s of started) nodes.push({ ...s, address: `127.0.0.1:${s.port}`, ...live(s) });
+    const seeds = nodes.map((n) => n.address);
+    await run(
+      cliBinary(),
+      ['--cluster', 'create', ...seeds, '--cluster-replicas', String(replicas), '--cluster-yes'],
+      { timeout: options.readyTimeoutMs ?? 30_000 },
+    );
+    const cluster: LocalCluster = {
+      nodes,
+      seeds,
+      primaryOf: (slot) => primaryOf(nodes, slot),
+      waitHealthy: (timeoutMs = 30_000) => waitHealthy(nodes, timeoutMs),
+      stop,
+    };
+    await cluster.waitHealthy(options.readyTimeoutMs ?? 30_000);
+    await replicasInSync(nodes, options.readyTimeoutMs ?? 30_000);
+    return cluster;
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** The node's getters (`process`, `pid`) follow restarts: copy them as getters, not values. */
+function live(s: ValkeyServer): Pick<ValkeyServer, 'process' | 'pid'> {
+  return {
+    get process() {
+      return s.process;
+    },
+    get pid() {
+      return s.pid;
+    },
+  };
+}
+
+/** True while the node's process runs (not SIGKILLed). */
+function running(n: ClusterNode): boolean {
+  return n.process.exitCode === null && n.process.signalCode === null;
+}
+
+/** Runs `fn` on a short-lived connection to `node`. */
+async function ask<T>(node: ClusterNode, fn: (r: Redis) => Promise<T>): Promise<T> {
+  const r = new Redis(node.port, '127.0.0.1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 1_000,
+    commandTimeout: 2_000,
+  });
+  r.on('error', () => {});
+  try {
+    await r.connect();
+    return await fn(r);
+  } finally {
+    r.disconnect();
+  }
+}
+
+/** Each slot range's primary as one node sees it: `start end host:port`. */
+async function slotMap(node: ClusterNode): Promise<string[]> {
+  const ranges = await ask(node, (r) => r.cluster('SLOTS'));
+  return ranges
+    .map(([start, end, primary]) => `${start} ${end} ${primary?.[0]}:${primary?.[1]}`)
+    .sort((a, b) => Number(a.split(' ')[0]) - Number(b.split(' ')[0]));
+}
+
+async function primaryOf(nodes: ClusterNode[], slot: number): Promise<ClusterNode | undefined> {
+  for (const node of nodes.filter(running)) {
+    try {
+      const ranges = await ask(node, (r) => r.cluster('SLOTS'));
+      const primary = ranges.find(([start, end]) => slot >= start && slot <= end)?.[2];
+      if (primary === undefined) return undefined;
+      const address = `${primary[0]}:${primary[1]}`;
+      return nodes.find((n) => n.address === address);
+    } catch {
+      // that node does not answer: ask the next
+    }
+  }
+  return undefined;
+}
+
+async function waitHealthy(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  for (;;) {
+    try {
+      const up = nodes.filter(running);
+      const infos = await Promise.all(up.map((n) => ask(n, (r) => r.cluster('INFO'))));
+      const maps = await Promise.all(up.map(slotMap));
+      const first = maps[0]?.join(',');
+      // Slots served by a live primary: a killed primary keeps its slots until its replica takes over.
+      const live = new Set(up.map((n) => n.address));
+      const covered = (maps[0] ?? []).reduce((n, line) => {
+        const [start, end, owner] = line.split(' ') as [string, string, string];
+        return live.has(owner) ? n + Number(end) - Number(start) + 1 : n;
+      }, 0);
+      if (
+        infos.every((i) => String(i).includes('cluster_state:ok')) &&
+        maps.every((m) => m.join(',') === first) &&
+        covered === 16_384
+      ) {
+        return;
+      }
+      last = `states ${infos.map((i) => /cluster_state:(\w+)/.exec(String(i))?.[1]).join('/')}, ${covered} slots covered`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    if (Date.now() > deadline) throw new Error(`the cluster is not healthy: ${last}`);
+    await sleep(100);
+  }
+}
+
+/** Resolves once every replica says `master_link_status:up` (a failover needs a replica in sync). */
+async function replicasInSync(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const infos = await Promise.all(nodes.map((n) => ask(n, (r) => r.info('replication'))));
+    const replicas = infos.filter((i) => /role:slave/.test(i));
+    if (replicas.length > 0 && replicas.every((i) => /master_link_status:up/.test(i))) return;
+    if (Date.now() > deadline) throw new Error('the replicas did not sync with their primaries');
+    await sleep(100);
+  }
+}

@@ -1,0 +1,208 @@
+/**
+ * A local Sentinel set owned by a drill or a test: one primary, `replicas`
+ * replicas and `sentinels` Sentinels (`redis-server <conf> --sentinel`) on
+ * free loopback ports, with a short `down-after-milliseconds` so that a
+ * failover takes seconds; every process is stopped by pid.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { spawnValkey, type ValkeyServer, type ValkeyServerOptions } from './valkey-server.js';
+
+/** Options of {@link spawnSentinelSet}. */
+export interface SentinelSetOptions {
+  /** Replicas of the primary. Default 1. */
+  replicas?: number;
+  /** Sentinels (the quorum is a majority of them). Default 3. */
+  sentinels?: number;
+  /** The name the primary is monitored under. Default `echostore`. */
+  name?: string;
+  /** `down-after-milliseconds`: how long a silent primary takes to be failed over, ms. Default 1,000. */
+  downAfterMs?: number;
+  /** Called with every process spawned. */
+  track?: ValkeyServerOptions['track'];
+  /** How long the set may take to form (every Sentinel sees the replicas and the other Sentinels), ms. Default 30,000. */
+  readyTimeoutMs?: number;
+}
+
+/** A running Sentinel set the caller controls. */
+export interface SentinelSet {
+  /** The monitored name (`valkey.sentinel.name`). */
+  name: string;
+  /** The data nodes: the first primary, then its replicas. */
+  servers: ValkeyServer[];
+  /** The Sentinels. */
+  sentinels: ValkeyServer[];
+  /** `host:port` of every Sentinel (`valkey.sentinel.sentinels`). */
+  addresses: string[];
+  /** The data node the Sentinels currently name as primary. */
+  primary(): Promise<ValkeyServer | undefined>;
+  /** Resolves with the new primary once the Sentinels name one other than `old` (a failover). */
+  waitFailover(old: ValkeyServer, timeoutMs?: number): Promise<ValkeyServer>;
+  /** SIGKILLs every process (idempotent) and removes the Sentinels' files. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a primary, its replicas and the Sentinels, and waits until every
+ * Sentinel knows the replicas and the other Sentinels (a few seconds: they
+ * discover each other through hello messages every 2 s).
+ *
+ * @throws {Error} when a process does not start or the set does not form in time; everything started is stopped first.
+ */
+export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promise<SentinelSet> {
+  const name = options.name ?? 'echostore';
+  const replicas = options.replicas ?? 1;
+  const count = options.sentinels ?? 3;
+  const dir = mkdtempSync(join(tmpdir(), 'echostore-sentinel-'));
+  const track = options.track === undefined ? {} : { track: options.track };
+  const servers: ValkeyServer[] = [];
+  const sentinels: ValkeyServer[] = [];
+  const stop = async () => {
+    await Promise.all([...servers, ...sentinels].map((s) => s.stop()));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    // A replica writes the snapshot it syncs from to its --dir: keep it out of the caller's cwd.
+    const primary = await spawnValkey({ ...track, args: ['--dir', dir] });
+    servers.push(primary);
+    const started = await Promise.all(
+      Array.from({ length: replicas }, () =>
+        spawnValkey({
+          ...track,
+          args: ['--dir', dir, '--replicaof', '127.0.0.1', String(primary.port)],
+        }),
+      ),
+    );
+    servers.push(...started);
+    const quorum = Math.floor(count / 2) + 1;
+    for (let i = 0; i < count; i++) {
+      const file = join(dir, `sentinel-${i}.conf`);
+      writeFileSync(
+        file,
+        [
+          `sentinel monitor ${name} 127.0.0.1 ${primary.port} ${quorum}`,
+          `sentinel down-after-milliseconds ${name} ${options.downAfterMs ?? 1_000}`,
+          `sentinel failover-timeout ${name} 5000`,
+          `sentinel parallel-syncs ${name} 1`,
+          '',
+        ].join('\n'),
+      );
+      sentinels.push(
+        await spawnValkey({ ...track, configFile: file, args: ['--dir', dir, '--sentinel'] }),
+      );
+    }
+    const set: SentinelSet = {
+      name,
+      servers,
+      sentinels,
+      addresses: sentinels.map((s) => `127.0.0.1:${s.port}`),
+      primary: () => currentPrimary(set),
+      async waitFailover(old, timeoutMs = 30_000) {
+        const deadline = Date.now() + timeoutMs;
+        for (;;) {
+          const now = await currentPrimary(set);
+          if (now !== undefined && now !== old && (await role(now)) === 'master') return now;
+          if (Date.now() > deadline) throw new Error(`no failover within ${timeoutMs} ms`);
+          await sleep(100);
+        }
+      },
+      stop,
+    };
+    await formed(set, replicas, options.readyTimeoutMs ?? 30_000);
+    return set;
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** True while `s` runs. */
+const running = (s: ValkeyServer) => s.process.exitCode === null && s.process.signalCode === null;
+
+/** Runs `fn` on a short-lived connection to `s`. */
+async function ask<T>(s: ValkeyServer, fn: (r: Redis) => Promise<T>): Promise<T> {
+  const r = new Redis(s.port, '127.0.0.1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 1_000,
+    commandTimeout: 2_000,
+    enableReadyCheck: false,
+  });
+  r.on('error', () => {});
+  try {
+    await r.connect();
+    return await fn(r);
+  } finally {
+    r.disconnect();
+  }
+}
+
+/** `master` or `slave`, as the node says. */
+async function role(s: ValkeyServer): Promise<string | undefined> {
+  try {
+    const reply = (await ask(s, (r) => r.call('ROLE'))) as unknown[];
+    return String(reply[0]);
+  } catch {
+    return undefined;
+  }
+}
+
+async function currentPrimary(set: SentinelSet): Promise<ValkeyServer | undefined> {
+  for (const sentinel of set.sentinels.filter(running)) {
+    try {
+      const reply = (await ask(sentinel, (r) =>
+        r.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', set.name),
+      )) as [string, string] | null;
+      if (reply !== null) return set.servers.find((s) => s.port === Number(reply[1]));
+    } catch {
+      // ask the next Sentinel
+    }
+  }
+  return undefined;
+}
+
+/** Every Sentinel sees `replicas` replicas and the other Sentinels, and every replica is in sync. */
+async function formed(set: SentinelSet, replicas: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  for (;;) {
+    try {
+      const views = await Promise.all(
+        set.sentinels.map((s) =>
+          ask(s, (r) => r.call('SENTINEL', 'MASTER', set.name) as Promise<string[]>),
+        ),
+      );
+      const field = (view: string[], key: string) => Number(view[view.indexOf(key) + 1]);
+      const synced = await Promise.all(
+        set.servers
+          .slice(1)
+          .map((s) =>
+            ask(s, (r) => r.info('replication')).then((i) => /master_link_status:up/.test(i)),
+          ),
+      );
+      if (
+        views.every(
+          (v) =>
+            field(v, 'num-slaves') >= replicas &&
+            field(v, 'num-other-sentinels') >= set.sentinels.length - 1,
+        ) &&
+        synced.every(Boolean)
+      ) {
+        return;
+      }
+      last = views
+        .map(
+          (v) => `${field(v, 'num-slaves')} replicas/${field(v, 'num-other-sentinels')} sentinels`,
+        )
+        .join(', ');
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    if (Date.now() > deadline) throw new Error(`the Sentinel set did not form: ${last}`);
+    await sleep(200);
+  }
+}

@@ -1,0 +1,248 @@
+/**
+ * Beyond one Valkey: the client for a Valkey/Redis Cluster, the client
+ * options for a Sentinel-managed primary, and the start-up checks that turn a
+ * wrong seed list into a clear error naming the field.
+ */
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { ConfigError } from './errors.js';
+
+/** `valkey.cluster`: a Valkey/Redis Cluster, found through its seed nodes. */
+export interface ClusterSettings {
+  /** Seed nodes, `host:port` (any nodes of the cluster; the rest are discovered). At least one. */
+  nodes: string[];
+}
+
+/** `valkey.sentinel`: a primary with replicas, watched by Sentinels. */
+export interface SentinelSettings {
+  /** Sentinels, `host:port`. At least one. */
+  sentinels: string[];
+  /** The name the Sentinels monitor the primary under (`sentinel monitor <name> …`). */
+  name: string;
+}
+
+/** `host:port`, `[v6]:port`: the form of every node in the configuration. */
+export const HOST_PORT_PATTERN = '^(\\[[0-9A-Fa-f:.]+\\]|[^\\s:/@\\[\\]]+):[0-9]{1,5}$';
+
+/** A node address. */
+export interface Address {
+  host: string;
+  port: number;
+}
+
+/**
+ * Parses `host:port` (or `[v6]:port`).
+ *
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `field` when it is not of that form or the port is not 1–65535.
+ */
+export function parseAddress(text: string, field: string): Address {
+  const match = new RegExp(HOST_PORT_PATTERN).exec(text);
+  const port = Number(text.slice(text.lastIndexOf(':') + 1));
+  if (match === null || !(port >= 1 && port <= 65_535)) {
+    throw new ConfigError(`${field}: must be host:port with a port 1-65535 (got "${text}")`, {
+      field,
+    });
+  }
+  return { host: (match[1] as string).replace(/^\[|\]$/g, ''), port };
+}
+
+/**
+ * Creates an ioredis `Cluster` on `settings.nodes` whose node connections use
+ * `nodeOptions` (the single-server client's: command timeout, no retries per
+ * request). Like the single-server client it never queues a command while a
+ * node is unreachable, and it keeps retrying the cluster forever with a capped
+ * back-off. It refreshes its slot map every 2 s besides on every `MOVED`, so a
+ * promoted replica is found even by a shard whose commands the breaker holds back.
+ *
+ * Each node's connection is opened as soon as the node is known, not on its
+ * first command: ioredis bounces the commands that find a node's connection
+ * still opening (without an offline queue) and retries them after
+ * `retryDelayOnFailover`, so a cold node would cost the first burst of misses
+ * 100 ms each, and let a burst's later misses find another instance's fill.
+ */
+export function createClusterClient(settings: ClusterSettings, nodeOptions: RedisOptions): Cluster {
+  const {
+    retryStrategy: _r,
+    enableOfflineQueue: _q,
+    lazyConnect: _l,
+    ...redisOptions
+  } = nodeOptions;
+  const cluster = new Cluster(
+    settings.nodes.map((n, i) => parseAddress(n, `valkey.cluster.nodes.${i}`)),
+    {
+      redisOptions,
+      enableOfflineQueue: false,
+      enableReadyCheck: true,
+      slotsRefreshInterval: 2_000,
+      slotsRefreshTimeout: nodeOptions.connectTimeout ?? 2_000,
+      clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
+    },
+  );
+  cluster.on('+node', (node: Redis) => {
+    if (node.status === 'wait') node.connect().catch(() => {});
+  });
+  return cluster;
+}
+
+/**
+ * The ioredis options of a Sentinel-managed primary: the client asks the
+ * Sentinels for the primary's address on every (re)connect (a dead primary
+ * closes the connection), and reconnects when a node answers `READONLY` (it
+ * was demoted under a live connection). ioredis's `failoverDetector` is left
+ * off: its Sentinel connections outlive `disconnect()` and report errors
+ * nobody listens to.
+ */
+export function sentinelOptions(settings: SentinelSettings): RedisOptions {
+  return {
+    sentinels: settings.sentinels.map((s, i) => parseAddress(s, `valkey.sentinel.sentinels.${i}`)),
+    name: settings.name,
+    role: 'master',
+    sentinelRetryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
+    reconnectOnError: (err) => err.message.startsWith('READONLY'),
+  };
+}
+
+/** What one node said to a start-up probe: answered (with its `INFO` text), or why not. */
+type Probe = { ok: true; info: string } | { ok: false; reason: string };
+
+/** Connects once to `address` (no retry), runs `command`, and disconnects. */
+async function probe(
+  address: Address,
+  timeoutMs: number,
+  command: (r: Redis) => Promise<string>,
+): Promise<Probe> {
+  const r = new Redis(address.port, address.host, {
+    lazyConnect: true,
+    connectTimeout: timeoutMs,
+    commandTimeout: timeoutMs,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    enableReadyCheck: false,
+  });
+  let last: Error | undefined;
+  r.on('error', (err: Error) => {
+    last = err;
+  });
+  try {
+    await r.connect();
+    return { ok: true, info: await command(r) };
+  } catch (err) {
+    const reason = (last ?? (err as Error)).message;
+    // NOAUTH or NOPERM: a node answered; credentials are another check's business.
+    if (/^(NOAUTH|NOPERM|WRONGPASS)/.test((err as Error).message)) return { ok: true, info: '' };
+    return { ok: false, reason };
+  } finally {
+    r.disconnect();
+  }
+}
+
+/**
+ * Start-up check of `valkey.cluster.nodes`: asks every seed, in parallel, for
+ * `INFO cluster`.
+ *
+ * @returns the seeds that did not answer (`host:port (reason)`), when at least one did:
+ *   the caller logs them; the client finds the cluster through the others.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` with `field` `valkey.cluster.nodes` when no seed
+ *   answers within `timeoutMs`, or `valkey.cluster.nodes[i]` when seed `i` answers but
+ *   is not in cluster mode.
+ */
+export async function checkClusterSeeds(
+  settings: ClusterSettings,
+  timeoutMs: number,
+): Promise<string[]> {
+  const field = 'valkey.cluster.nodes';
+  if (settings.nodes.length === 0) {
+    throw new ConfigError(`${field}: must list at least one seed node`, { field });
+  }
+  const addresses = settings.nodes.map((n, i) => parseAddress(n, `${field}.${i}`));
+  const answers = await Promise.all(
+    addresses.map((a) => probe(a, timeoutMs, (r) => r.info('cluster'))),
+  );
+  answers.forEach((a, i) => {
+    if (a.ok && /cluster_enabled:0/.test(a.info)) {
+      throw new ConfigError(
+        `${field}.${i}: ${settings.nodes[i]} is not in cluster mode (cluster_enabled:0); use valkey.url for a single server`,
+        { field: `${field}.${i}` },
+      );
+    }
+  });
+  const unreachable = answers.flatMap((a, i) =>
+    a.ok ? [] : [`${settings.nodes[i]} (${a.reason})`],
+  );
+  if (unreachable.length === answers.length) {
+    throw new ConfigError(
+      `${field}: no seed node answered within ${timeoutMs} ms: ${unreachable.join(', ')}`,
+      { field },
+    );
+  }
+  return unreachable;
+}
+
+/**
+ * Start-up check of `valkey.sentinel`: asks every Sentinel, in parallel, for
+ * the address of the primary named `name`.
+ *
+ * @returns the Sentinels that did not answer, when at least one knows the primary.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` with `field` `valkey.sentinel.sentinels` when no
+ *   Sentinel answers within `timeoutMs`, or `valkey.sentinel.name` when none that answered
+ *   monitors a primary of that name.
+ */
+export async function checkSentinels(
+  settings: SentinelSettings,
+  timeoutMs: number,
+): Promise<string[]> {
+  const field = 'valkey.sentinel.sentinels';
+  if (settings.sentinels.length === 0) {
+    throw new ConfigError(`${field}: must list at least one Sentinel`, { field });
+  }
+  const addresses = settings.sentinels.map((s, i) => parseAddress(s, `${field}.${i}`));
+  const answers = await Promise.all(
+    addresses.map((a) =>
+      probe(a, timeoutMs, async (r) => {
+        const reply = (await r.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', settings.name)) as
+          | string[]
+          | null;
+        return reply === null ? '' : reply.join(':');
+      }),
+    ),
+  );
+  const unreachable = answers.flatMap((a, i) =>
+    a.ok ? [] : [`${settings.sentinels[i]} (${a.reason})`],
+  );
+  if (unreachable.length === answers.length) {
+    throw new ConfigError(
+      `${field}: no Sentinel answered within ${timeoutMs} ms: ${unreachable.join(', ')}`,
+      { field },
+    );
+  }
+  if (!answers.some((a) => a.ok && a.info !== '')) {
+    throw new ConfigError(
+      `valkey.sentinel.name: no Sentinel monitors a primary named "${settings.name}"`,
+      { field: 'valkey.sentinel.name' },
+    );
+  }
+  return unreachable;
+}
+
+/**
+ * The start-up checks of a cluster or Sentinel configuration (nothing for a
+ * single server, which may start degraded and connect later).
+ *
+ * @returns the seed nodes or Sentinels that did not answer, when enough did.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `valkey.sentinel` when both `cluster` and
+ *   `sentinel` are given; else what {@link checkClusterSeeds} and {@link checkSentinels} throw.
+ */
+export async function checkTopology(options: {
+  cluster?: ClusterSettings;
+  sentinel?: SentinelSettings;
+  connectTimeoutMs?: number;
+}): Promise<string[]> {
+  const timeoutMs = options.connectTimeoutMs ?? 2_000;
+  if (options.cluster !== undefined && options.sentinel !== undefined) {
+    throw new ConfigError('valkey.sentinel: cannot be used with valkey.cluster (choose one)', {
+      field: 'valkey.sentinel',
+    });
+  }
+  if (options.cluster !== undefined) return checkClusterSeeds(options.cluster, timeoutMs);
+  if (options.sentinel !== undefined) return checkSentinels(options.sentinel, timeoutMs);
+  return [];
+}
