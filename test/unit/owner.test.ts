@@ -342,17 +342,21 @@ describe('table owner: misses, refreshes and counting', () => {
     expect(await Promise.all([a, b])).toMatchObject([{ value: 1 }, { value: 1 }]);
   });
 
-  it('an answer from L2 counts an l2 hit and is not "stored"; an origin answer kept in L1 is', async () => {
+  it('an answer from L2 counts an l2 hit and is not "stored"; an origin answer kept in L1 is; "not found" counts as negative', async () => {
     const t = fakeOwner();
     const fromL2 = [t.fill('a'), t.fill('a')];
-    const fromOrigin = [t.fill('o'), t.fill('o'), t.fill('o')];
+    const fromOrigin = [t.fill('o'), t.fill('o'), t.fill('p')];
+    const notFound = t.fill('n');
     await settle();
     t.runs[0]?.land(value(fresh('x', t.now()), 'l2'));
     t.runs[1]?.land(value(fresh('y', t.now()), 'origin'));
+    t.runs[2]?.land(value(fresh('z', t.now()), 'origin'));
+    t.runs[3]?.land(value({ ...fresh(null, t.now()), json: 'null', negative: true }, 'origin'));
     expect((await Promise.all(fromL2)).map((r) => r.stored)).toEqual([false, false]);
     expect((await Promise.all(fromOrigin)).map((r) => r.stored)).toEqual([true, true, true]);
+    expect(await notFound).toMatchObject({ found: false, stored: true });
     expect(t.ctx.counters.l2_hits).toBe(1);
-    expect(t.ctx.counters.reads).toMatchObject({ l2: 2, origin: 3 });
+    expect(t.ctx.counters.reads).toMatchObject({ l2: 2, origin: 3, negative: 1 });
   });
 
   it('a failed load with callers is not a refresh failure: the id does not back off', async () => {
@@ -377,8 +381,8 @@ describe('table owner: misses, refreshes and counting', () => {
     t.runs[0]?.land({ kind: 'error', error });
     t.runs[1]?.land({ kind: 'error', error });
     expect(await Promise.all(callers)).toMatchObject([
-      { value: 'old', stale: true, coalesced: false },
-      { value: 'old', stale: true, coalesced: true },
+      { value: 'old', stale: true, layer: 'l1', coalesced: false },
+      { value: 'old', stale: true, layer: 'l1', coalesced: true },
     ]);
     expect(t.ctx.counters.reads.stale).toBe(2);
     expect(await negative).toBe(error);
@@ -493,10 +497,11 @@ describe('table owner: writes of an id', () => {
     expect(t.runs).toHaveLength(0);
   });
 
-  it('a second write of an id is sent only once the first is acknowledged', async () => {
+  it('a write of an id is sent only once the one before it is acknowledged', async () => {
     const t = writingOwner();
     const first = t.put('k', 1);
     const second = t.put('k', 2);
+    const deleted = t.invalidate('k');
     await settle();
     expect(t.sent).toHaveLength(1);
     t.sent[0]?.ack(1_000);
@@ -505,7 +510,35 @@ describe('table owner: writes of an id', () => {
     expect(t.sent).toHaveLength(2);
     t.sent[1]?.ack(2_000);
     expect(await second).toEqual({ version: 2_000 });
-    expect(t.l1.peek('k')).toMatchObject({ value: 2, version: 2_000 });
+    await settle();
+    expect(t.sent.map((w) => w.kind)).toEqual(['put', 'put', 'del']);
+    t.sent[2]?.ack(3_000);
+    await deleted;
+    expect(t.l1.peek('k')).toBeUndefined();
+  });
+
+  it('a forced close fails the messages parked behind a write with ECC_CLOSED', async () => {
+    const t = writingOwner();
+    void t.put('k', 1);
+    await settle();
+    const read = errorOf(t.fill('k'));
+    await settle();
+    await t.owner.close(0);
+    expect(await read).toMatchObject({ code: 'ECC_CLOSED', id: 'k' });
+  });
+
+  it('a parked message whose replay throws fails alone: the write before it is answered', async () => {
+    const t = writingOwner();
+    const written = t.put('k', 1);
+    await settle();
+    const read = errorOf(t.fill('k'));
+    await settle();
+    vi.spyOn(t.l1, 'get').mockImplementationOnce(() => {
+      throw new Error('broken L1');
+    });
+    t.sent[0]?.ack(1_000);
+    expect(await written).toEqual({ version: 1_000 });
+    expect(await read).toMatchObject({ code: 'ECC_INTERNAL', id: 'k' });
   });
 
   it('a PUT detaches the running flight of the id: its callers get its answer, L1 keeps the PUT', async () => {
@@ -652,6 +685,26 @@ describe('table owner: coherence events', () => {
 });
 
 describe('table owner: a handler that throws', () => {
+  it('a superseded flight whose landing throws leaves the newer flight of the id in place', async () => {
+    const t = fakeOwner();
+    const first = errorOf(t.fill('k'));
+    await settle();
+    t.owner.post({ kind: 'event', event: { k: 'put', id: 'k', v: Number.MAX_SAFE_INTEGER } });
+    const second = t.fill('k');
+    await settle();
+    vi.spyOn(t.ctx, 'now').mockImplementationOnce(() => {
+      throw new Error('broken clock');
+    });
+    t.runs[0]?.land(value(fresh('old', t.now())));
+    expect(await first).toMatchObject({ code: 'ECC_INTERNAL' });
+    expect(t.owner.flights).toBe(1);
+    const third = t.fill('k');
+    await settle();
+    expect(t.runs).toHaveLength(2);
+    t.runs[1]?.land(value(fresh('new', t.now())));
+    expect(await Promise.all([second, third])).toMatchObject([{ value: 'new' }, { value: 'new' }]);
+  });
+
   it('a failing miss answers ECC_INTERNAL naming the table and id, with the cause', async () => {
     const t = fakeOwner();
     const broken = new Error('broken L1');
