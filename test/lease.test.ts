@@ -151,7 +151,7 @@ describe('fleet lease', () => {
     const table = uniqueTable('renew');
     const slot = deferred<void>();
     const busy = deferred<void>();
-    const policy = { leaseMs: 300, loadTimeoutMs: 5_000, waitTimeoutMs: 5_000 };
+    const policy = { leaseMs: 600, loadTimeoutMs: 5_000, waitTimeoutMs: 5_000 };
     const a = await openStore({
       [table]: {
         ...policy,
@@ -175,7 +175,7 @@ describe('fleet lease', () => {
     await vi.waitFor(() => expect(a.table(table).stats().loads_queued).toBe(1));
     // Fixed sleep, to show something has NOT happened: three lease lifetimes pass, and the
     // lease is still A's.
-    await new Promise((r) => setTimeout(r, 900));
+    await new Promise((r) => setTimeout(r, 1_800));
     const waiting = b.table(table).get('k');
     await vi.waitFor(async () =>
       expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'contended' })).toBe(
