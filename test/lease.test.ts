@@ -148,6 +148,51 @@ describe('fleet lease', () => {
     expect(again.found && again.value).toEqual({ from: 'fast' });
   });
 
+  it('a holder that waits for a loader slot longer than leaseMs renews its lease: the other instance waits for its fill and loads nothing', async () => {
+    const table = uniqueTable('renew');
+    const slot = deferred<void>();
+    const busy = deferred<void>();
+    const policy = { leaseMs: 600, loadTimeoutMs: 5_000, waitTimeoutMs: 5_000 };
+    const a = await openStore({
+      [table]: {
+        ...policy,
+        maxConcurrentLoads: 1,
+        maxQueueDelayMs: 5_000,
+        load: async (id) => {
+          if (id === 'busy') {
+            busy.resolve();
+            await slot.promise;
+          }
+          return { id, from: 'a' };
+        },
+      },
+    });
+    const source = countingLoader(0);
+    const b = await openStore({ [table]: { ...policy, load: source.load } });
+    // A's only loader slot is taken, so A's load of k holds the lease while it queues.
+    const occupying = a.table(table).get('busy');
+    await busy.promise;
+    const holder = a.table(table).get('k');
+    await vi.waitFor(() => expect(a.table(table).stats().loads_queued).toBe(1));
+    // Fixed sleep, to show something has NOT happened: three lease lifetimes pass, and the
+    // lease is still A's.
+    await new Promise((r) => setTimeout(r, 1_800));
+    const waiting = b.table(table).get('k');
+    await vi.waitFor(async () =>
+      expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'contended' })).toBe(
+        1,
+      ),
+    );
+    slot.resolve();
+    await occupying;
+    expect(await holder).toMatchObject({ value: { id: 'k', from: 'a' }, layer: 'origin' });
+    expect(await waiting).toMatchObject({ value: { id: 'k', from: 'a' }, layer: 'l2' });
+    expect(source.calls()).toBe(0);
+    expect(
+      await metricValue(a, 'echostore_lease_total', table, { outcome: 'renewed' }),
+    ).toBeGreaterThanOrEqual(2);
+  });
+
   it('no waiter waits past waitTimeoutMs for a holder that never fills', async () => {
     const table = uniqueTable('wait');
     const raw = scopedValkey();

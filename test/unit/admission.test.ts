@@ -3,7 +3,8 @@ import { ShedError } from '../../src/errors.js';
 import { Admission, type Permit } from '../../src/store/admission.js';
 
 function admission(maxLimit: number, maxQueueDelayMs = 1_000, maxQueued = 100) {
-  let now = 0;
+  // Not 0: a clock reading must never be mistaken for a duration.
+  let now = 10_000;
   const a = new Admission({ maxLimit, maxQueueDelayMs, maxQueued, now: () => now });
   const shed = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
   return {
@@ -121,5 +122,85 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     p.release('ok');
     p.release('ok');
     expect(t.a.active).toBe(0);
+  });
+
+  it('a release hands exactly one slot on', async () => {
+    const t = admission(1);
+    const p = await t.take();
+    const q1 = t.take();
+    t.take().catch(() => {});
+    p.release('ok');
+    await q1;
+    expect(t.a.active).toBe(1);
+    expect(t.a.queued).toBe(1);
+  });
+
+  it('a load whose predicted wait is exactly half of maxQueueDelayMs still queues', async () => {
+    const t = admission(1, 1_000);
+    await loads(t, 1, 250); // latency 250 ms, limit 1: 250 ms per load ahead
+    await t.take();
+    t.take().catch(() => {}); // 250 ms
+    t.take().catch(() => {}); // 500 ms: exactly half, queued
+    expect(t.a.queued).toBe(2);
+    expect(await t.take().catch((e: ShedError) => e)).toBeInstanceOf(ShedError); // 750 ms
+  });
+
+  it('before a busy period has a measured rate, each load ahead is predicted to take the recent latency ÷ the limit', async () => {
+    const t = admission(4);
+    expect(t.a.msPerQueuedLoad()).toBe(0);
+    await loads(t, 4, 100);
+    expect(t.a.limit).toBe(4);
+    expect(t.a.msPerQueuedLoad()).toBe(25);
+  });
+
+  it('once 8 loads have finished in a busy period, each load ahead is predicted to take the measured time between them', async () => {
+    const t = admission(4, 10_000);
+    await loads(t, 4, 100);
+    const running = await Promise.all([t.take(), t.take(), t.take(), t.take()]);
+    const queued = Array.from({ length: 12 }, () => t.take());
+    const release = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        running.shift()?.release('ok');
+        const next = queued.shift();
+        if (next !== undefined) running.push(await next);
+      }
+    };
+    t.advance(200);
+    await release(4);
+    // A load queued now neither restarts the busy period nor its count.
+    queued.push(t.take());
+    t.advance(200);
+    await release(3);
+    expect(t.a.msPerQueuedLoad()).not.toBe(400 / 7);
+    await release(1);
+    expect(t.a.msPerQueuedLoad()).toBe(400 / 8);
+  });
+
+  it('a busy period whose loads all finished at its start has no measured rate yet', async () => {
+    const t = admission(4, 10_000);
+    await loads(t, 4, 100);
+    const running = await Promise.all([t.take(), t.take(), t.take(), t.take()]);
+    const queued = Array.from({ length: 8 }, () => t.take());
+    for (const p of running) p.release('ok');
+    for (const q of queued.slice(0, 4)) (await q).release('ok');
+    expect(t.a.msPerQueuedLoad()).toBeGreaterThan(0);
+  });
+
+  it('the long-term latency is an average: after a long healthy run, a sustained slowdown still shrinks the limit', async () => {
+    const t = admission(16);
+    await loads(t, 200, 20);
+    await loads(t, 3, 300);
+    expect(t.a.limit).toBeLessThan(16);
+  });
+
+  it('runs on performance.now when no clock is given', async () => {
+    const a = new Admission({ maxLimit: 1, maxQueueDelayMs: 1_000, maxQueued: 10 });
+    const shed = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
+    const p = await a.acquire(shed);
+    const queued = a.acquire(shed);
+    expect(Number.isFinite(a.queueDelayMs)).toBe(true);
+    expect(a.queueDelayMs).toBeGreaterThanOrEqual(0);
+    p.release('ok');
+    (await queued).release('ok');
   });
 });

@@ -5,12 +5,15 @@ import {
   decodeHeader,
   type Envelope,
   encodeEnvelope,
+  LoadResult,
   LUA_ENVELOPE,
   localize,
   mintEnvelope,
   readMark,
+  toJson,
   tombstone,
   VersionClock,
+  withPolicy,
   writeArgs,
 } from '../../src/store/envelope.js';
 import { rawValkey } from '../helpers/probe.js';
@@ -49,6 +52,10 @@ describe('envelope codec', () => {
     ['a non-digit', 'E2|1|1e3|1|1|0|1'],
     ['a negative number', 'E2|-1|1|1|1|0|1'],
     ['17 digits', 'E2|12345678901234567|1|1|1|0|1'],
+    [
+      '17 digits of a small number (zero-padded), as Lua rejects them',
+      'E2|00000000000000001|1|1|1|0|1',
+    ],
     ['a version beyond 2^53', 'E2|9007199254740993|1|1|1|0|1'],
     ['JSON that does not parse', 'E2|1|1|1|1|0|{oops'],
     ['nothing after the header', 'E2|1|1|1|1|0|'],
@@ -67,12 +74,21 @@ describe('envelope codec', () => {
     });
   });
 
+  it('a value flagged negative is "not found" whatever JSON follows the header', () => {
+    expect(decodeEnvelope('E2|1|2|3|4|1|{"x":1}')).toMatchObject({
+      value: null,
+      json: 'null',
+      negative: true,
+    });
+  });
+
   it('a hard expiry before the soft one is read as the soft one', () => {
     expect(decodeEnvelope('E2|1|100|50|0|0|1')?.hardExpiresAt).toBe(100);
   });
 
   it('marks what a flight read: absent, foreign, or its version', () => {
     expect(readMark(null)).toBe('');
+    expect(readMark(undefined)).toBe('');
     expect(readMark('garbage')).toBe('*');
     expect(readMark(encodeEnvelope(sample))).toBe('1764547200000123');
   });
@@ -95,6 +111,7 @@ describe('envelope format in Lua (the same rules on a real server)', () => {
       '{"v":1,"version":1,"softExpiresAt":1,"deltaMs":1,"value":1}',
       'E2|1|1e3|1|1|0|1',
       'E2|12345678901234567|1|1|1|0|1',
+      'E2|00000000000000001|1|1|1|0|1',
       'E2|9007199254740993|1|1|1|0|1',
       'E2|1||1|1|0|1',
     ];
@@ -164,6 +181,37 @@ describe('two clocks', () => {
   });
 });
 
+describe('values a loader returns', () => {
+  it('toJson gives the JSON text, or undefined for what cannot be stored', () => {
+    expect(toJson({ a: [1, 'x'] })).toBe('{"a":[1,"x"]}');
+    expect(toJson(null)).toBe('null');
+    const cycle: Record<string, unknown> = {};
+    cycle.self = cycle;
+    for (const bad of [1n, cycle, undefined, () => 1]) expect(toJson(bad)).toBeUndefined();
+  });
+
+  it('withPolicy keeps the value and a copy of the policy', () => {
+    const policy = { ttlMs: 1, staleMs: 0, negative: true };
+    const r = withPolicy({ v: 1 }, policy);
+    expect(r).toBeInstanceOf(LoadResult);
+    expect(r.value).toEqual({ v: 1 });
+    expect(r.policy).toEqual(policy);
+    expect(r.policy).not.toBe(policy);
+    expect(withPolicy(undefined, {}).policy).toEqual({});
+  });
+
+  it.each([
+    [{ ttlMs: 0 }],
+    [{ ttlMs: 1.5 }],
+    [{ ttlMs: 2 ** 53 }],
+    [{ staleMs: -1 }],
+    [{ staleMs: 0.5 }],
+    [{ staleMs: 2 ** 53 }],
+  ])('withPolicy(%o) throws a TypeError', (policy) => {
+    expect(() => withPolicy(1, policy)).toThrow(TypeError);
+  });
+});
+
 describe('minting', () => {
   const row = { value: 1, json: '1', version: 1, deltaMs: 0, negative: false };
 
@@ -199,5 +247,13 @@ describe('version clock (the highest version seen from Valkey)', () => {
     clock.observe(61_000_001); // a planted version beyond it
     expect(clock.last).toBe(61_000_000);
     expect(clock.local()).toBe(61_000_001);
+  });
+
+  it("an older report of Valkey's time does not pull the reach back", () => {
+    const clock = new VersionClock();
+    clock.sawValkeyTime(2_000);
+    clock.sawValkeyTime(1_000);
+    clock.observe(62_000_000); // within a minute of 2,000 ms
+    expect(clock.last).toBe(62_000_000);
   });
 });

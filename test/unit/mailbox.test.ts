@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
-import { Mailbox } from '../../src/store/messages.js';
+import { Flight, type Waiter } from '../../src/store/flight.js';
+import { Mailbox, type Message, waitersOf } from '../../src/store/messages.js';
 
 /** Lets queued microtasks run. */
 const tick = () => new Promise<void>((r) => setImmediate(r));
@@ -110,5 +111,52 @@ describe('mailbox (the owner handles one message at a time)', () => {
     box.post('a');
     await tick();
     expect(drained).toHaveBeenCalledTimes(1);
+  });
+
+  it('depth counts only the messages not yet handled, also while it drains', async () => {
+    const depths: number[] = [];
+    const box: Mailbox<string> = new Mailbox<string>(
+      () => depths.push(box.depth),
+      vi.fn(),
+      vi.fn(),
+    );
+    for (const m of ['a', 'b', 'c']) box.post(m);
+    await tick();
+    expect(depths).toEqual([2, 1, 0]);
+  });
+});
+
+describe('message vocabulary', () => {
+  it('names the callers each message carries, so a failing handler can answer them', () => {
+    const waiter = { resolve: vi.fn(), reject: vi.fn() };
+    const flight = new Flight('k', waiter as Waiter);
+    const envelope = {
+      value: 1,
+      json: '1',
+      version: 1,
+      softExpiresAt: 1,
+      hardExpiresAt: 1,
+      deltaMs: 0,
+      negative: false,
+    };
+    const carrying: Message[] = [
+      { kind: 'fill', id: 'k', waiter },
+      { kind: 'put', id: 'k', value: 1, json: '1', waiter },
+      { kind: 'written', id: 'k', envelope, waiter },
+      { kind: 'invalidate', id: 'k', waiter },
+      { kind: 'invalidated', id: 'k', waiter },
+    ];
+    for (const m of carrying) expect(waitersOf(m), m.kind).toEqual([waiter]);
+    expect(
+      waitersOf({ kind: 'landed', flight, outcome: { kind: 'skipped', retryAfterMs: 0 } }),
+    ).toBe(flight.waiters);
+    expect(waitersOf({ kind: 'serveStale', flight, envelope })).toBe(flight.waiters);
+    for (const m of [
+      { kind: 'refresh', id: 'k', reason: 'stale' },
+      { kind: 'event', event: { k: 'put', id: 'k', v: 1 } },
+      { kind: 'flush' },
+    ] as Message[]) {
+      expect(waitersOf(m), m.kind).toEqual([]);
+    }
   });
 });

@@ -130,6 +130,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     b.writes.put(put('k', { v: 1 }).m);
     const w = b.sent[0] as SentWrite;
     expect(w.kind).toBe('put');
+    expect(w.envelope).toMatchObject({ value: { v: 1 }, json: '{"v":1}', negative: false });
     expect(w.envelope.softExpiresAt).toBe(b.now() + 10_000);
     expect(w.envelope.hardExpiresAt).toBe(b.now() + 15_000);
     expect(w.pxMs).toBe(15_000);
@@ -145,6 +146,25 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     await b.deliver();
     expect(await answer).toEqual({ version: 40_000 });
     expect(b.l1.peek('k')).toBeUndefined();
+  });
+
+  it('a newer event is not forgotten when an older one follows it', async () => {
+    const b = book();
+    b.writes.put(put('k', { v: 'mine' }).m);
+    b.writes.noteEvent('k', 50_000);
+    b.writes.noteEvent('k', 30_000);
+    b.sent[0]?.ack(40_000);
+    await b.deliver();
+    expect(b.l1.peek('k')).toBeUndefined();
+  });
+
+  it("this instance's own write, announced before its acknowledgement, goes into L1", async () => {
+    const b = book();
+    b.writes.put(put('k', { v: 'mine' }).m);
+    b.writes.noteEvent('k', 40_000);
+    b.sent[0]?.ack(40_000);
+    await b.deliver();
+    expect(b.l1.peek('k')).toMatchObject({ value: { v: 'mine' }, version: 40_000 });
   });
 
   it('an older event does not keep an acknowledged write out of L1', async () => {
@@ -235,6 +255,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
       const err = await rejection(w.promise);
       expect(err.code).toBe('ECC_VALKEY_UNAVAILABLE');
       expect(err.message).toContain(text);
+      expect(err.message).toContain('the delete');
       expect(b.ctx.counters.valkeyErrors).toEqual(counted);
       expect(b.ctx.counters.invalidations).toBe(0);
     },
@@ -250,6 +271,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     expect(b.writes.abandon('a')).toEqual([parked]);
     expect(b.writes.has('a')).toBe(false);
     expect(b.replayed).toEqual([]);
+    expect(b.writes.abandon('none')).toEqual([]);
     expect(b.writes.drain()).toEqual([['b', []]]);
     expect(b.writes.size).toBe(0);
   });
