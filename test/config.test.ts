@@ -545,7 +545,7 @@ describe('table policy defaults', () => {
       maxConcurrentLoads: 16,
       maxQueueDelayMs: 2_000,
       maxQueuedLoads: 10_000,
-      maxWaitersPerFlight: 10_000,
+      maxWaitersPerFlight: 1_000_000,
       coalescing: 'fleet',
       l1: { maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 },
     });

@@ -13,8 +13,16 @@
  */
 import { ClosedError, type EchoStoreError, InternalError, ShedError } from '../errors.js';
 import { bump } from '../metrics.js';
+import { rowAnswer } from './answers.js';
 import type { Envelope } from './envelope.js';
-import { answerOf, Flight, type Outcome, type TableContext, type Waiter } from './flight.js';
+import {
+  answerAll,
+  answerOf,
+  Flight,
+  type Outcome,
+  type TableContext,
+  type Waiter,
+} from './flight.js';
 import { RefreshBackoff } from './freshness.js';
 import type { L1 } from './l1.js';
 import { Mailbox, type Message, type RefreshReason, waitersOf } from './messages.js';
@@ -180,7 +188,7 @@ export class TableOwner {
     if (row !== undefined) {
       const stale = now >= row.softExpiresAt;
       this.#ctx.counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1']++;
-      waiter.resolve(answerOf(row, 'l1', false, now));
+      waiter.resolve(rowAnswer(row, now));
       if (stale) this.#refresh(id, 'stale');
       return;
     }
@@ -233,9 +241,9 @@ export class TableOwner {
     if (kept) this.#l1.set(flight.id, envelope, now);
     counters.reads[envelope.negative ? 'negative' : layer] += flight.waiters.length;
     const stored = kept && layer === 'origin';
-    flight.waiters.forEach((w, i) => {
-      w.resolve(answerOf(envelope, layer, i > 0, now, stored));
-    });
+    answerAll(flight.waiters, answerOf(envelope, layer, false, now, stored), () =>
+      answerOf(envelope, layer, true, now, stored),
+    );
   }
 
   /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
@@ -246,9 +254,9 @@ export class TableOwner {
     this.#l1.set(flight.id, envelope, now);
     this.#ctx.counters.reads.stale += flight.waiters.length;
     this.#ctx.counters.refreshes.stale++;
-    flight.waiters.forEach((w, i) => {
-      w.resolve(answerOf(envelope, 'l2', i > 0, now));
-    });
+    answerAll(flight.waiters, answerOf(envelope, 'l2', false, now), () =>
+      answerOf(envelope, 'l2', true, now),
+    );
     flight.waiters.length = 0;
     flight.background = true;
   }
@@ -346,9 +354,7 @@ export class TableOwner {
     const row = flight.superseded ? undefined : this.#l1.get(flight.id, now);
     if (row !== undefined && !row.negative) {
       this.#ctx.counters.reads.stale += flight.waiters.length;
-      flight.waiters.forEach((w, i) => {
-        w.resolve(answerOf(row, 'l1', i > 0, now));
-      });
+      answerAll(flight.waiters, rowAnswer(row, now), () => rowAnswer(row, now, true));
     } else {
       for (const w of flight.waiters) w.reject(error);
     }

@@ -4,9 +4,11 @@
  * entry point checks before anything touches Valkey or the source.
  */
 import { BadIdError, BadValueError, ClosedError, WaitTimeoutError } from '../errors.js';
+import { rowAnswer } from './answers.js';
+import { WaitDeadlines } from './deadlines.js';
 import { toJson } from './envelope.js';
-import { answerOf, type TableContext } from './flight.js';
-import { xfetchDue } from './freshness.js';
+import type { TableContext } from './flight.js';
+import { xfetchDue, xfetchPossible } from './freshness.js';
 import type { L1 } from './l1.js';
 import type { RefreshReason } from './messages.js';
 import type { TableOwner } from './owner.js';
@@ -73,6 +75,7 @@ export class Table {
   readonly #ctx: TableContext;
   readonly #l1: L1;
   readonly #owner: TableOwner;
+  readonly #deadlines: WaitDeadlines;
   #closed = false;
 
   /** @internal Built by `createStore`. */
@@ -82,6 +85,17 @@ export class Table {
     this.#ctx = ctx;
     this.#l1 = l1;
     this.#owner = owner;
+    this.#deadlines = new WaitDeadlines(
+      ctx.policy.waitTimeoutMs,
+      (id) =>
+        new WaitTimeoutError(`no answer within waitTimeoutMs (${ctx.policy.waitTimeoutMs} ms)`, {
+          table: ctx.table,
+          id,
+        }),
+    );
+    // Compiles the id rules' regular expressions now rather than on the first miss.
+    assertId(this.name, 'id', undefined);
+    this.policy.idPattern?.test('');
   }
 
   /**
@@ -96,49 +110,41 @@ export class Table {
    *   when this caller waited `waitTimeoutMs` (each caller its own).
    */
   get(id: string): Promise<ReadResult> {
+    const now = this.#ctx.now();
+    // Only ids that passed assertId are ever stored, so a hit needs no id check.
+    const row = typeof id === 'string' ? this.#l1.get(id, now) : undefined;
+    if (row === undefined) return this.#miss(id);
+    const counters = this.#ctx.counters;
+    counters.hits++;
+    if (now < row.softExpiresAt) {
+      if (row.negative) counters.reads.negative++;
+      else counters.reads.l1++;
+      const beta = this.policy.earlyRefreshBeta;
+      if (beta > 0 && xfetchPossible(row, now, beta) && xfetchDue(row, now, beta)) {
+        this.#refresh(id, 'early', now);
+      }
+    } else {
+      // Between soft and hard TTL: answer stale now, one background refresh (stale-while-revalidate).
+      counters.reads.stale++;
+      this.#refresh(id, 'stale', now);
+    }
+    return Promise.resolve(rowAnswer(row, now));
+  }
+
+  /**
+   * A miss: the id rules, then a `fill` message. No caller waits longer than
+   * waitTimeoutMs, whatever its flight is doing (one timer per table keeps
+   * that bound); the flight itself goes on and fills the cache for the next caller.
+   */
+  #miss(id: string): Promise<ReadResult> {
     try {
       assertId(this.name, id, this.policy.idPattern);
     } catch (err) {
       return Promise.reject(err);
     }
-    const counters = this.#ctx.counters;
-    const now = this.#ctx.now();
-    const row = this.#l1.get(id, now);
-    if (row !== undefined) {
-      counters.hits++;
-      if (now < row.softExpiresAt) {
-        counters.reads[row.negative ? 'negative' : 'l1']++;
-        if (xfetchDue(row, now, this.policy.earlyRefreshBeta)) this.#refresh(id, 'early', now);
-      } else {
-        // Between soft and hard TTL: answer stale now, one background refresh (stale-while-revalidate).
-        counters.reads.stale++;
-        this.#refresh(id, 'stale', now);
-      }
-      return Promise.resolve(answerOf(row, 'l1', false, now));
-    }
-    counters.misses++;
-    // No caller waits longer than waitTimeoutMs, whatever its flight is doing;
-    // the flight itself goes on and fills the cache for the next caller.
+    this.#ctx.counters.misses++;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(
-          new WaitTimeoutError(`no answer within waitTimeoutMs (${this.policy.waitTimeoutMs} ms)`, {
-            table: this.name,
-            id,
-          }),
-        );
-      }, this.policy.waitTimeoutMs);
-      const waiter = {
-        resolve(result: ReadResult) {
-          clearTimeout(timer);
-          resolve(result);
-        },
-        reject(error: Error) {
-          clearTimeout(timer);
-          reject(error);
-        },
-      };
-      this.#owner.post({ kind: 'fill', id, waiter });
+      this.#owner.post({ kind: 'fill', id, waiter: this.#deadlines.add(id, resolve, reject) });
     });
   }
 
@@ -208,7 +214,7 @@ export class Table {
 
   /** Remaining L1 lifetime of a row in milliseconds, 0 when absent (diagnostics and tests). */
   l1TtlMs(id: string): number {
-    return this.#l1.remainingTtlMs(id);
+    return this.#l1.remainingTtlMs(id, this.#ctx.now());
   }
 
   /** @internal Stops taking work; waits up to `graceMs` for flights and writes to settle. */

@@ -189,7 +189,7 @@ describe('table owner (state machine, no Valkey)', () => {
       refused: false,
     });
     await settle();
-    expect(t.l1.peek('k')?.value).toBe('new');
+    expect(t.l1.peek('k')?.json).toBe('"new"');
   });
 
   it('stale-if-error: a failed flight answers with the row still within its hard TTL', async () => {
