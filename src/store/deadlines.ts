@@ -10,28 +10,31 @@
 import type { Waiter } from './flight.js';
 import type { ReadResult } from './types.js';
 
-/** A caller waiting for its read: settled once, by its answer, its error or its deadline. */
+/**
+ * A read waiting for its answer: settled once, by its answer, its error or
+ * its deadline. `count` callers share it (and its `promise`): one, or the
+ * callers that joined a fill message still in the mailbox.
+ */
 export class PendingRead implements Waiter {
   readonly id: string;
-  /** performance.now() past which the caller gets its timeout error. */
+  /** performance.now() past which the callers get their timeout error. */
   readonly deadline: number;
+  readonly promise: Promise<ReadResult>;
+  /** Callers sharing this read; only the table adds to it, before the owner handles it. */
+  count = 1;
   settled = false;
-  readonly #resolve: (result: ReadResult) => void;
-  readonly #reject: (error: Error) => void;
+  #resolve!: (result: ReadResult) => void;
+  #reject!: (error: Error) => void;
   readonly #book: WaitDeadlines;
 
-  constructor(
-    book: WaitDeadlines,
-    id: string,
-    deadline: number,
-    resolve: (result: ReadResult) => void,
-    reject: (error: Error) => void,
-  ) {
+  constructor(book: WaitDeadlines, id: string, deadline: number) {
     this.#book = book;
     this.id = id;
     this.deadline = deadline;
-    this.#resolve = resolve;
-    this.#reject = reject;
+    this.promise = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
   }
 
   resolve(result: ReadResult): void {
@@ -77,13 +80,9 @@ export class WaitDeadlines {
     return this.#pending;
   }
 
-  /** A new waiter for `id`, due `waitTimeoutMs` from now. */
-  add(
-    id: string,
-    resolve: (result: ReadResult) => void,
-    reject: (error: Error) => void,
-  ): PendingRead {
-    const read = new PendingRead(this, id, this.#now() + this.#timeoutMs, resolve, reject);
+  /** A new read of `id`, due `waitTimeoutMs` from now. */
+  add(id: string): PendingRead {
+    const read = new PendingRead(this, id, this.#now() + this.#timeoutMs);
     this.#queue.push(read);
     this.#pending++;
     if (this.#timer === undefined) this.#arm(read.deadline);

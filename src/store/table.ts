@@ -5,12 +5,12 @@
  */
 import { BadIdError, BadValueError, ClosedError, WaitTimeoutError } from '../errors.js';
 import { rowAnswer } from './answers.js';
-import { WaitDeadlines } from './deadlines.js';
+import { type PendingRead, WaitDeadlines } from './deadlines.js';
 import { toJson } from './envelope.js';
 import type { TableContext } from './flight.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
 import type { L1 } from './l1.js';
-import type { RefreshReason } from './messages.js';
+import type { Fill, RefreshReason } from './messages.js';
 import type { TableOwner } from './owner.js';
 import type { TablePolicy } from './policy.js';
 import type { ReadResult, TableStats, WriteResult } from './types.js';
@@ -76,6 +76,8 @@ export class Table {
   readonly #l1: L1;
   readonly #owner: TableOwner;
   readonly #deadlines: WaitDeadlines;
+  /** The last fill posted: misses of its id join it while the owner has not handled it. */
+  #open: Fill | undefined;
   #closed = false;
 
   /** @internal Built by `createStore`. */
@@ -132,20 +134,37 @@ export class Table {
   }
 
   /**
-   * A miss: the id rules, then a `fill` message. No caller waits longer than
-   * waitTimeoutMs, whatever its flight is doing (one timer per table keeps
-   * that bound); the flight itself goes on and fills the cache for the next caller.
+   * A miss: the id rules, then a `fill` message; a miss of the id whose fill
+   * still waits in the mailbox joins it instead (one shared read for the
+   * joiners: a herd in one tick costs one message and two answers). No caller
+   * waits longer than waitTimeoutMs, whatever its flight is doing (one timer
+   * per table keeps that bound); the flight itself goes on and fills the
+   * cache for the next caller.
    */
   #miss(id: string): Promise<ReadResult> {
+    const open = this.#open;
+    if (open?.open === true && open.id === id) {
+      this.#ctx.counters.misses++;
+      let joined = open.joined as PendingRead | undefined;
+      if (joined === undefined) {
+        joined = this.#deadlines.add(id);
+        open.joined = joined;
+      } else {
+        joined.count++;
+      }
+      return joined.promise;
+    }
     try {
       assertId(this.name, id, this.policy.idPattern);
     } catch (err) {
       return Promise.reject(err);
     }
     this.#ctx.counters.misses++;
-    return new Promise((resolve, reject) => {
-      this.#owner.post({ kind: 'fill', id, waiter: this.#deadlines.add(id, resolve, reject) });
-    });
+    const read = this.#deadlines.add(id);
+    const fill: Fill = { kind: 'fill', id, waiter: read, open: true };
+    this.#open = fill;
+    this.#owner.post(fill);
+    return read.promise;
   }
 
   /**
@@ -168,6 +187,8 @@ export class Table {
         new BadValueError('value cannot be serialised as JSON', { table: this.name, id }),
       );
     }
+    // A read after this write must not join a fill posted before it.
+    this.#open = undefined;
     return new Promise((resolve, reject) => {
       this.#owner.post({ kind: 'put', id, value, json, waiter: { resolve, reject } });
     });
@@ -187,6 +208,7 @@ export class Table {
     } catch (err) {
       return Promise.reject(err);
     }
+    this.#open = undefined;
     return new Promise((resolve, reject) => {
       this.#owner.post({ kind: 'invalidate', id, waiter: { resolve, reject } });
     });
