@@ -9,6 +9,7 @@ import { pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { loadConfig } from './config/load.js';
 import { ConfigError, EchoStoreError } from './errors.js';
+import { watchHeapAfterGc } from './heap-gauge.js';
 import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
 import { createStore, type TableOptions } from './store/store.js';
@@ -22,6 +23,7 @@ async function main(): Promise<void> {
   });
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  watchHeapAfterGc(registry);
 
   const sources: Source[] = [];
   const tables: Record<string, TableOptions> = Object.create(null);
