@@ -43,12 +43,12 @@ if (gc === undefined) {
 const MiB = 1024 * 1024;
 const mib = (bytes: number) => (bytes / MiB).toFixed(1);
 
-/** Heap used after a full GC, and RSS, bytes. */
-function settled(): { heap: number; rss: number } {
+/** Heap used after a full GC, and RSS, bytes; what V8 holds for its heap, and outside it. */
+function settled(): { heap: number; rss: number; heapTotal: number; external: number } {
   gc?.();
   gc?.();
   const m = process.memoryUsage();
-  return { heap: m.heapUsed, rss: m.rss };
+  return { heap: m.heapUsed, rss: m.rss, heapTotal: m.heapTotal, external: m.external };
 }
 
 /** A value whose JSON text is about `bytes` long, shaped like a catalogue row. */
@@ -184,6 +184,10 @@ async function stream(): Promise<void> {
     `${columns([
       ['heap at start (after GC), RSS at start', `${mib(start.heap)} MiB, ${mib(start.rss)} MiB`],
       ['heap at end (after GC), RSS at end', `${mib(end.heap)} MiB, ${mib(end.rss)} MiB`],
+      [
+        'heap V8 holds (start → end), outside the heap (start → end)',
+        `${mib(start.heapTotal)} → ${mib(end.heapTotal)} MiB, ${mib(start.external)} → ${mib(end.external)} MiB`,
+      ],
       ['rows kept, bytes counted', `${stats.l1_entries}, ${mib(stats.l1_bytes)} MiB`],
       [
         'target: heap growth ≤ 1.25 × maxBytes',

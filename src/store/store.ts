@@ -7,6 +7,7 @@ import { ConfigError, UnknownTableError } from '../errors.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
 import { Admission } from './admission.js';
+import { coarseClock } from './clock.js';
 import { VersionClock } from './envelope.js';
 import type { TableContext } from './flight.js';
 import { L1 } from './l1.js';
@@ -105,13 +106,15 @@ export async function createStore(options: StoreOptions): Promise<Store> {
         ? options.valkey
         : createValkeyClient(options.valkey);
   const now = options.now ?? (() => performance.now());
+  // An injected clock drives the hit path too, so tests see one clock.
+  const hitNow = options.now ?? coarseClock();
   const clock = new VersionClock();
   const breaker = new Breaker(valkey, log, options.breaker);
   metrics.watchDegraded(() => breaker.degraded);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = new TableEvents(valkey, log);
   const subscribed: Promise<boolean>[] = [];
-  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now };
+  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now, hitNow };
   const tables = new Map<string, Table>();
   try {
     for (const [name, input] of Object.entries(options.tables)) {
@@ -175,6 +178,8 @@ interface StoreDeps {
   clock: VersionClock;
   log: Logger;
   now: () => number;
+  /** The clock of the L1 hit path. */
+  hitNow: () => number;
 }
 
 function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
@@ -222,7 +227,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
       onReconnect: () => owner.post({ kind: 'flush' }),
     }),
   );
-  table = new Table(ctx, l1, owner);
+  table = new Table(ctx, l1, owner, deps.hitNow);
   return table;
 }
 

@@ -76,17 +76,27 @@ export class Table {
   readonly #l1: L1;
   readonly #owner: TableOwner;
   readonly #deadlines: WaitDeadlines;
+  readonly #hitNow: () => number;
+  readonly #counters: TableContext['counters'];
+  /** `earlyRefreshBeta` (XFetch), read once. */
+  readonly #beta: number;
   /** The last fill posted: misses of its id join it while the owner has not handled it. */
   #open: Fill | undefined;
   #closed = false;
 
-  /** @internal Built by `createStore`. */
-  constructor(ctx: TableContext, l1: L1, owner: TableOwner) {
+  /**
+   * @internal Built by `createStore`.
+   * @param hitNow the clock of the L1 hit path (`clock.ts`); `ctx.now` by default.
+   */
+  constructor(ctx: TableContext, l1: L1, owner: TableOwner, hitNow: () => number = ctx.now) {
     this.name = ctx.table;
     this.policy = ctx.policy;
     this.#ctx = ctx;
     this.#l1 = l1;
     this.#owner = owner;
+    this.#hitNow = hitNow;
+    this.#counters = ctx.counters;
+    this.#beta = ctx.policy.earlyRefreshBeta;
     this.#deadlines = new WaitDeadlines(
       ctx.policy.waitTimeoutMs,
       (id) =>
@@ -112,16 +122,16 @@ export class Table {
    *   when this caller waited `waitTimeoutMs` (each caller its own).
    */
   get(id: string): Promise<ReadResult> {
-    const now = this.#ctx.now();
+    const now = this.#hitNow();
     // Only ids that passed assertId are ever stored, so a hit needs no id check.
     const row = typeof id === 'string' ? this.#l1.get(id, now) : undefined;
     if (row === undefined) return this.#miss(id);
-    const counters = this.#ctx.counters;
+    const counters = this.#counters;
     counters.hits++;
     if (now < row.softExpiresAt) {
       if (row.negative) counters.reads.negative++;
       else counters.reads.l1++;
-      const beta = this.policy.earlyRefreshBeta;
+      const beta = this.#beta;
       if (beta > 0 && xfetchPossible(row, now, beta) && xfetchDue(row, now, beta)) {
         this.#refresh(id, 'early', now);
       }
