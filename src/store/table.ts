@@ -80,6 +80,8 @@ export class Table {
   readonly #counters: TableContext['counters'];
   /** `earlyRefreshBeta` (XFetch), read once. */
   readonly #beta: number;
+  /** Chosen once: `coalescing: 'none'` (the drills' baseline) never lets a miss join another's fill. */
+  readonly #joins: boolean;
   /** The last fill posted: misses of its id join it while the owner has not handled it. */
   #open: Fill | undefined;
   #closed = false;
@@ -97,6 +99,7 @@ export class Table {
     this.#hitNow = hitNow;
     this.#counters = ctx.counters;
     this.#beta = ctx.policy.earlyRefreshBeta;
+    this.#joins = ctx.policy.coalescing !== 'none';
     this.#deadlines = new WaitDeadlines(
       ctx.policy.waitTimeoutMs,
       (id) =>
@@ -153,7 +156,7 @@ export class Table {
    */
   #miss(id: string): Promise<ReadResult> {
     const open = this.#open;
-    if (open?.open === true && open.id === id) {
+    if (open?.open === true && open.id === id && this.#joins) {
       this.#ctx.counters.misses++;
       let joined = open.joined as PendingRead | undefined;
       if (joined === undefined) {
