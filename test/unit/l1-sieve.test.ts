@@ -1,0 +1,68 @@
+/**
+ * L1's eviction and accounting on its own (`l1.ts`): SIEVE keeps a row hit
+ * since the hand last passed, a row counts its strings as V8 stores them,
+ * and lifetimes end at the L1 TTL or the hard TTL, whichever comes first.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Envelope } from '../../src/store/envelope.js';
+import { L1, ROW_OVERHEAD_BYTES, stringBytes } from '../../src/store/l1.js';
+
+const env = (json: string, hardInMs = 60_000, now = 0): Envelope => ({
+  value: undefined,
+  json,
+  version: 1,
+  softExpiresAt: now + hardInMs,
+  hardExpiresAt: now + hardInMs,
+  deltaMs: 1,
+  negative: false,
+});
+const l1 = (maxEntries: number, maxBytes = 1 << 20, ttlMs = 30_000) =>
+  new L1({ maxEntries, maxBytes, ttlMs }, 0);
+
+describe('L1 (SIEVE)', () => {
+  it('evicts the oldest row not hit since the hand passed, and keeps a hit one', () => {
+    const c = l1(3);
+    for (const id of ['a', 'b', 'c']) c.set(id, env('1'), 0);
+    expect(c.get('a', 1)).toBeDefined();
+    c.set('d', env('1'), 2);
+    expect(c.peek('b')).toBeUndefined();
+    // The hand cleared a's bit on its way and moves on toward newer rows: c goes next, a survives.
+    c.set('e', env('1'), 3);
+    expect(c.peek('c')).toBeUndefined();
+    expect(c.peek('a')).toBeDefined();
+    expect(c.size).toBe(3);
+  });
+
+  it('counts a row as its overhead plus its strings as V8 stores them', () => {
+    const c = l1(10);
+    c.set('id', env('"ascii"'), 0);
+    expect(c.bytes).toBe(ROW_OVERHEAD_BYTES + stringBytes('"ascii"') + stringBytes('id'));
+    expect(stringBytes('abcdefgh')).toBe(24);
+    expect(stringBytes('€€€€')).toBe(24);
+    expect(stringBytes('€'.repeat(8))).toBe(32);
+    c.delete('id');
+    expect(c.bytes).toBe(0);
+  });
+
+  it('evicts by bytes until the new row fits, and never keeps a row over an eighth of maxBytes', () => {
+    const row = ROW_OVERHEAD_BYTES + stringBytes('"x"') + stringBytes('k0');
+    const c = l1(1_000, row * 8 + 10);
+    for (let i = 0; i < 20; i++) expect(c.set(`k${i}`, env('"x"'), i)).toBe(true);
+    expect(c.size).toBe(8);
+    expect(c.bytes).toBe(row * 8);
+    expect(c.set('big', env(JSON.stringify('y'.repeat(row * 2))), 30)).toBe(false);
+  });
+
+  it('a row leaves at its L1 TTL or its hard TTL, whichever comes first', () => {
+    const c = l1(10, 1 << 20, 1_000);
+    c.set('short-hard', env('1', 500), 0);
+    c.set('long-hard', env('1', 60_000), 0);
+    expect(c.remainingTtlMs('short-hard', 0)).toBe(500);
+    expect(c.remainingTtlMs('long-hard', 0)).toBe(1_000);
+    expect(c.get('short-hard', 499)).toBeDefined();
+    expect(c.get('short-hard', 500)).toBeUndefined();
+    expect(c.get('long-hard', 999)).toBeDefined();
+    expect(c.get('long-hard', 1_000)).toBeUndefined();
+    expect(c.set('gone', env('1', 10), 20)).toBe(false);
+  });
+});
