@@ -55,32 +55,6 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(t.a.active).toBe(2);
   });
 
-  it('from its initial limit, grows toward the ceiling while loads stay as fast as usual', async () => {
-    let now = 0;
-    const a = new Admission({
-      maxLimit: 128,
-      initialLimit: 16,
-      maxQueueDelayMs: 1_000,
-      maxQueued: 100,
-      now: () => now,
-    });
-    const shed = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
-    expect(a.limit).toBe(16);
-    for (let i = 0; i < 40; i++) {
-      const p = await a.acquire(shed);
-      now += 20;
-      p.release('ok');
-    }
-    expect(a.limit).toBe(128);
-    // A slowdown shrinks it again.
-    for (let i = 0; i < 6; i++) {
-      const p = await a.acquire(shed);
-      now += 500;
-      p.release('ok');
-    }
-    expect(a.limit).toBeLessThan(64);
-  });
-
   it('a healthy source keeps the limit at its ceiling', async () => {
     const t = admission(16);
     await loads(t, 200, 20);
