@@ -27,7 +27,6 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, SKEW_CLOCK, startService } from '../harness/service.js';
-import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
 import { metric, scrape } from './lib/metrics.js';
@@ -225,7 +224,7 @@ async function admission() {
       }
       const slow = await burst(s, table, 'slow', 400);
       const slowPeak = origin.peakInFlight();
-      const { maxConcurrentLoads } = DEFAULT_POLICY;
+      const maxConcurrentLoads = 16;
       return {
         healthy: { ...healthy, sourcePeak: healthyPeak },
         slow: { ...slow, sourcePeak: slowPeak, lowestLimit },

@@ -542,7 +542,7 @@ describe('table policy defaults', () => {
       leaseMs: 2_000,
       loadTimeoutMs: 4_000,
       waitTimeoutMs: 5_000,
-      maxConcurrentLoads: 128,
+      maxConcurrentLoads: 16,
       maxQueueDelayMs: 2_000,
       maxQueuedLoads: 10_000,
       maxWaitersPerFlight: 1_000_000,

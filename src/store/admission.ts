@@ -6,8 +6,7 @@
  *
  * 1. **An adaptive concurrency limit.** At most `limit` loader calls run at
  *    once. The limit follows the source's latency: while loads take about as
- *    long as they usually do it grows (from {@link INITIAL_LIMIT}, by its square
- *    root per load) toward `maxConcurrentLoads`; when they
+ *    long as they usually do it grows toward `maxConcurrentLoads`; when they
  *    get slower (the short-term average rises above twice the long-term one)
  *    it shrinks in proportion, and a failed or timed-out load halves it. So a
  *    source that slows down or fails sees less concurrency, not more.
@@ -28,11 +27,6 @@ import type { ShedError } from '../errors.js';
 export interface AdmissionOptions {
   /** Ceiling of the limit (`maxConcurrentLoads`). */
   maxLimit: number;
-  /**
-   * Where the limit starts (at most the ceiling): a fresh instance lets its
-   * source show it copes before it sends more. Default: the ceiling.
-   */
-  initialLimit?: number;
   /** Longest a load may wait for a slot, predicted or actual (`maxQueueDelayMs`). */
   maxQueueDelayMs: number;
   /** Most loads queued at once, a memory bound (`maxQueuedLoads`). */
@@ -54,9 +48,6 @@ interface Queued {
   grant(): void;
   timer: NodeJS.Timeout;
 }
-
-/** Where a table's limit starts: it grows from there while loads stay as fast as usual. */
-export const INITIAL_LIMIT = 16;
 
 /** Loads that must finish in a busy period before its measured rate is trusted. */
 const MIN_RATE_SAMPLES = 8;
@@ -92,7 +83,7 @@ export class Admission {
     this.#maxQueueDelayMs = options.maxQueueDelayMs;
     this.#maxQueued = options.maxQueued;
     this.#now = options.now ?? (() => performance.now());
-    this.#limit = Math.min(options.initialLimit ?? options.maxLimit, options.maxLimit);
+    this.#limit = options.maxLimit;
   }
 
   /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`). */

@@ -111,9 +111,9 @@ export const TablePolicySchema = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: 100_000,
-        default: 128,
+        default: 16,
         description:
-          'Ceiling of the loader calls at once for this table, per process. The limit in force adapts below it to the source: it starts at 16 (or this, if lower), grows while loads stay as fast as usual, shrinks when they slow down or fail (see docs/operations.md, admission).',
+          'Ceiling of the loader calls at once for this table, per process. The limit in force adapts below it to the source: it shrinks when loads slow down or fail, and grows back while they are fast (see docs/operations.md, admission).',
       }),
     ),
     maxQueueDelayMs: Type.Optional(

@@ -6,7 +6,7 @@ import { schemaProblem } from '../config/schema-error.js';
 import { ConfigError, UnknownTableError } from '../errors.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
-import { Admission, INITIAL_LIMIT } from './admission.js';
+import { Admission } from './admission.js';
 import { coarseClock } from './clock.js';
 import { VersionClock } from './envelope.js';
 import type { TableContext } from './flight.js';
@@ -214,7 +214,6 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     clock: deps.clock,
     admission: new Admission({
       maxLimit: policy.maxConcurrentLoads,
-      initialLimit: INITIAL_LIMIT,
       maxQueueDelayMs: policy.maxQueueDelayMs,
       maxQueued: policy.maxQueuedLoads,
     }),
