@@ -14,8 +14,10 @@ import type { L1Policy } from './policy.js';
 /**
  * Heap bytes of one row besides its two strings, measured on Node 20 x64
  * (`npm run bench:memory` prints the calibration): the row object and its
- * boxed numbers, the Map entry with the table's growth slack, and the header
- * of an L2 value the JSON text may still point into.
+ * boxed version, the Map entry with the table's growth slack, and the header
+ * of an L2 value the JSON text may still point into. High enough for a
+ * process up 24 days, when its millisecond times no longer fit a small
+ * integer and each takes a box too.
  */
 export const ROW_OVERHEAD_BYTES = 272;
 
@@ -47,11 +49,14 @@ export class L1Row {
   constructor(envelope: Envelope, expiresAt: number, bytes: number) {
     this.json = envelope.json;
     this.version = envelope.version;
-    this.softExpiresAt = envelope.softExpiresAt;
-    this.hardExpiresAt = envelope.hardExpiresAt;
+    // Whole milliseconds, rounded down (a row goes stale or leaves at most 1 ms
+    // early): small integers live in the row itself, where fractions would each
+    // take a 16-byte box of their own.
+    this.softExpiresAt = Math.floor(envelope.softExpiresAt);
+    this.hardExpiresAt = Math.floor(envelope.hardExpiresAt);
     this.deltaMs = envelope.deltaMs;
     this.negative = envelope.negative;
-    this.expiresAt = expiresAt;
+    this.expiresAt = Math.floor(expiresAt);
     this.bytes = bytes;
   }
 }
