@@ -68,9 +68,9 @@ function envelopeOf(id: string, bytes: number, fromL2: boolean): Envelope {
     value,
     json: JSON.stringify(value),
     version: 1_796_000_000_000_000 + Number(id),
-    // On this process's clock, as rows really are (fractions of a millisecond included).
-    softExpiresAt: performance.now() + 300_000,
-    hardExpiresAt: performance.now() + 360_000,
+    // On this process's clock, as rows really are (L1 keeps whole milliseconds).
+    softExpiresAt: Math.floor(performance.now()) + 300_000,
+    hardExpiresAt: Math.floor(performance.now()) + 360_000,
     deltaMs: 20,
     negative: false,
   };
