@@ -18,9 +18,8 @@
  * redis://127.0.0.1:6379); the run's keys are deleted at the end. Exits 1 when
  * a 5xx other than `ECC_SHED` appears, a request timed out, errored or went
  * unanswered, `flights` or `mailbox_depth` is not 0 at rest, or RSS grew more
- * than {@link MAX_RSS_GROWTH}×, or, once L1 has been full (at `--l1-mib`) for at
- * least half the run, RSS or the heap after GC at the end is more than 10 %
- * off its value when L1 became full; 2 when the drill cannot run.
+ * than {@link MAX_RSS_GROWTH}×, or memory is not flat with L1 full (at
+ * `--l1-mib`): see `flatness` in lib/soak-report.ts; 2 when the drill cannot run.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';

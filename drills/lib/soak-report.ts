@@ -126,28 +126,48 @@ export function soakReport(m: Measured) {
 
 const signed = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)} %`;
 
+/** V8 sizes its generations to the load for about this long after L1 fills; flatness is judged after it. */
+export const SETTLE_S = 60;
+
+/** The median of `xs` (NaN when empty). */
+const median = (xs: number[]) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted.length === 0 ? Number.NaN : (sorted[sorted.length >> 1] as number);
+};
+
 /**
- * Is memory flat once L1 is full? From the first sample with L1 at 95 % of
- * its bytes to the last: RSS and heap after GC each within ±10 %. Judged only
- * when L1 was full for at least half the run (a short run may never fill it).
+ * Is memory flat once L1 is full? From {@link SETTLE_S} after L1 first held
+ * 95 % of its bytes to the end, the median RSS and heap after GC of the last
+ * minute of samples each within ±10 % of the first minute's (medians, so one
+ * sample taken mid-GC does not decide). Judged only when that span is at
+ * least half the run (a short run may never fill L1).
  */
-function flatness(m: Measured) {
+export function flatness(m: Pick<Measured, 'memorySamples' | 'l1MaxBytes' | 'seconds'>) {
   const samples = m.memorySamples;
-  const i = samples.findIndex((s) => s.l1Bytes >= 0.95 * m.l1MaxBytes);
-  const from = i < 0 ? undefined : samples[i];
+  const full = samples.find((s) => s.l1Bytes >= 0.95 * m.l1MaxBytes);
   const to = samples[samples.length - 1];
-  const fullS = from === undefined || to === undefined ? 0 : to.atS - from.atS;
-  const judged = from !== undefined && to !== undefined && fullS >= m.seconds / 2;
-  const rssChange = judged ? to.rss / from.rss - 1 : 0;
-  const heapChange = judged ? to.heapAfterGc / from.heapAfterGc - 1 : 0;
+  const fromS = full === undefined ? undefined : full.atS + SETTLE_S;
+  const spanS = fromS === undefined || to === undefined ? 0 : to.atS - fromS;
+  const judged = fromS !== undefined && to !== undefined && spanS >= m.seconds / 2;
+  const first = judged ? samples.filter((s) => s.atS >= fromS && s.atS < fromS + 60) : [];
+  const last = judged ? samples.filter((s) => s.atS > to.atS - 60) : [];
+  const at = (xs: MemorySample[]) =>
+    xs.length === 0
+      ? undefined
+      : { rss: median(xs.map((s) => s.rss)), heapAfterGc: median(xs.map((s) => s.heapAfterGc)) };
+  const start = at(first);
+  const end = at(last);
+  const rssChange = start && end ? end.rss / start.rss - 1 : 0;
+  const heapChange = start && end ? end.heapAfterGc / start.heapAfterGc - 1 : 0;
   return {
-    fullFromS: from?.atS,
-    fullForS: fullS,
-    judged,
+    fullFromS: full?.atS,
+    judgedFromS: fromS,
+    judgedForS: spanS,
+    judged: judged && start !== undefined && end !== undefined,
     rssChange: round(rssChange, 3),
     heapChange: round(heapChange, 3),
-    fullStart: from === undefined ? undefined : { rss: from.rss, heapAfterGc: from.heapAfterGc },
-    end: to === undefined ? undefined : { rss: to.rss, heapAfterGc: to.heapAfterGc },
+    fullStart: start,
+    end,
     pass: Math.abs(rssChange) <= FLAT_TOLERANCE && Math.abs(heapChange) <= FLAT_TOLERANCE,
   };
 }
@@ -198,10 +218,12 @@ export function renderSoak(r: SoakReport): string {
       `${mb(r.memory.samples[0]?.heapAfterGc ?? 0)} / ${mb(r.memory.samples.at(-1)?.heapAfterGc ?? 0)}   (L1 bound ${mb(r.memory.l1MaxBytes)})`,
     ],
     [
-      'with L1 full: RSS / heap after GC, then → end',
-      r.memory.fullStart === undefined || r.memory.end === undefined
+      'with L1 full: RSS / heap after GC (medians), first minute → last',
+      r.memory.fullFromS === undefined
         ? 'L1 never full'
-        : `${mb(r.memory.fullStart.rss)} / ${mb(r.memory.fullStart.heapAfterGc)} at ${r.memory.fullFromS} s → ${mb(r.memory.end.rss)} / ${mb(r.memory.end.heapAfterGc)}   (${signed(r.memory.rssChange)} / ${signed(r.memory.heapChange)}; ${r.memory.judged ? `bound ±${FLAT_TOLERANCE * 100} %` : `not judged: full ${r.memory.fullForS} s of ${r.seconds} s`})`,
+        : r.memory.fullStart === undefined || r.memory.end === undefined || !r.memory.judged
+          ? `L1 full at ${r.memory.fullFromS} s; not judged (judged from ${SETTLE_S} s later, for at least half the run)`
+          : `${mb(r.memory.fullStart.rss)} / ${mb(r.memory.fullStart.heapAfterGc)} from ${r.memory.judgedFromS} s → ${mb(r.memory.end.rss)} / ${mb(r.memory.end.heapAfterGc)}   (${signed(r.memory.rssChange)} / ${signed(r.memory.heapChange)}; bound ±${FLAT_TOLERANCE * 100} %)`,
     ],
   ]);
   return `soak drill: ${r.seconds} s, ${r.connections} connections, ${r.hotIds} hot ids, source latency ${r.sourceLatencyMs} ms, maxConcurrentLoads ${r.maxConcurrentLoads}\n${kinds}\n${figures}\n${r.pass ? 'PASS' : `FAIL: ${r.failed.join('; ')}`}\n`;
