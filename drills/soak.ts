@@ -4,7 +4,7 @@
  * memory stayed bounded.
  *
  *   npm run soak -- [--seconds 120] [--connections 32] [--hot-ids 1000]
- *     [--latency-ms 5] [--json [file]]
+ *     [--latency-ms 5] [--l1-mib 16] [--json [file]]
  *
  * One service instance (`dist/src/main.js`, no admin token) with one table on
  * an `http` source (an origin started here, `--latency-ms` per read) and
@@ -18,7 +18,8 @@
  * redis://127.0.0.1:6379); the run's keys are deleted at the end. Exits 1 when
  * a 5xx other than `ECC_SHED` appears, a request timed out, errored or went
  * unanswered, `flights` or `mailbox_depth` is not 0 at rest, or RSS grew more
- * than {@link MAX_RSS_GROWTH}×; 2 when the drill cannot run.
+ * than {@link MAX_RSS_GROWTH}×, or memory is not flat with L1 full (at
+ * `--l1-mib`): see `flatness` in lib/soak-report.ts; 2 when the drill cannot run.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -31,7 +32,7 @@ import { errorCode, itemUrl } from './lib/http.js';
 import { metric, scrape } from './lib/metrics.js';
 import { hotId, type Kind, mixedLoad } from './lib/mix.js';
 import { bump } from './lib/report.js';
-import { type AtRest, renderSoak, soakReport } from './lib/soak-report.js';
+import { type AtRest, type MemorySample, renderSoak, soakReport } from './lib/soak-report.js';
 import { connectAdmin, dropTable } from './lib/store.js';
 
 const args = drillArgs({
@@ -39,6 +40,7 @@ const args = drillArgs({
   connections: int(32, 1),
   'hot-ids': int(1000, 1),
   'latency-ms': float(5, 0),
+  'l1-mib': int(16, 1),
   valkey: valkeyOption(),
 });
 
@@ -66,11 +68,18 @@ const SETTLE_MS = 2_000;
 const REQUEST_TIMEOUT_S = 10;
 const RSS_SAMPLE_MS = 5_000;
 
-/** The service's resident set size, bytes, from its `/metrics`. */
-async function rss(url: string): Promise<number> {
-  const bytes = metric(await scrape(url), 'process_resident_memory_bytes');
-  if (bytes === undefined) throw new Error(`${url}/metrics has no process_resident_memory_bytes`);
-  return bytes;
+/** The service's memory from its `/metrics`: RSS, heap after the latest full GC, L1 bytes, bytes. */
+async function memory(url: string, table: string): Promise<MemorySample> {
+  const samples = await scrape(url);
+  const rss = metric(samples, 'process_resident_memory_bytes');
+  const heapAfterGc = metric(samples, 'nodejs_heap_after_gc_bytes');
+  if (rss === undefined || heapAfterGc === undefined) {
+    throw new Error(
+      `${url}/metrics lacks process_resident_memory_bytes or nodejs_heap_after_gc_bytes`,
+    );
+  }
+  const l1Bytes = metric(samples, 'echostore_l1_bytes', { table }) ?? 0;
+  return { atS: 0, rss, heapAfterGc, l1Bytes };
 }
 
 /** GETs every hot id once (`concurrency` at a time), so the run starts with them in L1. */
@@ -150,6 +159,8 @@ async function main() {
         [table]: {
           source: { kind: 'http', url: origin.template },
           maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+          // Bytes bind, not rows: the cold ids fill L1 to its byte bound, and the run shows it stays there.
+          l1: { maxBytes: args['l1-mib'] * 2 ** 20, maxEntries: 10_000_000 },
         },
       },
     });
@@ -159,11 +170,21 @@ async function main() {
     await warm(url, table, Math.min(connections, 32));
     const readsBefore = origin.totalReads();
 
-    const rssStart = await rss(url);
+    const started = performance.now();
+    const sampleNow = async () => ({
+      ...(await memory(url, table)),
+      atS: Math.round((performance.now() - started) / 1000),
+    });
+    const first = await sampleNow();
+    const rssStart = first.rss;
     const rssSamples = [rssStart];
+    const memorySamples = [first];
     const sampler = setInterval(() => {
-      rss(url).then(
-        (v) => rssSamples.push(v),
+      sampleNow().then(
+        (m) => {
+          rssSamples.push(m.rss);
+          memorySamples.push(m);
+        },
         () => {},
       );
     }, RSS_SAMPLE_MS);
@@ -179,8 +200,10 @@ async function main() {
     clearInterval(sampler);
 
     const { stats, waitedMs } = await settle(url, table);
-    const rssEnd = await rss(url);
+    const last = await sampleNow();
+    const rssEnd = last.rss;
     rssSamples.push(rssEnd);
+    memorySamples.push(last);
     const samples = await scrape(url);
     const load = (what: string) =>
       metric(samples, `echostore_load_duration_seconds_${what}`, { table }) ?? 0;
@@ -200,6 +223,8 @@ async function main() {
       rssStart,
       rssEnd,
       rssSamples,
+      memorySamples,
+      l1MaxBytes: args['l1-mib'] * 2 ** 20,
       sourceReads: origin.totalReads() - readsBefore,
       loaderMeanMs: (load('sum') * 1000) / Math.max(1, load('count')),
     });

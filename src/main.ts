@@ -12,6 +12,7 @@ import { type Logger, pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { loadConfig } from './config/load.js';
 import { ConfigError, EchoStoreError } from './errors.js';
+import { watchHeapAfterGc } from './heap-gauge.js';
 import type { Lifecycle } from './http/ops.js';
 import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
@@ -40,6 +41,7 @@ async function main(): Promise<void> {
   });
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  watchHeapAfterGc(registry);
 
   const sources: Source[] = [];
   const tables: Record<string, TableOptions> = Object.create(null);

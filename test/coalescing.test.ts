@@ -166,4 +166,23 @@ describe('single-flight', () => {
     const after = await t.get('k');
     expect(after).toMatchObject({ found: true, value: { n: 1 }, layer: 'l1' });
   });
+  it("coalescing 'none' loads once per caller, even for callers of one id in one tick", async () => {
+    const table = uniqueTable('none');
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        coalescing: 'none',
+        load: async (id) => {
+          loads++;
+          await new Promise((r) => setTimeout(r, 20));
+          return { id };
+        },
+      },
+    });
+    const t = store.table(table);
+    const results = await Promise.all(Array.from({ length: 10 }, () => t.get('same')));
+    expect(loads).toBe(10);
+    expect(results.every((r) => r.found && !r.coalesced)).toBe(true);
+    expect(t.stats().coalesced).toBe(0);
+  });
 });

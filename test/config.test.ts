@@ -689,7 +689,7 @@ describe('table policy defaults', () => {
       maxConcurrentLoads: 16,
       maxQueueDelayMs: 2_000,
       maxQueuedLoads: 10_000,
-      maxWaitersPerFlight: 10_000,
+      maxWaitersPerFlight: 1_000_000,
       coalescing: 'fleet',
       batchWindowMs: 0,
       maxBatchSize: 100,

@@ -33,11 +33,11 @@ describe('L1', () => {
 
   it('a value larger than an eighth of l1.maxBytes answers every caller but is not kept', async () => {
     const table = uniqueTable('l1-big');
-    const big = { blob: 'x'.repeat(200) };
+    const big = { blob: 'x'.repeat(1_000) };
     let loads = 0;
     const store = await openStore({
       [table]: {
-        l1: { maxBytes: 1024 },
+        l1: { maxBytes: 8_192 },
         load: (id) => {
           loads++;
           return id === 'big' ? big : { id };
@@ -58,16 +58,35 @@ describe('L1', () => {
     expect((await t.get('small')).layer).toBe('l1');
   });
 
-  it('l1.maxBytes counts UTF-8 bytes, not UTF-16 code units', async () => {
-    const table = uniqueTable('l1-utf8');
-    // 40 × '€' is 42 code units of JSON but 122 bytes of UTF-8: over the 128-byte row limit with the row overhead.
-    const euros = '€'.repeat(40);
+  it('l1.maxBytes counts heap bytes: a non-ASCII text costs two bytes per UTF-16 unit', async () => {
+    const table = uniqueTable('l1-heap');
+    // The row limit is 1 024 bytes (an eighth of 8 KiB). 400 ASCII characters
+    // take 400 bytes of heap and fit beside the row's overhead; 400 × '€'
+    // (a two-byte string in V8) take 800 bytes and do not.
     const store = await openStore({
-      [table]: { l1: { maxBytes: 1024 }, load: () => euros },
+      [table]: { l1: { maxBytes: 8_192 }, load: (id) => (id === 'e' ? '€' : 'a').repeat(400) },
     });
     const t = store.table(table);
-    expect(await t.get('e')).toMatchObject({ found: true, value: euros });
-    expect(t.stats().l1_entries).toBe(0);
+    expect(await t.get('a')).toMatchObject({ found: true, value: 'a'.repeat(400) });
+    expect(await t.get('e')).toMatchObject({ found: true, value: '€'.repeat(400) });
+    expect((await t.get('a')).layer).toBe('l1');
+    expect((await t.get('e')).layer).toBe('l2');
+    expect(t.stats().l1_entries).toBe(1);
+  });
+
+  it('l1.maxBytes bounds the bytes held: rows are evicted to make room', async () => {
+    const table = uniqueTable('l1-bytes');
+    const store = await openStore({
+      [table]: { l1: { maxBytes: 8_192 }, load: (id) => ({ id, pad: 'p'.repeat(200) }) },
+    });
+    const t = store.table(table);
+    for (let i = 0; i < 100; i++) await t.get(`id-${i}`);
+    const { l1_entries, l1_bytes } = t.stats();
+    expect(l1_bytes).toBeLessThanOrEqual(8_192);
+    // Each row counts its overhead and its strings: 8 KiB holds a dozen or so.
+    expect(l1_entries).toBeGreaterThan(5);
+    expect(l1_entries).toBeLessThan(20);
+    expect((await t.get('id-99')).layer).toBe('l1');
   });
 
   it('l1.maxEntries bounds the rows held', async () => {
@@ -93,9 +112,7 @@ describe('L1', () => {
       await t.get(id);
       const l1TtlMs = t.l1TtlMs(id);
       expect(l1TtlMs).toBeGreaterThan(0);
-      // lru-cache reads a cached clock (ttlResolution), so on a busy machine the
-      // remaining TTL can read a few ms high; 25 ms is far below the 200 ms of jitter tested.
-      expect(l1TtlMs).toBeLessThanOrEqual(1_200 + 25);
+      expect(l1TtlMs).toBeLessThanOrEqual(1_200);
     }
   });
 

@@ -117,17 +117,54 @@ describe('shedding and bounded waiting', () => {
       },
     });
     const t = store.table(table);
-    const reads = Array.from({ length: 8 }, () =>
-      t.get('hot').then(
-        () => 'ok',
-        (e: { code: string }) => e.code,
-      ),
-    );
+    // One caller per tick: callers in one tick would share one read (attached or shed whole).
+    const reads: Promise<string>[] = [];
+    for (let i = 0; i < 8; i++) {
+      reads.push(
+        t.get('hot').then(
+          () => 'ok',
+          (e: { code: string }) => e.code,
+        ),
+      );
+      await new Promise((r) => setImmediate(r));
+    }
     await vi.waitFor(() => expect(t.stats().coalesced).toBe(4));
     gate.resolve();
     const outcomes = await Promise.all(reads);
     expect(outcomes.filter((o) => o === 'ok')).toHaveLength(5);
     expect(outcomes.filter((o) => o === 'ECC_SHED')).toHaveLength(3);
+  });
+
+  it('callers of one id in one tick share one read, attached or shed whole at maxWaitersPerFlight', async () => {
+    const table = uniqueTable('joined');
+    const gate = deferred<void>();
+    const store = await openStore({
+      [table]: {
+        maxWaitersPerFlight: 5,
+        load: async (id) => {
+          await gate.promise;
+          return { id };
+        },
+      },
+    });
+    const t = store.table(table);
+    const outcome = (p: Promise<unknown>) =>
+      p.then(
+        () => 'ok',
+        (e: { code: string }) => e.code,
+      );
+    // Tick 1: one caller launches the flight, three join its message (4 callers).
+    const first = Array.from({ length: 4 }, () => outcome(t.get('hot')));
+    expect(t.stats().mailbox_depth).toBe(1);
+    await new Promise((r) => setImmediate(r));
+    // Tick 2: one caller fits (5), the three that join its message would not: shed together.
+    const second = Array.from({ length: 4 }, () => outcome(t.get('hot')));
+    await new Promise((r) => setImmediate(r));
+    gate.resolve();
+    expect(await Promise.all(first)).toEqual(['ok', 'ok', 'ok', 'ok']);
+    expect(await Promise.all(second)).toEqual(['ok', 'ECC_SHED', 'ECC_SHED', 'ECC_SHED']);
+    expect(t.stats().coalesced).toBe(4);
+    expect(t.stats().misses).toBe(8);
   });
 
   it('answers no caller later than waitTimeoutMs; the flight still fills the cache for the next caller', async () => {

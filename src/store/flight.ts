@@ -16,6 +16,8 @@ import type { L2 } from './valkey/scripts.js';
 export interface Waiter {
   resolve(result: ReadResult): void;
   reject(error: Error): void;
+  /** Callers this waiter answers (a joined read answers several); 1 when absent. */
+  readonly count?: number;
 }
 
 /**
@@ -34,8 +36,8 @@ export type Outcome =
 /**
  * One in-flight load of one id. Who writes each field, and when:
  * - `id`, `abort`: fixed at creation.
- * - `waiters`: appended to and emptied only by the owner (on `fill`,
- *   `serveStale`, `landed`, close); the runner only reads its length.
+ * - `waiters`, `callers`: appended to and emptied only by the owner (on
+ *   `fill`, `serveStale`, `landed`, close); the runner only reads the length.
  * - `background`: set at creation (no first waiter), and by the owner when it
  *   answered every waiter stale (`serveStale`).
  * - `superseded`: set only by the owner (a PUT, DELETE or newer event of the
@@ -45,6 +47,8 @@ export type Outcome =
 export class Flight {
   readonly id: string;
   readonly waiters: Waiter[];
+  /** The callers the waiters answer (a joined read answers several): what metrics count and `maxWaitersPerFlight` bounds. */
+  callers: number;
   /** Aborted on load timeout or forced close; the loader's `signal`. */
   readonly abort = new AbortController();
   /**
@@ -64,6 +68,7 @@ export class Flight {
   constructor(id: string, first?: Waiter) {
     this.id = id;
     this.waiters = first === undefined ? [] : [first];
+    this.callers = first === undefined ? 0 : (first.count ?? 1);
     this.background = first === undefined;
   }
 }
@@ -116,4 +121,20 @@ export function answerOf(
     ttlMs,
     stored,
   };
+}
+
+/**
+ * Answers a flight's waiters: the first with `first`, every later one (they
+ * attached to its flight: coalesced) with one shared answer built once.
+ */
+export function answerAll(
+  waiters: readonly Waiter[],
+  first: ReadResult,
+  coalesced: () => ReadResult,
+): void {
+  if (waiters.length === 0) return;
+  (waiters[0] as Waiter).resolve(first);
+  if (waiters.length === 1) return;
+  const shared = coalesced();
+  for (let i = 1; i < waiters.length; i++) (waiters[i] as Waiter).resolve(shared);
 }

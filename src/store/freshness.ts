@@ -12,13 +12,32 @@ import type { Envelope } from './envelope.js';
  * expiry and the slower the load (`deltaMs`), the likelier; `beta` 0 turns it off.
  */
 export function xfetchDue(
-  row: Envelope,
+  row: Pick<Envelope, 'softExpiresAt' | 'deltaMs' | 'negative'>,
   now: number,
   beta: number,
   random: () => number = Math.random,
 ): boolean {
   if (beta <= 0 || row.negative || row.deltaMs <= 0) return false;
   return now - row.deltaMs * beta * Math.log(random()) >= row.softExpiresAt;
+}
+
+/**
+ * −ln of the smallest positive `Math.random()` (2^-53): no draw but an exact 0
+ * (odds 2^-53) pulls a refresh earlier than this many `deltaMs · beta`.
+ */
+const MAX_PULL = 53 * Math.LN2;
+
+/**
+ * Whether {@link xfetchDue} could say yes at `now` with `Math.random`: a
+ * check without a draw, so that a hit far from its soft expiry (the usual one)
+ * draws no random and takes no logarithm.
+ */
+export function xfetchPossible(
+  row: { softExpiresAt: number; deltaMs: number },
+  now: number,
+  beta: number,
+): boolean {
+  return now + row.deltaMs * beta * MAX_PULL >= row.softExpiresAt;
 }
 
 /** First and longest pause before refreshing an id whose refresh failed, ms. */

@@ -1,69 +1,134 @@
+/**
+ * The in-process L1 (lru-cache), its rows and what they cost. A row keeps the
+ * value's JSON text, never the decoded value: the text is what the HTTP path
+ * sends, and what a row costs can then be counted (a decoded value's heap
+ * size cannot). Library callers decode on demand (`answers.ts`).
+ */
 import { LRUCache } from 'lru-cache';
 import type { Envelope } from './envelope.js';
 import type { L1Policy } from './policy.js';
 
-/** One L1 row: the decoded envelope (value, its JSON text, version, soft expiry). */
-export type L1Row = Envelope;
+/**
+ * Heap bytes of one row besides its two strings, measured on Node 20 x64
+ * (`npm run bench:memory` prints the calibration): the row object and its
+ * boxed version, the Map entry with the table's growth slack, and the header
+ * of an L2 value the JSON text may still point into. High enough for a
+ * process up 24 days, when its millisecond times no longer fit a small
+ * integer and each takes a box too.
+ */
+export const ROW_OVERHEAD_BYTES = 272;
 
 /**
- * The in-process L1: an lru-cache bounded by entries and bytes, each row with
- * a jittered TTL that never outlives the row's hard TTL (between soft and hard
- * expiry a row is served stale while one caller refreshes it).
+ * Heap bytes of a string of `s.length` code units: a 16-byte header, one byte
+ * per unit when every unit is ASCII, else two (counted high: Latin-1 text also
+ * fits one byte per unit), rounded up to 8.
+ */
+export function stringBytes(s: string, utf8Bytes = Buffer.byteLength(s)): number {
+  const units = utf8Bytes === s.length ? s.length : 2 * s.length;
+  return (16 + units + 7) & ~7;
+}
+
+/** One L1 row: the envelope without its decoded value, and when it leaves L1. */
+export class L1Row {
+  readonly json: string;
+  readonly version: number;
+  readonly softExpiresAt: number;
+  readonly hardExpiresAt: number;
+  readonly deltaMs: number;
+  readonly negative: boolean;
+  /** Leaves L1 at this instant (this process's clock): the jittered `l1.ttlMs`, never past `hardExpiresAt`. */
+  readonly expiresAt: number;
+  /** The heap it takes (what it counts against `maxBytes`, at least the per-row floor). */
+  readonly bytes: number;
+
+  constructor(envelope: Envelope, expiresAt: number, bytes: number) {
+    this.json = envelope.json;
+    this.version = envelope.version;
+    // Whole milliseconds, rounded down (a row goes stale or leaves at most 1 ms
+    // early): small integers live in the row itself, where fractions would each
+    // take a 16-byte box of their own.
+    this.softExpiresAt = Math.floor(envelope.softExpiresAt);
+    this.hardExpiresAt = Math.floor(envelope.hardExpiresAt);
+    this.deltaMs = envelope.deltaMs;
+    this.negative = envelope.negative;
+    this.expiresAt = Math.floor(expiresAt);
+    this.bytes = bytes;
+  }
+}
+
+/**
+ * The in-process L1: lru-cache (least recently used goes first), bounded by
+ * rows and by the heap they really take. Each row lives for the jittered
+ * `l1.ttlMs`, never past its hard TTL (between soft and hard expiry it is
+ * served stale while one caller refreshes it); lifetimes are checked here on
+ * this process's clock, so lru-cache keeps no timers or TTL arrays.
+ *
+ * Both bounds are one: a row counts against `maxBytes` at least
+ * `maxBytes ÷ maxEntries`, so no more than `maxEntries` rows fit, without
+ * lru-cache preallocating arrays for `maxEntries` rows (it would, given `max`).
  *
  * L1 does not compare versions: the owner decides what may be stored (a
  * superseded flight or a refused fill never reaches `set`; coherence events
- * drop rows newer-wins), see docs/ordering.md. A row too large for the byte
- * budget is simply not kept: the fill still answers its callers
- * (pass-through, never failure).
+ * drop rows newer-wins), see docs/ordering.md. A row larger than an eighth of
+ * `maxBytes` is not kept: the fill still answers its callers (pass-through,
+ * never failure).
  */
 export class L1 {
   readonly #cache: LRUCache<string, L1Row>;
   readonly #policy: L1Policy;
   readonly #jitter: number;
+  readonly #maxRowBytes: number;
+  /** The heap the rows take (their `bytes`), without the per-row floor. */
+  #bytes = 0;
 
   constructor(policy: L1Policy, jitter: number) {
     this.#policy = policy;
     this.#jitter = jitter;
+    this.#maxRowBytes = Math.max(1, Math.floor(policy.maxBytes / 8));
+    const floorBytes = Math.max(1, Math.floor(policy.maxBytes / policy.maxEntries));
     this.#cache = new LRUCache<string, L1Row>({
-      max: policy.maxEntries,
       maxSize: policy.maxBytes,
-      maxEntrySize: Math.max(1, Math.floor(policy.maxBytes / 8)),
-      // UTF-8 bytes, as L1Policy.maxBytes documents (`.length` counts UTF-16 units and undercounts non-ASCII).
-      sizeCalculation: (row, key) => Buffer.byteLength(row.json) + Buffer.byteLength(key) + 64,
-      ttlAutopurge: false,
+      sizeCalculation: (row) => Math.max(row.bytes, floorBytes),
+      dispose: (row) => {
+        this.#bytes -= row.bytes;
+      },
     });
   }
 
-  /**
-   * The row, if present, not past its L1 TTL and not past its hard TTL at
-   * `now` (epoch ms). lru-cache reads a cached clock (`ttlResolution`), so the
-   * hard TTL is checked here against the caller's clock too. Never touches Valkey.
-   */
+  /** The row if present and not past its L1 lifetime at `now` (this process's clock, ms). */
   get(id: string, now: number): L1Row | undefined {
     const row = this.#cache.get(id);
-    return row !== undefined && now < row.hardExpiresAt ? row : undefined;
+    if (row === undefined) return undefined;
+    if (now >= row.expiresAt) {
+      this.#cache.delete(id);
+      return undefined;
+    }
+    return row;
   }
 
   /**
-   * Stores `row` for at most `l1.ttlMs` (jittered), never past its hard TTL.
+   * Stores `envelope`'s row for at most `l1.ttlMs` (jittered), never past its
+   * hard TTL, evicting the least recently used rows until it fits.
    *
-   * @param now epoch milliseconds, for the hard-TTL bound.
+   * @param now this process's clock, ms.
    * @returns true when the row was stored (false: already past its hard TTL, or too large).
    */
-  set(id: string, row: L1Row, now: number): boolean {
-    const remainingMs = row.hardExpiresAt - now;
-    if (remainingMs <= 0) {
+  set(id: string, envelope: Envelope, now: number): boolean {
+    const remainingMs = envelope.hardExpiresAt - now;
+    const bytes = ROW_OVERHEAD_BYTES + stringBytes(envelope.json) + stringBytes(id);
+    if (remainingMs <= 0 || bytes > this.#maxRowBytes) {
       this.#cache.delete(id);
       return false;
     }
-    const ttl = Math.min(this.#policy.ttlMs * (1 + Math.random() * this.#jitter), remainingMs);
-    this.#cache.set(id, row, { ttl: Math.max(1, Math.floor(ttl)) });
-    return this.#cache.has(id);
+    const ttlMs = Math.min(this.#policy.ttlMs * (1 + Math.random() * this.#jitter), remainingMs);
+    this.#cache.set(id, new L1Row(envelope, now + Math.max(1, Math.floor(ttlMs)), bytes));
+    this.#bytes += bytes;
+    return true;
   }
 
-  /** The row, even past its L1 TTL, without touching recency (coherence checks). */
+  /** The row, even past its L1 lifetime, without touching recency (coherence checks). */
   peek(id: string): L1Row | undefined {
-    return this.#cache.peek(id, { allowStale: true });
+    return this.#cache.peek(id);
   }
 
   /** Drops `id`'s row. */
@@ -71,9 +136,10 @@ export class L1 {
     this.#cache.delete(id);
   }
 
-  /** Remaining L1 TTL of `id` in milliseconds (0 if absent); for tests and diagnostics. */
-  remainingTtlMs(id: string): number {
-    return Math.max(0, this.#cache.getRemainingTTL(id));
+  /** Remaining L1 lifetime of `id` at `now`, ms (0 if absent); for tests and diagnostics. */
+  remainingTtlMs(id: string, now: number): number {
+    const row = this.#cache.peek(id);
+    return row === undefined ? 0 : Math.max(0, row.expiresAt - now);
   }
 
   /** Drops every row. */
@@ -85,7 +151,8 @@ export class L1 {
     return this.#cache.size;
   }
 
+  /** What the rows take: their estimated heap bytes. */
   get bytes(): number {
-    return this.#cache.calculatedSize;
+    return this.#bytes;
   }
 }

@@ -13,11 +13,19 @@
  */
 import { ClosedError, type EchoStoreError, InternalError, ShedError } from '../errors.js';
 import { bump } from '../metrics.js';
+import { rowAnswer } from './answers.js';
 import type { Envelope } from './envelope.js';
-import { answerOf, Flight, type Outcome, type TableContext, type Waiter } from './flight.js';
+import {
+  answerAll,
+  answerOf,
+  Flight,
+  type Outcome,
+  type TableContext,
+  type Waiter,
+} from './flight.js';
 import { RefreshBackoff } from './freshness.js';
 import type { L1 } from './l1.js';
-import { Mailbox, type Message, type RefreshReason, waitersOf } from './messages.js';
+import { type Fill, Mailbox, type Message, type RefreshReason, waitersOf } from './messages.js';
 import { type FlightRunner, flightRunner } from './run-flight.js';
 import type { TableEvent } from './valkey/events.js';
 import { Writes } from './writes.js';
@@ -118,6 +126,7 @@ export class TableOwner {
       flight.abort.abort(error);
       for (const w of flight.waiters) w.reject(error);
       flight.waiters.length = 0;
+      flight.callers = 0;
     }
     this.#flights.clear();
     for (const [id, parked] of this.#writes.drain()) {
@@ -128,7 +137,7 @@ export class TableOwner {
   // --- handlers: one per message kind ---------------------------------------
 
   readonly #handlers: Handlers = {
-    fill: (m) => this.#fill(m.id, m.waiter),
+    fill: (m) => this.#fill(m),
     landed: (m) => this.#landed(m.flight, m.outcome),
     serveStale: (m) => this.#serveStale(m.flight, m.envelope),
     refresh: (m) => this.#refresh(m.id, m.reason),
@@ -169,38 +178,53 @@ export class TableOwner {
   }
 
   /** A miss: answer from L1 if it filled meanwhile, else attach to the id's flight or launch one. */
-  #fill(id: string, waiter: Waiter): void {
+  #fill(m: Fill): void {
+    m.open = false;
+    const { id, waiter, joined } = m;
     if (this.#closed) {
-      waiter.reject(this.#closedError(id));
+      for (const w of waitersOf(m)) w.reject(this.#closedError(id));
       return;
     }
-    if (this.#writes.park(id, { kind: 'fill', id, waiter })) return;
+    if (this.#writes.park(id, m)) return;
+    const callers = 1 + (joined?.count ?? 0);
     const now = this.#ctx.now();
     const row = this.#l1.get(id, now);
     if (row !== undefined) {
       const stale = now >= row.softExpiresAt;
-      this.#ctx.counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1']++;
-      waiter.resolve(answerOf(row, 'l1', false, now));
+      this.#ctx.counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1'] += callers;
+      const answer = rowAnswer(row, now);
+      waiter.resolve(answer);
+      joined?.resolve(answer);
       if (stale) this.#refresh(id, 'stale');
       return;
     }
     const running = this.#coalesces ? this.#flights.get(id) : undefined;
     if (running === undefined) {
-      this.#launch(new Flight(id, waiter));
+      const flight = new Flight(id, waiter);
+      if (joined !== undefined) this.#attach(flight, joined);
+      this.#launch(flight);
       return;
     }
-    if (running.waiters.length >= this.#ctx.policy.maxWaitersPerFlight) {
-      this.#ctx.counters.shed++;
+    this.#attach(running, waiter);
+    if (joined !== undefined) this.#attach(running, joined);
+  }
+
+  /** Attaches `waiter` to a running flight (coalesced), unless `maxWaitersPerFlight` callers wait on it already. */
+  #attach(flight: Flight, waiter: Waiter): void {
+    const count = waiter.count ?? 1;
+    if (flight.callers + count > this.#ctx.policy.maxWaitersPerFlight) {
+      this.#ctx.counters.shed += count;
       waiter.reject(
-        new ShedError(`${running.waiters.length} callers already wait on this item`, {
+        new ShedError(`${flight.callers} callers already wait on this item`, {
           table: this.#ctx.table,
-          id,
+          id: flight.id,
         }),
       );
       return;
     }
-    running.waiters.push(waiter);
-    this.#ctx.counters.coalesced++;
+    flight.waiters.push(waiter);
+    flight.callers += count;
+    this.#ctx.counters.coalesced += count;
   }
 
   /** A flight finished: answer every waiter with its one outcome, and keep it in L1 if it may. */
@@ -214,7 +238,7 @@ export class TableOwner {
       this.#backoff.pause(flight.id, now + outcome.retryAfterMs);
       // Callers that attached after the flight decided to skip still need an
       // answer, superseded or not: they join the id's flight, or launch one.
-      if (flight.waiters.length > 0) this.#relaunch(flight.id, flight.waiters);
+      if (flight.waiters.length > 0) this.#relaunch(flight);
       return;
     }
     if (outcome.kind === 'error') {
@@ -231,11 +255,11 @@ export class TableOwner {
     if (layer === 'l2') counters.l2_hits++;
     const kept = !flight.superseded && !outcome.refused;
     if (kept) this.#l1.set(flight.id, envelope, now);
-    counters.reads[envelope.negative ? 'negative' : layer] += flight.waiters.length;
+    counters.reads[envelope.negative ? 'negative' : layer] += flight.callers;
     const stored = kept && layer === 'origin';
-    flight.waiters.forEach((w, i) => {
-      w.resolve(answerOf(envelope, layer, i > 0, now, stored));
-    });
+    answerAll(flight.waiters, answerOf(envelope, layer, false, now, stored), () =>
+      answerOf(envelope, layer, true, now, stored),
+    );
   }
 
   /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
@@ -244,12 +268,13 @@ export class TableOwner {
     const now = this.#ctx.now();
     // In L1, later callers get the stale value without the mailbox while the refresh runs.
     this.#l1.set(flight.id, envelope, now);
-    this.#ctx.counters.reads.stale += flight.waiters.length;
+    this.#ctx.counters.reads.stale += flight.callers;
     this.#ctx.counters.refreshes.stale++;
-    flight.waiters.forEach((w, i) => {
-      w.resolve(answerOf(envelope, 'l2', i > 0, now));
-    });
+    answerAll(flight.waiters, answerOf(envelope, 'l2', false, now), () =>
+      answerOf(envelope, 'l2', true, now),
+    );
     flight.waiters.length = 0;
+    flight.callers = 0;
     flight.background = true;
   }
 
@@ -298,7 +323,10 @@ export class TableOwner {
       this.#flights.delete(m.flight.id);
     }
     for (const w of waitersOf(m)) w.reject(error);
-    if ('flight' in m) m.flight.waiters.length = 0;
+    if ('flight' in m) {
+      m.flight.waiters.length = 0;
+      m.flight.callers = 0;
+    }
     // A write whose handler failed must not keep its id parked for good.
     if ((m.kind === 'written' || m.kind === 'invalidated') && this.#writes.has(m.id)) {
       for (const parked of this.#writes.abandon(m.id)) this.post(parked);
@@ -330,25 +358,23 @@ export class TableOwner {
   }
 
   /** Waiters of a flight that ended without an answer for them: the id's running flight, or a new one. */
-  #relaunch(id: string, waiters: Waiter[]): void {
-    const running = this.#flights.get(id);
-    if (running !== undefined) {
-      running.waiters.push(...waiters);
-      return;
+  #relaunch(ended: Flight): void {
+    const running = this.#flights.get(ended.id);
+    const flight = running ?? new Flight(ended.id);
+    flight.waiters.push(...ended.waiters);
+    flight.callers += ended.callers;
+    if (running === undefined) {
+      flight.background = false;
+      this.#launch(flight);
     }
-    const again = new Flight(id, waiters[0]);
-    again.waiters.push(...waiters.slice(1));
-    this.#launch(again);
   }
 
   /** Stale-if-error: a row still within its hard TTL answers instead of the error. */
   #answerError(flight: Flight, error: EchoStoreError, now: number): void {
     const row = flight.superseded ? undefined : this.#l1.get(flight.id, now);
     if (row !== undefined && !row.negative) {
-      this.#ctx.counters.reads.stale += flight.waiters.length;
-      flight.waiters.forEach((w, i) => {
-        w.resolve(answerOf(row, 'l1', i > 0, now));
-      });
+      this.#ctx.counters.reads.stale += flight.callers;
+      answerAll(flight.waiters, rowAnswer(row, now), () => rowAnswer(row, now, true));
     } else {
       for (const w of flight.waiters) w.reject(error);
     }

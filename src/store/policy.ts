@@ -33,7 +33,7 @@ export const L1PolicySchema = Type.Object(
         maximum: 64 * 1024 * 1024 * 1024,
         default: 64 * 1024 * 1024,
         description:
-          "Most bytes held (UTF-8 length of each value's JSON). A row larger than an eighth of this is not kept in L1 (pass-through).",
+          "Most bytes of heap the L1 rows may take. A row keeps its value's JSON text only (library callers decode it on demand) and counts what it really costs: its text and id as V8 stores them (one byte per character when ASCII, else two) plus 272 bytes for the row itself, calibrated by `npm run bench:memory`. A row larger than an eighth of this is not kept in L1 (pass-through).",
       }),
     ),
     ttlMs: Type.Optional(
@@ -138,8 +138,9 @@ export const TablePolicySchema = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: 10_000_000,
-        default: 10_000,
-        description: 'Callers that may wait on one flight; more are shed with `ECC_SHED`.',
+        default: 1_000_000,
+        description:
+          'Callers that may wait on one flight; more are shed with `ECC_SHED`. A memory bound only: a waiter costs a few hundred bytes and no timer (one per table bounds every wait), so a herd of any size that fits in memory is answered by one load.',
       }),
     ),
     coalescing: Type.Optional(

@@ -109,9 +109,11 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
  */
 const runLeased: Run = async (ctx, flight, serveStale) => {
   const { table, policy, counters, metrics } = ctx;
-  // Started on the first contended answer (an uncontended miss never needs one);
-  // Valkey is asked again right after, so no fill event can slip in between.
-  let watch: Watch | undefined;
+  // Started before Valkey is first asked (an in-process entry, no command), so a
+  // fill published after any contended answer wakes this flight: a contended
+  // flight waits for the holder's fill right after its first answer.
+  let watch: Watch | undefined =
+    flight.waiters.length === 0 ? undefined : ctx.events?.watch(table, flight.id);
   // A duration, on real time: an injected test clock that stands still must not make a waiter poll forever.
   const deadline = performance.now() + policy.waitTimeoutMs;
   let waitStarted: number | undefined;
@@ -168,8 +170,12 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
       if (waitStarted === undefined) {
         waitStarted = performance.now();
         counters.lease.contended++;
-        watch = ctx.events?.watch(table, flight.id);
-        continue;
+        if (watch === undefined && ctx.events !== undefined) {
+          // A refresh that callers joined: watch now, and ask Valkey again right
+          // after, so no fill event can slip in between.
+          watch = ctx.events.watch(table, flight.id);
+          continue;
+        }
       }
       const leftMs = deadline - performance.now();
       if (leftMs <= 0) {

@@ -9,6 +9,7 @@ import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js'
 import { checkTopology } from '../valkey-topology.js';
 import { Admission } from './admission.js';
 import { batchingLoader } from './batch-load.js';
+import { coarseClock } from './clock.js';
 import { VersionClock } from './envelope.js';
 import type { TableContext } from './flight.js';
 import { L1 } from './l1.js';
@@ -157,6 +158,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
         ? options.valkey
         : createValkeyClient(options.valkey);
   const now = options.now ?? (() => performance.now());
+  // An injected clock drives the hit path too, so tests see one clock.
+  const hitNow = options.now ?? coarseClock();
   const clock = new VersionClock();
   const coherence = options.coherence ?? true;
   const [probed] = Object.keys(options.tables);
@@ -170,7 +173,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = coherence ? new TableEvents(valkey, log) : undefined;
   const subscribed = new Map<string, Promise<boolean>>();
-  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now };
+  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now, hitNow };
   const tables = new Map<string, Table>();
   const release = async () => {
     breaker.close();
@@ -277,6 +280,8 @@ interface StoreDeps {
   clock: VersionClock;
   log: Logger;
   now: () => number;
+  /** The clock of the L1 hit path. */
+  hitNow: () => number;
 }
 
 function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
@@ -342,6 +347,6 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     onReconnect: () => owner.post({ kind: 'flush' }),
   });
   if (subscription !== undefined) deps.subscribed.set(name, subscription);
-  table = new Table(ctx, l1, owner);
+  table = new Table(ctx, l1, owner, deps.hitNow);
   return table;
 }

@@ -12,11 +12,13 @@ import {
   InternalError,
   WaitTimeoutError,
 } from '../errors.js';
+import { rowAnswer } from './answers.js';
+import { type PendingRead, WaitDeadlines } from './deadlines.js';
 import { toJson } from './envelope.js';
-import { answerOf, type TableContext } from './flight.js';
-import { xfetchDue } from './freshness.js';
+import type { TableContext } from './flight.js';
+import { xfetchDue, xfetchPossible } from './freshness.js';
 import type { L1 } from './l1.js';
-import type { RefreshReason } from './messages.js';
+import type { Fill, RefreshReason } from './messages.js';
 import type { TableOwner } from './owner.js';
 import type { TablePolicy } from './policy.js';
 import type { BatchEntry, ReadResult, TableStats, WriteResult } from './types.js';
@@ -84,15 +86,42 @@ export class Table {
   readonly #ctx: TableContext;
   readonly #l1: L1;
   readonly #owner: TableOwner;
+  readonly #deadlines: WaitDeadlines;
+  readonly #hitNow: () => number;
+  readonly #counters: TableContext['counters'];
+  /** `earlyRefreshBeta` (XFetch), read once. */
+  readonly #beta: number;
+  /** Chosen once: `coalescing: 'none'` (the drills' baseline) never lets a miss join another's fill. */
+  readonly #joins: boolean;
+  /** The last fill posted: misses of its id join it while the owner has not handled it. */
+  #open: Fill | undefined;
   #closed = false;
 
-  /** @internal Built by `createStore`. */
-  constructor(ctx: TableContext, l1: L1, owner: TableOwner) {
+  /**
+   * @internal Built by `createStore`.
+   * @param hitNow the clock of the L1 hit path (`clock.ts`); `ctx.now` by default.
+   */
+  constructor(ctx: TableContext, l1: L1, owner: TableOwner, hitNow: () => number = ctx.now) {
     this.name = ctx.table;
     this.policy = ctx.policy;
     this.#ctx = ctx;
     this.#l1 = l1;
     this.#owner = owner;
+    this.#hitNow = hitNow;
+    this.#counters = ctx.counters;
+    this.#beta = ctx.policy.earlyRefreshBeta;
+    this.#joins = ctx.policy.coalescing !== 'none';
+    this.#deadlines = new WaitDeadlines(
+      ctx.policy.waitTimeoutMs,
+      (id) =>
+        new WaitTimeoutError(`no answer within waitTimeoutMs (${ctx.policy.waitTimeoutMs} ms)`, {
+          table: ctx.table,
+          id,
+        }),
+    );
+    // Compiles the id rules' regular expressions now rather than on the first miss.
+    assertId(this.name, 'id', undefined);
+    this.policy.idPattern?.test('');
   }
 
   /**
@@ -107,50 +136,59 @@ export class Table {
    *   when this caller waited `waitTimeoutMs` (each caller its own).
    */
   get(id: string): Promise<ReadResult> {
+    const now = this.#hitNow();
+    // Only ids that passed assertId are ever stored, so a hit needs no id check.
+    const row = typeof id === 'string' ? this.#l1.get(id, now) : undefined;
+    if (row === undefined) return this.#miss(id);
+    const counters = this.#counters;
+    counters.hits++;
+    if (now < row.softExpiresAt) {
+      if (row.negative) counters.reads.negative++;
+      else counters.reads.l1++;
+      const beta = this.#beta;
+      if (beta > 0 && xfetchPossible(row, now, beta) && xfetchDue(row, now, beta)) {
+        this.#refresh(id, 'early', now);
+      }
+    } else {
+      // Between soft and hard TTL: answer stale now, one background refresh (stale-while-revalidate).
+      counters.reads.stale++;
+      this.#refresh(id, 'stale', now);
+    }
+    return Promise.resolve(rowAnswer(row, now));
+  }
+
+  /**
+   * A miss: the id rules, then a `fill` message; a miss of the id whose fill
+   * still waits in the mailbox joins it instead (one shared read for the
+   * joiners: a herd in one tick costs one message and two answers). No caller
+   * waits longer than waitTimeoutMs, whatever its flight is doing (one timer
+   * per table keeps that bound); the flight itself goes on and fills the
+   * cache for the next caller.
+   */
+  #miss(id: string): Promise<ReadResult> {
+    const open = this.#open;
+    if (open?.open === true && open.id === id && this.#joins) {
+      this.#ctx.counters.misses++;
+      let joined = open.joined as PendingRead | undefined;
+      if (joined === undefined) {
+        joined = this.#deadlines.add(id);
+        open.joined = joined;
+      } else {
+        joined.count++;
+      }
+      return joined.promise;
+    }
     try {
       assertId(this.name, id, this.policy.idPattern);
     } catch (err) {
       return Promise.reject(err);
     }
-    const counters = this.#ctx.counters;
-    const now = this.#ctx.now();
-    const row = this.#l1.get(id, now);
-    if (row !== undefined) {
-      counters.hits++;
-      if (now < row.softExpiresAt) {
-        counters.reads[row.negative ? 'negative' : 'l1']++;
-        if (xfetchDue(row, now, this.policy.earlyRefreshBeta)) this.#refresh(id, 'early', now);
-      } else {
-        // Between soft and hard TTL: answer stale now, one background refresh (stale-while-revalidate).
-        counters.reads.stale++;
-        this.#refresh(id, 'stale', now);
-      }
-      return Promise.resolve(answerOf(row, 'l1', false, now));
-    }
-    counters.misses++;
-    // No caller waits longer than waitTimeoutMs, whatever its flight is doing;
-    // the flight itself goes on and fills the cache for the next caller.
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(
-          new WaitTimeoutError(`no answer within waitTimeoutMs (${this.policy.waitTimeoutMs} ms)`, {
-            table: this.name,
-            id,
-          }),
-        );
-      }, this.policy.waitTimeoutMs);
-      const waiter = {
-        resolve(result: ReadResult) {
-          clearTimeout(timer);
-          resolve(result);
-        },
-        reject(error: Error) {
-          clearTimeout(timer);
-          reject(error);
-        },
-      };
-      this.#owner.post({ kind: 'fill', id, waiter });
-    });
+    this.#ctx.counters.misses++;
+    const read = this.#deadlines.add(id);
+    const fill: Fill = { kind: 'fill', id, waiter: read, open: true };
+    this.#open = fill;
+    this.#owner.post(fill);
+    return read.promise;
   }
 
   /**
@@ -207,6 +245,8 @@ export class Table {
         new BadValueError('value cannot be serialised as JSON', { table: this.name, id }),
       );
     }
+    // A read after this write must not join a fill posted before it.
+    this.#open = undefined;
     return new Promise((resolve, reject) => {
       this.#owner.post({ kind: 'put', id, value, json, waiter: { resolve, reject } });
     });
@@ -226,6 +266,7 @@ export class Table {
     } catch (err) {
       return Promise.reject(err);
     }
+    this.#open = undefined;
     return new Promise((resolve, reject) => {
       this.#owner.post({ kind: 'invalidate', id, waiter: { resolve, reject } });
     });
@@ -253,7 +294,7 @@ export class Table {
 
   /** Remaining L1 lifetime of a row in milliseconds, 0 when absent (diagnostics and tests). */
   l1TtlMs(id: string): number {
-    return this.#l1.remainingTtlMs(id);
+    return this.#l1.remainingTtlMs(id, this.#ctx.now());
   }
 
   /** @internal Stops taking work; waits up to `graceMs` for flights and writes to settle. */

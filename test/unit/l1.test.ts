@@ -1,78 +1,78 @@
 /**
- * The in-process L1 on its own: hard-TTL checks on the caller's clock, the
- * jittered L1 TTL, the byte bound. `now` is passed in; lru-cache's own TTL
- * runs on real time.
+ * L1's eviction and accounting on its own (`l1.ts`, over lru-cache): the least
+ * recently used row goes first, a row counts its strings as V8 stores them,
+ * the row bound holds without preallocation, and lifetimes end at the L1 TTL
+ * or the hard TTL, whichever comes first.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest';
-import { L1 } from '../../src/store/l1.js';
-import { DEFAULT_POLICY, type L1Policy } from '../../src/store/policy.js';
-import { fresh } from '../helpers/fake-table.js';
+import { describe, expect, it } from 'vitest';
+import type { Envelope } from '../../src/store/envelope.js';
+import { L1, ROW_OVERHEAD_BYTES, stringBytes } from '../../src/store/l1.js';
 
-const NOW = 1_000_000;
+const env = (json: string, hardInMs = 60_000, now = 0): Envelope => ({
+  value: undefined,
+  json,
+  version: 1,
+  softExpiresAt: now + hardInMs,
+  hardExpiresAt: now + hardInMs,
+  deltaMs: 1,
+  negative: false,
+});
+const l1 = (maxEntries: number, maxBytes = 1 << 20, ttlMs = 30_000) =>
+  new L1({ maxEntries, maxBytes, ttlMs }, 0);
 
-function l1(policy: Partial<L1Policy> = {}, jitter = 0): L1 {
-  return new L1({ ...DEFAULT_POLICY.l1, ...policy }, jitter);
-}
-
-describe('L1 (the in-process layer)', () => {
-  afterEach(() => {
-    vi.restoreAllMocks();
+describe('L1', () => {
+  it('holds at most maxEntries rows, and evicts the least recently used first', () => {
+    const c = l1(3);
+    for (const id of ['a', 'b', 'c']) c.set(id, env('1'), 0);
+    expect(c.get('a', 1)).toBeDefined(); // a is now the most recently used
+    c.set('d', env('1'), 2);
+    expect(c.peek('b')).toBeUndefined();
+    c.set('e', env('1'), 3);
+    expect(c.peek('c')).toBeUndefined();
+    expect(c.peek('a')).toBeDefined();
+    expect(c.size).toBe(3);
   });
 
-  it('answers a row until its hard TTL on the caller’s clock, and not from then on', () => {
-    const c = l1();
-    c.set('k', fresh('v', NOW, 1_000), NOW);
-    expect(c.get('k', NOW + 999)?.value).toBe('v');
-    expect(c.get('k', NOW + 1_000)).toBeUndefined();
-  });
-
-  it('does not keep a row already at or past its hard TTL, and drops the row it would have replaced', () => {
-    const c = l1();
-    c.set('k', fresh('old', NOW, 10_000), NOW);
-    expect(c.set('k', fresh('at-hard', NOW - 1_000, 1_000), NOW)).toBe(false);
-    expect(c.peek('k')).toBeUndefined();
-    expect(c.set('k', fresh('past-hard', NOW - 2_000, 1_000), NOW)).toBe(false);
+  it('a replaced or cleared row gives its bytes back', () => {
+    const c = l1(10);
+    c.set('k', env('"one"'), 0);
+    c.set('k', env('"three"'), 0);
+    expect(c.bytes).toBe(ROW_OVERHEAD_BYTES + stringBytes('"three"') + stringBytes('k'));
+    c.clear();
+    expect(c.bytes).toBe(0);
     expect(c.size).toBe(0);
   });
 
-  it('keeps a row for l1.ttlMs stretched by one jitter factor, never past its hard TTL', () => {
-    vi.spyOn(Math, 'random').mockReturnValue(0.5);
-    const c = l1({ ttlMs: 10_000 }, 0.2); // 10,000 ms × (1 + 0.5 × 0.2) = 11,000 ms
-    c.set('long', fresh('v', NOW, 60_000), NOW);
-    c.set('short', fresh('v', NOW, 3_000), NOW);
-    // lru-cache counts on its own (real, cached) clock: a millisecond either way.
-    expect(c.remainingTtlMs('long')).toBeGreaterThan(10_900);
-    expect(c.remainingTtlMs('long')).toBeLessThanOrEqual(11_001);
-    expect(c.remainingTtlMs('short')).toBeGreaterThan(2_900);
-    expect(c.remainingTtlMs('short')).toBeLessThanOrEqual(3_001);
-    expect(c.remainingTtlMs('absent')).toBe(0);
+  it('counts a row as its overhead plus its strings as V8 stores them', () => {
+    const c = l1(10);
+    c.set('id', env('"ascii"'), 0);
+    expect(c.bytes).toBe(ROW_OVERHEAD_BYTES + stringBytes('"ascii"') + stringBytes('id'));
+    expect(stringBytes('abcdefgh')).toBe(24);
+    expect(stringBytes('€€€€')).toBe(24);
+    expect(stringBytes('€'.repeat(8))).toBe(32);
+    c.delete('id');
+    expect(c.bytes).toBe(0);
   });
 
-  it('a row past its L1 TTL is no longer answered, but peek still sees it (coherence checks)', async () => {
-    const c = l1({ ttlMs: 1 });
-    c.set('k', fresh('v', NOW, 60_000), NOW);
-    await vi.waitFor(() => expect(c.remainingTtlMs('k')).toBe(0));
-    expect(c.peek('k')?.value).toBe('v');
-    expect(c.get('k', NOW)).toBeUndefined();
+  it('evicts by bytes until the new row fits, and never keeps a row over an eighth of maxBytes', () => {
+    const row = ROW_OVERHEAD_BYTES + stringBytes('"x"') + stringBytes('k0');
+    const c = l1(1_000, row * 8 + 10);
+    for (let i = 0; i < 20; i++) expect(c.set(`k${i}`, env('"x"'), i)).toBe(true);
+    expect(c.size).toBe(8);
+    expect(c.bytes).toBe(row * 8);
+    expect(c.set('big', env(JSON.stringify('y'.repeat(row * 2))), 30)).toBe(false);
   });
 
-  it('counts UTF-8 bytes of the JSON and the key, and does not keep a row over an eighth of maxBytes', () => {
-    const c = l1({ maxBytes: 8_000 });
-    const small = { ...fresh('x', NOW), json: `"${'é'.repeat(100)}"` }; // 202 bytes
-    expect(c.set('ké', small, NOW)).toBe(true);
-    expect(c.bytes).toBe(202 + 3 + 64);
-    const big = { ...fresh('x', NOW), json: `"${'a'.repeat(1_000)}"` };
-    expect(c.set('big', big, NOW)).toBe(false);
-    expect(c.peek('big')).toBeUndefined();
-    expect(c.size).toBe(1);
-  });
-
-  it('delete drops one row; clear drops every row', () => {
-    const c = l1();
-    for (const id of ['a', 'b', 'c']) c.set(id, fresh(id, NOW), NOW);
-    c.delete('a');
-    expect([c.peek('a'), c.size]).toEqual([undefined, 2]);
-    c.clear();
-    expect([c.size, c.bytes]).toEqual([0, 0]);
+  it('a row leaves at its L1 TTL or its hard TTL, whichever comes first', () => {
+    const c = l1(10, 1 << 20, 1_000);
+    c.set('short-hard', env('1', 500), 0);
+    c.set('long-hard', env('1', 60_000), 0);
+    expect(c.remainingTtlMs('short-hard', 0)).toBe(500);
+    expect(c.remainingTtlMs('long-hard', 0)).toBe(1_000);
+    expect(c.get('short-hard', 499)).toBeDefined();
+    expect(c.get('short-hard', 500)).toBeUndefined();
+    expect(c.get('long-hard', 999)).toBeDefined();
+    expect(c.get('long-hard', 1_000)).toBeUndefined();
+    expect(c.set('gone', env('1', 10), 20)).toBe(false);
   });
 });

@@ -241,7 +241,7 @@ describe('table owner (state machine, no Valkey)', () => {
       refused: false,
     });
     await settle();
-    expect(t.l1.peek('k')?.value).toBe('new');
+    expect(t.l1.peek('k')?.json).toBe('"new"');
   });
 
   it('stale-if-error: a failed flight answers with the row still within its hard TTL', async () => {
@@ -552,7 +552,7 @@ describe('table owner: writes of an id', () => {
     await written;
     t.runs[0]?.land(value(fresh('old', t.now())));
     expect(await read).toMatchObject({ value: 'old', stored: false });
-    expect(t.l1.peek('k')).toMatchObject({ value: 'put' });
+    expect(t.l1.peek('k')).toMatchObject({ json: '"put"' });
   });
 
   it('a DELETE detaches the running flight of the id, whose answer then stays out of L1, and answers once acknowledged', async () => {

@@ -113,7 +113,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     expect(b.writes.has('k')).toBe(false);
     expect(await answer).toEqual({ version: 42_000 });
     // The acknowledged write is this instance's L1 row, at the version Valkey gave it.
-    expect(b.l1.get('k', b.now())).toMatchObject({ value: { v: 1 }, version: 42_000 });
+    expect(b.l1.get('k', b.now())).toMatchObject({ json: '{"v":1}', version: 42_000 });
   });
 
   it('replays nothing before the acknowledgement', async () => {
@@ -164,7 +164,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     b.writes.noteEvent('k', 40_000);
     b.sent[0]?.ack(40_000);
     await b.deliver();
-    expect(b.l1.peek('k')).toMatchObject({ value: { v: 'mine' }, version: 40_000 });
+    expect(b.l1.peek('k')).toMatchObject({ json: '{"v":"mine"}', version: 40_000 });
   });
 
   it('an older event does not keep an acknowledged write out of L1', async () => {
@@ -173,7 +173,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     b.writes.noteEvent('k', 30_000);
     b.sent[0]?.ack(40_000);
     await b.deliver();
-    expect(b.l1.peek('k')).toMatchObject({ value: { v: 'mine' }, version: 40_000 });
+    expect(b.l1.peek('k')).toMatchObject({ json: '{"v":"mine"}', version: 40_000 });
   });
 
   it('an event noted while no write of the id is in flight is forgotten', async () => {

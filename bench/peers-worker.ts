@@ -1,0 +1,77 @@
+/**
+ * One process of `bench:peers`, forked fresh for each measurement so that a
+ * "cold" figure includes what a new process pays (cold JIT, first commands).
+ * It builds one peer, answers `ready`, waits for `go` and then either fires a
+ * herd (`readers` concurrent reads of one cold id) or a storm (`ids` read
+ * `concurrency` at a time), and reports every read's latency, the source
+ * reads it made and the loader's own durations.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { runWorker } from '../drills/lib/workers.js';
+import { makePeer, type PeerName, sleepLoader } from './peers-lib.js';
+
+export interface Setup {
+  kind: 'setup';
+  peer: PeerName;
+  valkey: string;
+  tag: string;
+  latencyMs: number;
+  /** herd: `readers` reads of `id` at once; storm: `ids` in order, `concurrency` at a time. */
+  shape:
+    | { kind: 'herd'; id: string; readers: number }
+    | { kind: 'storm'; ids: string[]; concurrency: number };
+  policy?: Record<string, unknown>;
+}
+
+export interface Go {
+  kind: 'go';
+  atEpochMs: number;
+}
+
+export interface Result {
+  latenciesMs: number[];
+  failed: number;
+  sourceReads: number;
+  loaderMs: number[];
+}
+
+runWorker<Setup, Go>(async (setup) => {
+  const loader = sleepLoader(setup.latencyMs);
+  const peer = await makePeer(setup.peer, {
+    valkey: setup.valkey,
+    tag: setup.tag,
+    load: loader.load,
+    policy: setup.policy,
+  });
+  const run = async ({ atEpochMs }: Go): Promise<Result> => {
+    await sleep(Math.max(0, atEpochMs - Date.now()));
+    const latenciesMs: number[] = [];
+    let failed = 0;
+    const read = async (id: string) => {
+      const started = performance.now();
+      try {
+        await peer.get(id);
+        latenciesMs.push(performance.now() - started);
+      } catch {
+        failed++;
+      }
+    };
+    const { shape } = setup;
+    if (shape.kind === 'herd') {
+      await Promise.all(Array.from({ length: shape.readers }, () => read(shape.id)));
+    } else {
+      let next = 0;
+      const lane = async () => {
+        while (next < shape.ids.length) await read(shape.ids[next++] as string);
+      };
+      await Promise.all(Array.from({ length: shape.concurrency }, lane));
+    }
+    return {
+      latenciesMs,
+      failed,
+      sourceReads: loader.durationsMs.length,
+      loaderMs: loader.durationsMs,
+    };
+  };
+  return { run, close: () => peer.close() };
+});
