@@ -49,8 +49,6 @@ interface Queued {
   timer: NodeJS.Timeout;
 }
 
-/** Loads that must finish in a busy period before its measured rate is trusted. */
-const MIN_RATE_SAMPLES = 8;
 /** The lowest the limit goes: one load at a time still probes a sick source. */
 const MIN_LIMIT = 1;
 /**
@@ -75,8 +73,11 @@ export class Admission {
   #longMs = 0;
   /** When the current busy period (every slot taken) began; undefined when a slot is free. */
   #busySince: number | undefined;
-  /** Loads finished since `#busySince`. */
+  /** Loads finished since `#busySince`, and when the first of them did. */
   #busyDone = 0;
+  #busyFirstDoneAt: number | undefined;
+  /** What the history predicted per queued load when the busy period began. */
+  #busyHistoryMsPerLoad = 0;
 
   constructor(options: AdmissionOptions) {
     this.#maxLimit = options.maxLimit;
@@ -110,14 +111,24 @@ export class Admission {
   /**
    * How long each load ahead of a queued one delays it, ms: the inverse of the
    * rate at which slots free up. While every slot is taken (a busy period),
-   * that rate is measured — loads finished since the busy period began, over
-   * its length — once a few have finished; before that it is Little's law on
-   * the limit and the recent load latency (limit ÷ latency); 0 (admit) before
-   * any load has ever ended.
+   * that rate is measured once two generations of loads (twice the limit) have
+   * finished in it: the time since the first of them finished, over their
+   * number (a stall shows as a growing gap). Before that it is what the
+   * history said when the busy period began: Little's law on the limit and the
+   * recent load latency (limit ÷ latency); 0 (admit) with no history at all.
+   * The loads that end in a burst's own first moments are slowed by the burst
+   * (the process is busy taking it in), so they are not what predicts its drain.
    */
   msPerQueuedLoad(): number {
-    const busyMs = this.#busySince === undefined ? 0 : this.#now() - this.#busySince;
-    if (this.#busyDone >= MIN_RATE_SAMPLES && busyMs > 0) return busyMs / this.#busyDone;
+    if (this.#busySince === undefined) return this.#historyMsPerLoad();
+    if (this.#busyDone >= 2 * this.limit && this.#busyFirstDoneAt !== undefined) {
+      const drainMs = this.#now() - this.#busyFirstDoneAt;
+      if (drainMs > 0) return drainMs / (this.#busyDone - 1);
+    }
+    return this.#busyHistoryMsPerLoad;
+  }
+
+  #historyMsPerLoad(): number {
     return this.#shortMs === 0 ? 0 : this.#shortMs / this.limit;
   }
 
@@ -135,6 +146,8 @@ export class Admission {
     if (this.#busySince === undefined) {
       this.#busySince = this.#now();
       this.#busyDone = 0;
+      this.#busyFirstDoneAt = undefined;
+      this.#busyHistoryMsPerLoad = this.#historyMsPerLoad();
     }
     const predictedMs = (this.#queue.length + 1) * this.msPerQueuedLoad();
     // Half the bound: headroom for the prediction's error, so that what is
@@ -168,7 +181,10 @@ export class Admission {
         if (released) return;
         released = true;
         this.#active--;
-        if (this.#busySince !== undefined) this.#busyDone++;
+        if (this.#busySince !== undefined) {
+          this.#busyDone++;
+          this.#busyFirstDoneAt ??= this.#now();
+        }
         this.#learn(this.#now() - started, end);
         this.#grant();
       },

@@ -153,9 +153,9 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(t.a.msPerQueuedLoad()).toBe(25);
   });
 
-  it('once 8 loads have finished in a busy period, each load ahead is predicted to take the measured time between them', async () => {
+  it('until two generations of loads have finished in a busy period, the history at its start predicts; then the measured drain', async () => {
     const t = admission(4, 10_000);
-    await loads(t, 4, 100);
+    await loads(t, 4, 100); // history: 100 ms a load, 4 at once → 25 ms per queued load
     const running = await Promise.all([t.take(), t.take(), t.take(), t.take()]);
     const queued = Array.from({ length: 12 }, () => t.take());
     const release = async (n: number) => {
@@ -165,15 +165,17 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
         if (next !== undefined) running.push(await next);
       }
     };
-    t.advance(200);
+    t.advance(200); // the burst slowed its first loads: 200 ms, not 100
     await release(4);
+    expect(t.a.msPerQueuedLoad()).toBe(25);
     // A load queued now neither restarts the busy period nor its count.
     queued.push(t.take());
     t.advance(200);
     await release(3);
-    expect(t.a.msPerQueuedLoad()).not.toBe(400 / 7);
+    expect(t.a.msPerQueuedLoad()).toBe(25); // 7 finished: fewer than two generations
     await release(1);
-    expect(t.a.msPerQueuedLoad()).toBe(400 / 8);
+    // 8 finished, the first 200 ms ago: 200 ms over the 7 since.
+    expect(t.a.msPerQueuedLoad()).toBe(200 / 7);
   });
 
   it('a busy period whose loads all finished at its start has no measured rate yet', async () => {
