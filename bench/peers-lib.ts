@@ -11,6 +11,7 @@
  * - **bentocache**: its L1 (memory) + L2 (Redis) + bus, with its own stampede
  *   protection (a lock per key in each process).
  */
+
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createCache } from 'async-cache-dedupe';
@@ -18,6 +19,7 @@ import { BentoCache, bentostore } from 'bentocache';
 import { memoryDriver } from 'bentocache/drivers/memory';
 import { redisBusDriver, redisDriver } from 'bentocache/drivers/redis';
 import { Redis } from 'ioredis';
+import { mulberry32 } from '../harness/random.js';
 import { createStore } from '../src/store/store.js';
 
 export type PeerName = 'echostore' | 'async-cache-dedupe' | 'bentocache';
@@ -128,16 +130,7 @@ export function sleepLoader(latencyMs: number) {
 }
 
 /** Deterministic uniform randoms in [0, 1) (mulberry32), so every peer reads the same sequence. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export const seededRandom = mulberry32;
 
 /** `n` key indices in [0, keys) drawn from Zipf(`s`) with `random`. */
 export function zipfSequence(n: number, keys: number, s: number, random: () => number): number[] {

@@ -1,16 +1,5 @@
 /** Zipf-distributed draws, seeded: the key popularity of a cache's real traffic. */
-
-/** mulberry32: a small seeded PRNG, uniform in [0, 1). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
+import { mulberry32 } from '../../harness/random.js';
 
 /**
  * Draws ranks 1…`n` with P(k) ∝ 1 / k^`s` (rank 1 the most popular), from a

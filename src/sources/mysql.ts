@@ -10,13 +10,12 @@ import { ConfigError } from '../errors.js';
 import { DEMO_COUNT, demoProduct } from './demo.js';
 import type { Source } from './source.js';
 import {
-  abortable,
+  batchSource,
   checkSqlOptions,
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_ID_COLUMN,
   DEFAULT_POOL_SIZE,
   describeUrl,
-  loadIsolatingBadIds,
   reason,
   rowsById,
   type SqlSourceContext,
@@ -82,7 +81,6 @@ export async function mysqlSource(
     for (const sql of settings) core.query(sql, () => {});
   });
   const table = tableOf(field);
-  let closed: Promise<void> | undefined;
 
   const queryMany = async (ids: readonly string[]) => {
     // Widened to a power of two by repeating the last id: at most log2(maxBatchSize) statements.
@@ -92,24 +90,13 @@ export async function mysqlSource(
     const [rows] = await pool.execute(statementFor(n), values);
     return rowsById(rows as Record<string, unknown>[], idColumn);
   };
-  const loadMany = (ids: readonly string[], { signal }: { signal: AbortSignal }) => {
-    signal.throwIfAborted();
-    // MySQL coerces rather than refuses a bad value: no data exception to isolate.
-    return abortable(
-      loadIsolatingBadIds(ids, queryMany, () => false, table),
-      signal,
-    );
-  };
-  return {
-    async load(id, ctx) {
-      return (await loadMany([id], ctx)).get(id);
-    },
-    loadMany,
-    close() {
-      closed ??= pool.end().catch(() => {});
-      return closed;
-    },
-  };
+  // MySQL coerces rather than refuses a bad value: no data exception to isolate.
+  return batchSource(
+    queryMany,
+    () => false,
+    table,
+    () => pool.end(),
+  );
 }
 
 /**

@@ -9,13 +9,12 @@ import { ConfigError } from '../errors.js';
 import { DEMO_COUNT, demoProduct } from './demo.js';
 import type { Source } from './source.js';
 import {
-  abortable,
+  batchSource,
   checkSqlOptions,
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_ID_COLUMN,
   DEFAULT_POOL_SIZE,
   describeUrl,
-  loadIsolatingBadIds,
   reason,
   rowsById,
   type SqlSourceContext,
@@ -83,26 +82,12 @@ export async function postgresSource(
   }
   const statement = `echostore_${createHash('sha256').update(options.query).digest('hex').slice(0, 16)}`;
   const table = tableOf(field);
-  let closed: Promise<void> | undefined;
 
   const queryMany = async (ids: readonly string[]) => {
     const result = await pool.query({ name: statement, text: options.query, values: [ids] });
     return rowsById(result.rows, idColumn);
   };
-  const loadMany = (ids: readonly string[], { signal }: { signal: AbortSignal }) => {
-    signal.throwIfAborted();
-    return abortable(loadIsolatingBadIds(ids, queryMany, isDataError, table), signal);
-  };
-  return {
-    async load(id, ctx) {
-      return (await loadMany([id], ctx)).get(id);
-    },
-    loadMany,
-    close() {
-      closed ??= pool.end().catch(() => {});
-      return closed;
-    },
-  };
+  return batchSource(queryMany, isDataError, table, () => pool.end());
 }
 
 async function check(

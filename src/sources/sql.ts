@@ -4,6 +4,7 @@
  * a load gives up when its flight's signal is aborted.
  */
 import { BadIdError, ConfigError } from '../errors.js';
+import type { Source } from './source.js';
 
 /** Options of a SQL source (`postgres` or `mysql`); durations in milliseconds. */
 export interface SqlSourceOptions {
@@ -167,4 +168,37 @@ export function reason(err: unknown): string {
   const text = err instanceof Error ? err.message : String(err);
   const line = text.split('\n')[0] ?? '';
   return line.length > 300 ? `${line.slice(0, 300)}…` : line;
+}
+
+/**
+ * A SQL source around its batch query: `load(id)` is a batch of one, each
+ * batch isolates the ids the server refuses (`isDataError`) and honours its
+ * signal, and `close()` ends the pool once, however often it is called.
+ *
+ * @param queryMany runs the source's query for `ids` (one round trip).
+ * @param isDataError true for a server error about one id's value (Postgres'
+ *   data exceptions); such an id fails alone with `ECC_BAD_ID`.
+ * @param end closes the pool.
+ */
+export function batchSource(
+  queryMany: (ids: readonly string[]) => Promise<Map<string, unknown>>,
+  isDataError: (err: unknown) => boolean,
+  table: string | undefined,
+  end: () => Promise<void>,
+): Source {
+  let closed: Promise<void> | undefined;
+  const loadMany = (ids: readonly string[], { signal }: { signal: AbortSignal }) => {
+    signal.throwIfAborted();
+    return abortable(loadIsolatingBadIds(ids, queryMany, isDataError, table), signal);
+  };
+  return {
+    async load(id, ctx) {
+      return (await loadMany([id], ctx)).get(id);
+    },
+    loadMany,
+    close() {
+      closed ??= end().catch(() => {});
+      return closed;
+    },
+  };
 }
