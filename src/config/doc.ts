@@ -85,7 +85,7 @@ export function renderConfigDoc(): string {
     '',
     '### `tables.<name>`: the policy',
     '',
-    'Checked beyond the schema: `leaseMs` must be greater than `loadTimeoutMs`, and `idPattern` must compile and be safe.',
+    'Checked beyond the schema: `idPattern` must compile and be safe.',
     '',
     ...fieldTable(TablePolicySchema),
     '',

@@ -84,8 +84,7 @@ const MAX_YAML_ALIAS_COUNT = 100;
  *   (with its line; an alias bomb too), fails the schema, has no table or a
  *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
  *   port 1–65535, db 0–15), has a `valkey.tls.caFile` that cannot be read or holds no PEM
- *   certificate, breaks a cross-field policy rule (`leaseMs > loadTimeoutMs`,
- *   `idPattern` compiles and is safe), has a `warm` that names not exactly one of
+ *   certificate, has an `idPattern` that does not compile or is unsafe, has a `warm` that names not exactly one of
  *   `ids`, `file` and `top`, or an override is invalid. The message names the file
  *   (or variable) and the field as a dotted path, e.g. `tables.products.ttlMs: must be
  *   integer`; `field` holds that path when one field is at fault.
