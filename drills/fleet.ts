@@ -42,7 +42,7 @@ const run = randomBytes(3).toString('hex');
 function config(origin: Origin, table: string, policy: object = {}) {
   return {
     valkey: { url: args.valkey },
-    log: { level: 'warn' },
+    log: { level: 'error' },
     tables: { [table]: { source: { kind: 'http', url: origin.template }, ...policy } },
   };
 }
