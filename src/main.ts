@@ -58,6 +58,7 @@ async function main(): Promise<void> {
         ...policy,
         load: built.load,
         ...(built.loadMany === undefined ? {} : { loadMany: built.loadMany }),
+        ...(built.checkId === undefined ? {} : { checkId: built.checkId }),
       };
       if (warm !== undefined) {
         warmIdsOf.set(name, { config: warm, ids: await listWarmIds(warm, built, name, log) });
@@ -89,6 +90,7 @@ async function main(): Promise<void> {
     store,
     logger: log,
     bodyLimitBytes: config.http.bodyLimitBytes,
+    requestTimeoutMs: config.http.requestTimeoutMs,
     adminToken: config.http.adminToken,
     lifecycle,
   });
@@ -123,7 +125,13 @@ async function main(): Promise<void> {
     await store.close(0);
     await Promise.all(sources.map((s) => s.close()));
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
+    if (
+      code === 'EADDRINUSE' ||
+      code === 'EACCES' ||
+      code === 'EADDRNOTAVAIL' ||
+      code === 'ENOTFOUND' ||
+      code === 'EAI_AGAIN'
+    ) {
       throw new ListenError(
         `cannot listen on ${config.http.host}:${config.http.port} (${code}); set PORT or HOST, or http.port in the config`,
       );

@@ -110,7 +110,10 @@ async function probe(
   timeoutMs: number,
   command: (r: Redis) => Promise<string>,
 ): Promise<Probe> {
-  const r = new Redis(address.port, address.host, {
+  // The options form: given as (port, host), ioredis reads an IPv6 host as a URL.
+  const r = new Redis({
+    host: address.host,
+    port: address.port,
     lazyConnect: true,
     connectTimeout: timeoutMs,
     commandTimeout: timeoutMs,

@@ -46,7 +46,13 @@ describe('loadConfig without a file', () => {
         connectTimeoutMs: 2000,
         coherence: true,
       },
-      http: { host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, shutdownDelayMs: 5_000 },
+      http: {
+        host: '127.0.0.1',
+        port: 8080,
+        bodyLimitBytes: 1_048_576,
+        shutdownDelayMs: 5_000,
+        requestTimeoutMs: 30_000,
+      },
       log: { level: 'info' },
       tables: {
         products: {
@@ -77,12 +83,19 @@ describe('loadConfig with a file', () => {
       `# comment\nhttp:\n  port: 9090\ntables:\n  products:\n    source: ${HTTP_SOURCE}\n    ttlMs: 60000\n    l1: { maxEntries: 100 }\n`,
     );
     const config = loadConfig({ argv: ['--config', file], env: {} });
+    // Anything else on the command line is a mistake, never a silent start on the demo.
+    for (const argv of [['--confg', file], [file]]) {
+      expect(() => loadConfig({ argv, env: {} })).toThrow(
+        expect.objectContaining({ code: 'ECC_BAD_CONFIG' }),
+      );
+    }
     expect(config.origin).toBe(file);
     expect(config.http).toEqual({
       host: '127.0.0.1',
       port: 9090,
       bodyLimitBytes: 1_048_576,
       shutdownDelayMs: 5_000,
+      requestTimeoutMs: 30_000,
     });
     expect(config.valkey.url).toBe('redis://127.0.0.1:6379');
     expect(config.tables).toEqual({
@@ -125,6 +138,12 @@ describe('loadConfig with a file', () => {
         '  b: { source: { kind: mysql, url: "mysql://u@h/db", query: "SELECT id FROM t WHERE id IN (?)", idColumn: code, poolSize: 2, seed: demo } }\n',
     );
     const config = loadConfig({ argv: ['--config', file], env: {} });
+    // Anything else on the command line is a mistake, never a silent start on the demo.
+    for (const argv of [['--confg', file], [file]]) {
+      expect(() => loadConfig({ argv, env: {} })).toThrow(
+        expect.objectContaining({ code: 'ECC_BAD_CONFIG' }),
+      );
+    }
     expect(config.tables.a).toEqual({
       source: {
         kind: 'postgres',
@@ -186,6 +205,7 @@ describe('loadConfig environment overrides', () => {
       port: 0,
       bodyLimitBytes: 1_048_576,
       shutdownDelayMs: 5_000,
+      requestTimeoutMs: 30_000,
     });
     expect(config.log.level).toBe('trace');
   });
@@ -733,7 +753,13 @@ describe('createStore table options', () => {
       'an idPattern with nested quantifiers',
       { idPattern: '^(a+)+$' },
       'tables.t.idPattern',
-      'is not a safe regular expression (nested quantifiers can take exponential time)',
+      'is not a safe regular expression: matching an id can take exponential time',
+    ],
+    [
+      'an idPattern with overlapping alternation',
+      { idPattern: '^(a|aa)+$' },
+      'tables.t.idPattern',
+      'is not a safe regular expression: matching an id can take exponential time',
     ],
   ])('names the field of %s, as the config file would', async (_, options, field, reason) => {
     const tables = { t: { load, ...options } };

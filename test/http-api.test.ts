@@ -249,6 +249,15 @@ describe('HTTP API', () => {
     });
     expect(latin1.statusCode).toBe(415);
     expect(latin1.json().error.code).toBe('ECC_UNSUPPORTED_MEDIA_TYPE');
+    // Bytes that are not UTF-8 are refused, never stored as U+FFFD.
+    const notUtf8 = await app.inject({
+      method: 'PUT',
+      url,
+      payload: Buffer.from([0x22, 0xc3, 0x28, 0x22]),
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(notUtf8.statusCode).toBe(400);
+    expect(notUtf8.json().error.code).toBe('ECC_BAD_REQUEST');
     const unknown = await app.inject({ method: 'DELETE', url: item('nope', '1') });
     expect(unknown.statusCode).toBe(404);
     expect(unknown.json().error.code).toBe('ECC_UNKNOWN_TABLE');

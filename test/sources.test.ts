@@ -13,7 +13,10 @@ import {
   SourceError,
   sqliteSource,
 } from '../src/sources/index.js';
+import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
+import { openStore, scopedValkey } from './helpers/probe.js';
 import { itemsDb } from './helpers/sqlite-fixture.js';
+import { uniqueTable } from './helpers/store.js';
 
 const ctx = () => ({ signal: new AbortController().signal });
 
@@ -50,15 +53,12 @@ describe('sqlite source', () => {
     source.close();
   });
 
-  it('opens the file read-only', async () => {
+  it('refuses at start a query that writes, even one that returns rows', async () => {
     const file = itemsDb();
-    const source = sqliteSource({
-      file,
-      query: "UPDATE items SET label = 'x' WHERE id = ? RETURNING *",
-    });
-    const err = await caught(() => source.load('a', ctx()));
-    expect((err as { code?: string }).code).toBe('SQLITE_READONLY');
-    source.close();
+    const err = await caught(() =>
+      sqliteSource({ file, query: "UPDATE items SET label = 'x' WHERE id = ? RETURNING *" }),
+    );
+    expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
   });
 
   it.each([
@@ -116,6 +116,17 @@ describe('demo catalog', () => {
     db.close();
     return n;
   }
+
+  it('refuses at start a query that writes behind a CTE (it returns rows, but is not read-only)', async () => {
+    const file = itemsDb();
+    const err = await caught(() =>
+      sqliteSource({
+        file,
+        query: 'WITH x AS (SELECT 1) UPDATE items SET name = name WHERE id = ? RETURNING *',
+      }),
+    );
+    expect((err as EchoStoreError).code).toBe('ECC_BAD_CONFIG');
+  });
 
   it('creates 10,000 products, the same on every machine', async () => {
     const file = join(dir, 'demo', 'nested', 'catalog.sqlite');
@@ -290,6 +301,23 @@ describe('http source', () => {
       expect(seen).toHaveLength(0);
     },
   );
+
+  it('a store over an http source refuses a dot-segment id at every entry before Valkey: no lease, no fill, the load limit intact', async () => {
+    const source = httpSource({ url: `${base}/items/{id}` });
+    const table = uniqueTable('dots');
+    const raw = scopedValkey();
+    const store = await openStore({
+      [table]: { load: source.load, ...(source.checkId ? { checkId: source.checkId } : {}) },
+    });
+    const t = store.table(table);
+    seen.length = 0;
+    for (const attempt of [() => t.get('..'), () => t.put('..', 1), () => t.invalidate('.')]) {
+      expect(((await caught(attempt)) as EchoStoreError).code).toBe('ECC_BAD_ID');
+    }
+    expect(seen).toHaveLength(0);
+    expect(await raw.exists(leaseKey(table, '..'), valueKey(table, '..'))).toBe(0);
+    expect(t.stats()).toMatchObject({ fills: 0, load_limit: 16 });
+  });
 
   it('loads ids that only contain dots', async () => {
     const source = httpSource({ url: `${base}/items/{id}` });

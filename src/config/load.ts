@@ -166,7 +166,12 @@ function isMapping(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** The value of the last `--config <path>` / `--config=<path>`, if any. */
+/**
+ * The value of the last `--config <path>` / `--config=<path>`, if any.
+ *
+ * @throws {ConfigError} for any other argument (a mistyped `--confg`, a bare
+ *   path): the service must not start on the built-in demo by mistake.
+ */
 function configPath(argv: string[]): string | undefined {
   let path: string | undefined;
   for (let i = 0; i < argv.length; i++) {
@@ -177,6 +182,10 @@ function configPath(argv: string[]): string | undefined {
     } else if (arg.startsWith('--config=')) {
       path = arg.slice('--config='.length);
       if (path === '') throw new ConfigError('--config: needs a file path');
+    } else {
+      throw new ConfigError(
+        `unknown argument "${arg.slice(0, 100)}": the only one is --config <path> (or set ECHOSTORE_CONFIG)`,
+      );
     }
   }
   return path;

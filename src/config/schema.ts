@@ -388,6 +388,13 @@ export const HttpSchema = Type.Object(
       default: 1024 * 1024,
       description: 'Largest PUT body.',
     }),
+    requestTimeoutMs: Type.Integer({
+      minimum: 1_000,
+      maximum: 600_000,
+      default: 30_000,
+      description:
+        'A request (headers and body) not received in full within this is answered 408 `ECC_REQUEST_TIMEOUT` and its connection closed, so a body that never ends cannot hold a connection (or a graceful shutdown) open.',
+    }),
     shutdownDelayMs: Type.Integer({
       minimum: 0,
       maximum: 600_000,

@@ -65,12 +65,41 @@ export function answerClientError(err: ParserError, socket: Duplex, log: Fastify
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const e = clientErrorOf(err.code);
   log.debug({ code: e.code, parserCode: err.code }, 'client error');
-  // As Node's own handler: answer only if no response has started on this
-  // connection, or the answer would corrupt the one in flight.
-  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-  if (socket.writable && !inFlight?.headersSent) socket.write(rawErrorResponse(e));
+  // A response to an earlier request on this connection (pipelined) is still on
+  // its way: a 400 written now would be taken as *its* answer (an HTTP/1.1
+  // client pairs answers with requests in order). Let it go out, then close:
+  // the malformed request gets no answer of its own.
+  const inFlight = (
+    socket as Duplex & {
+      _httpMessage?: {
+        headersSent?: boolean;
+        writableEnded?: boolean;
+        req?: { complete?: boolean };
+        once(e: string, f: () => void): void;
+      };
+    }
+  )._httpMessage;
+  // The response in flight is the bad request's own when that request was not
+  // received in full (it timed out, or its body is malformed): answer it.
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || inFlight?.req?.complete !== true) {
+    // Answer it, unless its answer has begun.
+    if (socket.writable && inFlight?.headersSent !== true) socket.write(rawErrorResponse(e));
+    socket.destroy();
+    return;
+  }
+  if (inFlight.writableEnded !== true) {
+    const close = () => socket.destroy();
+    inFlight.once('finish', close);
+    inFlight.once('close', close);
+    setTimeout(close, IN_FLIGHT_GRACE_MS).unref();
+    return;
+  }
+  if (socket.writable) socket.write(rawErrorResponse(e));
   socket.destroy();
 }
+
+/** How long a response in flight on a connection with a malformed pipelined request may take before the connection is closed anyway, ms. */
+const IN_FLIGHT_GRACE_MS = 30_000;
 
 /**
  * Answers `CONNECT` (a tunnel request, which never reaches fastify's router)

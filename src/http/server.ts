@@ -17,6 +17,8 @@ export interface ServerOptions {
   logger: Logger;
   /** Largest accepted request body, bytes. Default 1 MiB. */
   bodyLimitBytes?: number;
+  /** A request not received in full within this is answered 408 `ECC_REQUEST_TIMEOUT`, ms. Default 30,000. */
+  requestTimeoutMs?: number;
   /**
    * When set, PUT and DELETE on items and `POST /v1/tables/:table/warm` need
    * `Authorization: Bearer <adminToken>` (else 401 `ECC_UNAUTHORIZED`). Reads,
@@ -57,6 +59,9 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     // Per-request logs would cost more than an L1 hit; errors are logged by the error handler.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: options.bodyLimitBytes ?? 1024 * 1024,
+    // Node's own request timeout (headers and body); its 408 is answered as coded JSON
+    // (client-errors.ts). Given to the server at construction too: Node enforces only that one.
+    requestTimeout: options.requestTimeoutMs ?? 30_000,
     // Long ids must reach the store's id check (400 ECC_BAD_ID), not the
     // router's param limit; Node's 16 KiB header limit bounds URLs anyway (431).
     routerOptions: { maxParamLength: 65_536 },
@@ -67,7 +72,12 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     frameworkErrors: (error, request, reply) => sendError(request, reply, error),
     clientErrorHandler: (error, socket) => answerClientError(error, socket, log),
     // requireHost answers a missing Host with the coded JSON instead.
-    http: { requireHostHeader: false },
+    // requestTimeout (and headersTimeout) are enforced at this interval, ms.
+    http: {
+      requireHostHeader: false,
+      requestTimeout: options.requestTimeoutMs ?? 30_000,
+      connectionsCheckingInterval: 1_000,
+    },
   });
   requireHost(app.server, log);
   app.server.on('connect', (_request, socket) => answerConnect(socket, log));

@@ -90,14 +90,18 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
   const agent = new Agent();
   let closed = false;
 
+  const checkId = (id: string): void => {
+    if (DOT_SEGMENT.test(id) || DOT_SEGMENT.test(encodeURIComponent(id))) {
+      throw new BadIdError('id must not be a dot-segment (".", "..") for an http source', {
+        id,
+      });
+    }
+  };
   return {
+    checkId,
     async load(id, { signal }) {
+      checkId(id);
       const encoded = encodeURIComponent(id);
-      if (DOT_SEGMENT.test(id) || DOT_SEGMENT.test(encoded)) {
-        throw new BadIdError('id must not be a dot-segment (".", "..") for an http source', {
-          id,
-        });
-      }
       const target = url.replaceAll('{id}', encoded);
       const { origin, pathname } = new URL(target);
       const shown = origin + pathname;

@@ -20,6 +20,13 @@ export interface Source {
    *   `ECC_BAD_CONFIG` when a listed id is neither text nor an integer.
    */
   listIds?(limit: number): Promise<string[]>;
+  /**
+   * The source's own id rule, checked before anything touches Valkey or the
+   * source (the `http` kind refuses dot-segments).
+   *
+   * @throws {BadIdError} `ECC_BAD_ID`.
+   */
+  checkId?(id: string): void;
   /** Releases the source's resources. Idempotent; `load` must not be called after it. */
   close(): void | Promise<void>;
 }

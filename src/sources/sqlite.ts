@@ -61,8 +61,9 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
   }
   try {
     const statement = db.prepare(options.query);
-    if (!statement.reader) {
-      throw new ConfigError(`${field}.query: must return rows (a SELECT)`);
+    // `readonly` too: a CTE in front of an UPDATE … RETURNING returns rows but writes.
+    if (!statement.reader || !statement.readonly) {
+      throw new ConfigError(`${field}.query: must only read and return rows (a SELECT)`);
     }
     const binding = probeBinding(db, options.query, `${field}.query`, 'id');
     const source: Source = {
@@ -98,7 +99,9 @@ function idLister(
   } catch (err) {
     throw new ConfigError(`${field}: ${(err as Error).message}`, { cause: err });
   }
-  if (!statement.reader) throw new ConfigError(`${field}: must return rows (a SELECT)`);
+  if (!statement.reader || !statement.readonly) {
+    throw new ConfigError(`${field}: must only read and return rows (a SELECT)`);
+  }
   const binding = probeBinding(db, query, field, 'limit');
   const list = statement.raw(true);
   return async (limit) => {

@@ -78,6 +78,8 @@ export interface TableContext {
   table: string;
   policy: TablePolicy;
   load: LoadFn;
+  /** The source's own id rule (see `TableOptions.checkId`), checked with the table's. */
+  checkId: ((id: string) => void) | undefined;
   /** The table's Valkey commands, each through the breaker. */
   l2: L2;
   /** Wakes waiters on another instance's fill (fleet lease only). */

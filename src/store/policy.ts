@@ -6,7 +6,7 @@
  */
 import { type Static, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import safeRegex from 'safe-regex2';
+import { checkSync } from 'recheck';
 import { ConfigError } from '../errors.js';
 
 const MAX_MS = 31 * 24 * 3600 * 1000;
@@ -216,9 +216,9 @@ export const policySchemaProperties = TablePolicySchema.properties;
  *   the field an error names. Default: none (the field alone, e.g. `leaseMs`).
  * @returns the resolved policy.
  * @throws {ConfigError} `ECC_BAD_CONFIG` whose `field` is `<at>.idPattern` when `idPattern` is not a valid regular
- *   expression or is one safe-regex2 flags (star height above 1, i.e. nested quantifiers such
- *   as `^(a+)+$`, or more than 25 quantifiers): matching an id against it could take
- *   exponential time (ReDoS). The message is `<field>: <what is wrong>`.
+ *   expression or one the recheck ReDoS checker does not prove safe (nested quantifiers such
+ *   as `^(a+)+$`, overlapping alternation such as `^(a|aa)+$`): matching an id against it
+ *   could take exponential or polynomial time. The message is `<field>: <what is wrong>`.
  */
 export function resolvePolicy(input: TablePolicyInput, at?: string): TablePolicy {
   const { l1, idPattern, ...rest } = input;
@@ -238,10 +238,15 @@ export function resolvePolicy(input: TablePolicyInput, at?: string): TablePolicy
     } catch (err) {
       fail('idPattern', `is not a valid regular expression: ${(err as Error).message}`, err);
     }
-    if (!safeRegex(idPattern)) {
+    // recheck (Tsutsumi et al.'s ReDoS checker) decides by analysis and fuzzing; only
+    // "safe" passes: "vulnerable" and "unknown" are both refused.
+    const verdict = checkSync(idPattern, 'u');
+    if (verdict.status !== 'safe') {
       fail(
         'idPattern',
-        'is not a safe regular expression (nested quantifiers can take exponential time)',
+        verdict.status === 'vulnerable'
+          ? `is not a safe regular expression: matching an id can take ${verdict.complexity.type} time`
+          : 'could not be proven safe against catastrophic backtracking; simplify it',
       );
     }
   }

@@ -6,6 +6,7 @@
  * owner learns it from its `landed` message.
  */
 import {
+  BadIdError,
   BadValueError,
   EchoStoreError,
   LoadFailedError,
@@ -378,7 +379,11 @@ async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope
   let end: LoadEnd = 'failed';
   try {
     const started = performance.now();
-    const value = await callLoader(ctx, flight);
+    const value = await callLoader(ctx, flight).catch((err: unknown) => {
+      // The source refused the id (a client's mistake): the source itself is fine.
+      if (err instanceof BadIdError) end = 'ok';
+      throw err;
+    });
     end = 'ok';
     return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
   } finally {

@@ -39,6 +39,13 @@ export interface TableOptions extends TablePolicyInput {
    * its own flight, lease and waiters. When given, every miss goes through it and `load` is not called.
    */
   loadMany?: LoadManyFn;
+  /**
+   * The source's own id rule, checked with the table's before anything
+   * touches Valkey or the source (an http source refuses dot-segments).
+   *
+   * @throws {BadIdError} `ECC_BAD_ID` for an id the source cannot take.
+   */
+  checkId?: (id: string) => void;
 }
 
 /** Options of {@link createStore}. */
@@ -119,7 +126,7 @@ export interface ValkeyHealth {
 const ajv = new Ajv({ allErrors: false, strict: true });
 const validatePolicy = ajv.compile({
   type: 'object',
-  properties: { ...policySchemaProperties, load: {}, loadMany: {} },
+  properties: { ...policySchemaProperties, load: {}, loadMany: {}, checkId: {} },
   additionalProperties: false,
 });
 
@@ -308,7 +315,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     const { field, reason } = schemaProblem(validatePolicy.errors, `tables.${name}`);
     throw new ConfigError(`${field}: ${reason}`, { field });
   }
-  const { load: loadOne, loadMany, ...policyInput } = input;
+  const { load: loadOne, loadMany, checkId, ...policyInput } = input;
   const policy = resolvePolicy(policyInput, `tables.${name}`);
   const counters = newCounters();
   // Decided once: with loadMany, the table's loader is the batching function.
@@ -328,6 +335,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     table: name,
     policy,
     load,
+    checkId,
     l2: new L2(deps.valkey, deps.breaker, name, deps.events !== undefined),
     events: deps.events,
     counters,

@@ -51,7 +51,12 @@ const NOT_PRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\uFDD0-\uFDEF\uFFFE\uFFFF]/u;
  *
  * @throws {BadIdError} `ECC_BAD_ID`, before anything touches Valkey or the source.
  */
-export function assertId(table: string, id: unknown, pattern?: RegExp): asserts id is string {
+export function assertId(
+  table: string,
+  id: unknown,
+  pattern?: RegExp,
+  sourceRule?: (id: string) => void,
+): asserts id is string {
   if (typeof id !== 'string' || id.length === 0) {
     throw new BadIdError('id must be a non-empty string', { table });
   }
@@ -70,6 +75,7 @@ export function assertId(table: string, id: unknown, pattern?: RegExp): asserts 
   if (pattern !== undefined && !pattern.test(id)) {
     throw new BadIdError(`id must match ${pattern.source}`, { table });
   }
+  sourceRule?.(id);
 }
 
 /**
@@ -179,7 +185,7 @@ export class Table {
       return joined.promise;
     }
     try {
-      assertId(this.name, id, this.policy.idPattern);
+      assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -234,7 +240,7 @@ export class Table {
    */
   put(id: string, value: unknown): Promise<WriteResult> {
     try {
-      assertId(this.name, id, this.policy.idPattern);
+      assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
       this.#assertOpen(id);
     } catch (err) {
       return Promise.reject(err);
@@ -261,7 +267,7 @@ export class Table {
    */
   invalidate(id: string): Promise<void> {
     try {
-      assertId(this.name, id, this.policy.idPattern);
+      assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
       this.#assertOpen(id);
     } catch (err) {
       return Promise.reject(err);

@@ -46,6 +46,7 @@ export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {})
     table: 't',
     policy: resolved,
     load: () => undefined,
+    checkId: undefined,
     l2: l2 as L2,
     events: undefined,
     counters: newCounters(),
