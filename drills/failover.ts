@@ -41,6 +41,11 @@ import {
   type FailoverTopology,
   sentinelTopology,
 } from './lib/failover-topology.js';
+import {
+  FAULT_BOUND_MS as BOUND_MS,
+  FAULT_POLICY as POLICY,
+  FAULT_VALKEY as VALKEY,
+} from './lib/fault-policy.js';
 import type { Check } from './lib/fault-report.js';
 import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
@@ -56,17 +61,6 @@ const args = drillArgs({
 });
 
 const TABLE = 'failover';
-const VALKEY = { commandTimeoutMs: 500, connectTimeoutMs: 1_000 };
-const POLICY = {
-  ttlMs: 600_000,
-  l1: { ttlMs: 600_000 },
-  loadTimeoutMs: 2_000,
-  leaseMs: 3_000,
-  waitTimeoutMs: 4_000,
-  maxConcurrentLoads: 64,
-};
-/** The longest a request may lawfully take: wait, then load, then one timed-out command, plus 1 s margin. */
-const BOUND_MS = POLICY.waitTimeoutMs + POLICY.loadTimeoutMs + VALKEY.commandTimeoutMs + 1_000;
 const REQUEST_TIMEOUT_MS = 15_000;
 /** How long after the promotion the instances may take to send the shard's commands to the new primary. */
 const LEARN_MS = 3_000;

@@ -38,6 +38,11 @@ import { startTcpProxy, type TcpProxy } from '../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import {
+  FAULT_BOUND_MS as BOUND_MS,
+  FAULT_POLICY as POLICY,
+  FAULT_VALKEY as VALKEY,
+} from './lib/fault-policy.js';
+import {
   type Check,
   type FaultReport,
   type PhaseRow,
@@ -66,17 +71,6 @@ const args = drillArgs({
 });
 
 const TABLE = 'faults';
-const VALKEY = { commandTimeoutMs: 500, connectTimeoutMs: 1_000 };
-const POLICY = {
-  ttlMs: 600_000,
-  l1: { ttlMs: 600_000 },
-  loadTimeoutMs: 2_000,
-  leaseMs: 3_000,
-  waitTimeoutMs: 4_000,
-  maxConcurrentLoads: 64,
-};
-/** The longest a request may lawfully take: wait, then load, then one timed-out command, plus 1 s margin. */
-const BOUND_MS = POLICY.waitTimeoutMs + POLICY.loadTimeoutMs + VALKEY.commandTimeoutMs + 1_000;
 const REQUEST_TIMEOUT_MS = 10_000;
 const READY_WITHIN_MS = 5_000;
 const HOLDERS_READERS = 50;

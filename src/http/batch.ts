@@ -14,17 +14,11 @@ import type { BatchEntry } from '../store/types.js';
 import { logAnswered, publicMessage } from './errors.js';
 import { cacheStatus } from './items.js';
 import { allowOnly } from './methods.js';
-import { errorResponses } from './openapi.js';
+import { errorResponses, TABLE_PARAMS } from './openapi.js';
 
 const ITEMS_PATH = '/v1/tables/:table/items';
 /** `::` is find-my-way's literal colon: the path is `…/items:batchGet`. */
 const BATCH_GET_PATH = '/v1/tables/:table/items::batchGet';
-
-const params = {
-  type: 'object',
-  required: ['table'],
-  properties: { table: { type: 'string' } },
-} as const;
 
 const querystring = {
   type: 'object',
@@ -115,7 +109,7 @@ export function batchRoutes(app: FastifyInstance, store: Store): void {
 
   app.get<{ Params: { table: string }; Querystring: { ids: string } }>(
     ITEMS_PATH,
-    { ...common, schema: { params, querystring, response } },
+    { ...common, schema: { params: TABLE_PARAMS, querystring, response } },
     async (request, reply) => {
       const table = store.table(request.params.table);
       return answer(request, reply, table, idsOfQuery(request.raw.url ?? ''));
@@ -124,7 +118,7 @@ export function batchRoutes(app: FastifyInstance, store: Store): void {
 
   app.post<{ Params: { table: string }; Body: { ids: string[] } }>(
     BATCH_GET_PATH,
-    { ...common, schema: { params, body, response } },
+    { ...common, schema: { params: TABLE_PARAMS, body, response } },
     async (request, reply) => {
       const table = store.table(request.params.table);
       return answer(

@@ -67,6 +67,13 @@ export function errorResponses(
   return out;
 }
 
+/** The params of a route on one table (`/v1/tables/:table/…`); the table name is checked by the store. */
+export const TABLE_PARAMS = {
+  type: 'object',
+  required: ['table'],
+  properties: { table: { type: 'string' } },
+} as const;
+
 /** `Retry-After` on a shed answer. */
 export const RETRY_AFTER = {
   'retry-after': header('Seconds to wait before retrying (on `ECC_SHED`).'),

@@ -4,7 +4,7 @@ import type { Store } from '../store/store.js';
 import { readIds } from '../warm/read-ids.js';
 import type { AdminRouteOptions } from './auth.js';
 import { allowOnly } from './methods.js';
-import { ADMIN_SECURITY, errorResponses } from './openapi.js';
+import { ADMIN_SECURITY, errorResponses, TABLE_PARAMS } from './openapi.js';
 
 /** Most ids one warm-up request may name. */
 export const MAX_WARM_IDS = 1000;
@@ -13,12 +13,6 @@ export const MAX_WARM_IDS = 1000;
 export const WARM_CONCURRENCY = 8;
 
 const WARM_PATH = '/v1/tables/:table/warm';
-
-const params = {
-  type: 'object',
-  required: ['table'],
-  properties: { table: { type: 'string' } },
-} as const;
 
 const body = {
   type: 'object',
@@ -67,7 +61,7 @@ export function warmRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
         summary: 'Read a list of ids into the cache (admin)',
         tags: ['items'],
         security: ADMIN_SECURITY,
-        params,
+        params: TABLE_PARAMS,
         body,
         response: {
           200: answer,

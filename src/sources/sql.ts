@@ -63,7 +63,7 @@ export function rowsById(rows: readonly Record<string, unknown>[], idColumn: str
  *
  * @param isDataError whether a query error is about a value, not the query.
  */
-export async function loadIsolatingBadIds(
+async function loadIsolatingBadIds(
   ids: readonly string[],
   query: (ids: readonly string[]) => Promise<Map<string, unknown>>,
   isDataError: (err: unknown) => boolean,
@@ -102,7 +102,7 @@ function badId(id: string, cause: unknown, table: string | undefined): BadIdErro
 }
 
 /** `promise`, or a rejection with the signal's reason as soon as it is aborted (the query itself runs on to its statement timeout). */
-export function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) {
     promise.catch(() => {});
     return Promise.reject(signal.reason);

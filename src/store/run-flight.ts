@@ -206,7 +206,6 @@ async function loadAndFill(ctx: TableContext, flight: Flight, token: string): Pr
   try {
     envelope = await loadEnvelope(ctx, flight);
   } catch (err) {
-    lease.stop();
     release(ctx, flight.id, token);
     throw err;
   } finally {
