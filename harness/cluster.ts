@@ -18,8 +18,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import { Redis } from 'ioredis';
-import { spawnValkey, type ValkeyServer, type ValkeyServerOptions } from './valkey-server.js';
+import {
+  ask,
+  isRunning,
+  spawnValkey,
+  type ValkeyServer,
+  type ValkeyServerOptions,
+} from './valkey-server.js';
 
 const run = promisify(execFile);
 
@@ -176,29 +181,6 @@ function live(s: ValkeyServer): Pick<ValkeyServer, 'process' | 'pid'> {
   };
 }
 
-/** True while the node's process runs (not SIGKILLed). */
-function running(n: ClusterNode): boolean {
-  return n.process.exitCode === null && n.process.signalCode === null;
-}
-
-/** Runs `fn` on a short-lived connection to `node`. */
-async function ask<T>(node: ClusterNode, fn: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis(node.port, '127.0.0.1', {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: 1_000,
-    commandTimeout: 2_000,
-  });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return await fn(r);
-  } finally {
-    r.disconnect();
-  }
-}
-
 /** Each slot range's primary as one node sees it: `start end host:port`. */
 async function slotMap(node: ClusterNode): Promise<string[]> {
   const ranges = await ask(node, (r) => r.cluster('SLOTS'));
@@ -208,7 +190,7 @@ async function slotMap(node: ClusterNode): Promise<string[]> {
 }
 
 async function primaryOf(nodes: ClusterNode[], slot: number): Promise<ClusterNode | undefined> {
-  for (const node of nodes.filter(running)) {
+  for (const node of nodes.filter(isRunning)) {
     try {
       const ranges = await ask(node, (r) => r.cluster('SLOTS'));
       const primary = ranges.find(([start, end]) => slot >= start && slot <= end)?.[2];
@@ -227,7 +209,7 @@ async function waitHealthy(nodes: ClusterNode[], timeoutMs: number): Promise<voi
   let last = '';
   for (;;) {
     try {
-      const up = nodes.filter(running);
+      const up = nodes.filter(isRunning);
       const infos = await Promise.all(up.map((n) => ask(n, (r) => r.cluster('INFO'))));
       const maps = await Promise.all(up.map(slotMap));
       const first = maps[0]?.join(',');

@@ -8,8 +8,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
-import { spawnValkey, type ValkeyServer, type ValkeyServerOptions } from './valkey-server.js';
+import {
+  ask,
+  isRunning,
+  spawnValkey,
+  type ValkeyServer,
+  type ValkeyServerOptions,
+} from './valkey-server.js';
 
 /** Options of {@link spawnSentinelSet}. */
 export interface SentinelSetOptions {
@@ -119,28 +124,6 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
   }
 }
 
-/** True while `s` runs. */
-const running = (s: ValkeyServer) => s.process.exitCode === null && s.process.signalCode === null;
-
-/** Runs `fn` on a short-lived connection to `s`. */
-async function ask<T>(s: ValkeyServer, fn: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis(s.port, '127.0.0.1', {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: 1_000,
-    commandTimeout: 2_000,
-    enableReadyCheck: false,
-  });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    return await fn(r);
-  } finally {
-    r.disconnect();
-  }
-}
-
 /** `master` or `slave`, as the node says. */
 async function role(s: ValkeyServer): Promise<string | undefined> {
   try {
@@ -152,7 +135,7 @@ async function role(s: ValkeyServer): Promise<string | undefined> {
 }
 
 async function currentPrimary(set: SentinelSet): Promise<ValkeyServer | undefined> {
-  for (const sentinel of set.sentinels.filter(running)) {
+  for (const sentinel of set.sentinels.filter(isRunning)) {
     try {
       const reply = (await ask(sentinel, (r) =>
         r.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', set.name),

@@ -111,6 +111,39 @@ export async function spawnValkey(options: ValkeyServerOptions = {}): Promise<Va
   };
 }
 
+/** True while `server`'s current process runs (it has not exited or been killed). */
+export function isRunning(server: ValkeyServer): boolean {
+  return server.process.exitCode === null && server.process.signalCode === null;
+}
+
+/**
+ * Runs `fn` on a short-lived connection of its own to the loopback server on
+ * `server.port`: no reconnects or retries and no ready check (commands go as
+ * soon as it connects), 1 s to connect, 2 s a command, closed when `fn` settles.
+ *
+ * @throws {Error} what connecting or `fn` throws.
+ */
+export async function ask<T>(
+  server: { readonly port: number },
+  fn: (r: Redis) => Promise<T>,
+): Promise<T> {
+  const r = new Redis(server.port, '127.0.0.1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 1_000,
+    commandTimeout: 2_000,
+    enableReadyCheck: false,
+  });
+  r.on('error', () => {});
+  try {
+    await r.connect();
+    return await fn(r);
+  } finally {
+    r.disconnect();
+  }
+}
+
 /**
  * Resolves once the server at `url` answers PING, trying every 50 ms.
  *

@@ -3,10 +3,11 @@
  * here): the slot rule, ids with braces, events across shards, and what a
  * dead primary costs (its shard only, until its replica is promoted).
  */
-import { type Cluster, Redis } from 'ioredis';
+import type { Cluster } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type LocalCluster, spawnCluster } from '../harness/cluster.js';
+import { ask } from '../harness/valkey-server.js';
 import type { ReadResult } from '../src/index.js';
 import { TableEvents } from '../src/store/valkey/events.js';
 import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
@@ -49,16 +50,6 @@ function clusterClient(cluster: LocalCluster): Cluster {
 async function answerOf(read: Promise<ReadResult>): Promise<unknown> {
   const r = await read;
   return r.found ? r.value : undefined;
-}
-
-/** Runs `fn` on a connection of its own to the node on `port`. */
-async function ask<T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T> {
-  const r = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 0 });
-  try {
-    return await fn(r);
-  } finally {
-    r.disconnect();
-  }
 }
 
 async function ready(client: Cluster): Promise<void> {
@@ -176,18 +167,17 @@ describe('on a healthy cluster', () => {
     >;
     const primaries = [];
     for (const n of cluster.nodes) {
-      if (((await ask(n.port, (r) => r.call('ROLE'))) as string[])[0] === 'master')
-        primaries.push(n);
+      if (((await ask(n, (r) => r.call('ROLE'))) as string[])[0] === 'master') primaries.push(n);
     }
     const to = primaries.find((n) => n !== from) as typeof from;
     const ids = new Map(
       await Promise.all(
-        [from, to].map(async (n) => [n, await ask(n.port, (r) => r.cluster('MYID'))] as const),
+        [from, to].map(async (n) => [n, await ask(n, (r) => r.cluster('MYID'))] as const),
       ),
     );
-    await ask(to.port, (r) => r.cluster('SETSLOT', slot, 'IMPORTING', ids.get(from) as string));
-    await ask(from.port, (r) => r.cluster('SETSLOT', slot, 'MIGRATING', ids.get(to) as string));
-    await ask(from.port, (r) =>
+    await ask(to, (r) => r.cluster('SETSLOT', slot, 'IMPORTING', ids.get(from) as string));
+    await ask(from, (r) => r.cluster('SETSLOT', slot, 'MIGRATING', ids.get(to) as string));
+    await ask(from, (r) =>
       r.migrate('127.0.0.1', to.port, '', 0, 5_000, 'KEYS', valueKey(table, id)),
     );
     // The value is on the new primary, the slot still half-moved: B's read is redirected (ASK)
@@ -195,7 +185,7 @@ describe('on a healthy cluster', () => {
     const reading = b.table(table).get(id);
     await new Promise((r) => setTimeout(r, 200));
     for (const n of primaries) {
-      await ask(n.port, (r) => r.cluster('SETSLOT', slot, 'NODE', ids.get(to) as string));
+      await ask(n, (r) => r.cluster('SETSLOT', slot, 'NODE', ids.get(to) as string));
     }
     const read = await reading;
     expect(read.layer).toBe('l2');
@@ -246,7 +236,7 @@ async function primaryWithoutSubscribers(
     Promise.all(
       cluster.nodes.map(async (n) => ({
         node: n,
-        list: await ask(n.port, (r) => r.client('LIST')),
+        list: await ask(n, (r) => r.client('LIST')),
       })),
     );
   await eventually(async () => {
