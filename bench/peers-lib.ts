@@ -19,7 +19,7 @@ import { BentoCache, bentostore } from 'bentocache';
 import { memoryDriver } from 'bentocache/drivers/memory';
 import { redisBusDriver, redisDriver } from 'bentocache/drivers/redis';
 import { Redis } from 'ioredis';
-import { mulberry32 } from '../harness/random.js';
+import { mulberry32 } from '../src/random.js';
 import { createStore } from '../src/store/store.js';
 
 export type PeerName = 'echostore' | 'async-cache-dedupe' | 'bentocache';

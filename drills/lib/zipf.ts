@@ -1,5 +1,5 @@
 /** Zipf-distributed draws, seeded: the key popularity of a cache's real traffic. */
-import { mulberry32 } from '../../harness/random.js';
+import { mulberry32 } from '../../src/random.js';
 
 /**
  * Draws ranks 1…`n` with P(k) ∝ 1 / k^`s` (rank 1 the most popular), from a

@@ -6,6 +6,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { mulberry32 } from '../random.js';
 
 const CATALOG_SEED = 0x5eed_ec40;
 
@@ -25,22 +26,6 @@ const KINDS = [
   ['Hose', 'garden'],
 ] as const;
 const MATERIALS = ['steel', 'bamboo', 'recycled plastic', 'aluminium', 'oak', 'ceramic'];
-
-/**
- * mulberry32: a small 32-bit seeded PRNG (Tommy Ettinger, public domain).
- *
- * @returns a function yielding uniform floats in [0, 1).
- */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function pick<T>(random: () => number, items: readonly T[]): T {
   return items[Math.floor(random() * items.length)] as T;

@@ -1,6 +1,7 @@
 /**
  * mulberry32: a small 32-bit seeded PRNG (Tommy Ettinger, public domain), for
- * drills and benches that must draw the same sequence in every process and run.
+ * what must draw the same sequence in every process and run: the demo
+ * catalog's rows, the drills' and benches' key draws.
  *
  * @returns a function yielding uniform floats in [0, 1).
  */
