@@ -17,6 +17,7 @@
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
+import { countingMysqlPool, countingPgPool, type PoolCount } from '../harness/counting-pools.js';
 import { mysqlSource } from '../src/sources/mysql.js';
 import { postgresSource } from '../src/sources/postgres.js';
 import type { Source } from '../src/sources/source.js';
@@ -36,7 +37,7 @@ const args = drillArgs({
 });
 
 /** What the database was asked and answered, counted at the pool. */
-const counted = { queries: 0, rows: 0 };
+const counted: PoolCount = { queries: 0, rows: 0 };
 
 /** A schema of `items(id, name)` with rows 1..ids, the source over it, and how to drop both. */
 async function database(schema: string): Promise<{ source: Source; drop(): Promise<void> }> {
@@ -65,17 +66,7 @@ async function database(schema: string): Promise<{ source: Source; drop(): Promi
         {
           field: 'tables.batch.source',
           loadTimeoutMs,
-          makePool: (config) => {
-            const pool = new pg.Pool(config);
-            const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<pg.QueryResult>;
-            pool.query = (async (...a: unknown[]) => {
-              counted.queries++;
-              const result = await query(...a);
-              counted.rows += result.rowCount ?? 0;
-              return result;
-            }) as typeof pool.query;
-            return pool;
-          },
+          makePool: countingPgPool(counted),
         },
       );
       return { source, drop };
@@ -104,19 +95,7 @@ async function database(schema: string): Promise<{ source: Source; drop(): Promi
       {
         field: 'tables.batch.source',
         loadTimeoutMs,
-        makePool: (config) => {
-          const pool = mysql.createPool(config);
-          const execute = pool.execute.bind(pool) as (
-            ...a: unknown[]
-          ) => Promise<[unknown[], unknown]>;
-          pool.execute = (async (...a: unknown[]) => {
-            counted.queries++;
-            const result = await execute(...a);
-            counted.rows += result[0].length;
-            return result;
-          }) as typeof pool.execute;
-          return pool;
-        },
+        makePool: countingMysqlPool(counted),
       },
     );
     return { source, drop };

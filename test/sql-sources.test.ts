@@ -5,8 +5,9 @@
  * rows are counted in a wrapper around the source's pool, at the database's door.
  */
 import mysql from 'mysql2/promise';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { countingMysqlPool, countingPgPool, type PoolCount } from '../harness/counting-pools.js';
 import { ConfigError, type EchoStoreError } from '../src/errors.js';
 import { buildSource, mysqlSource, postgresSource, type Source } from '../src/sources/index.js';
 import type { SqlSourceOptions } from '../src/sources/sql.js';
@@ -27,9 +28,7 @@ const ctx = () => ({ signal: new AbortController().signal });
 const BIG = '9007199254740993';
 
 /** Counts the queries a source sends and the rows the database answers. */
-interface Counted {
-  queries: number;
-  rows: number;
+interface Counted extends PoolCount {
   /** Connections the pool holds now. */
   open(): Promise<number>;
 }
@@ -74,16 +73,7 @@ const postgres: Kind = {
       field: 'tables.items.source',
       loadTimeoutMs,
       makePool: (config) => {
-        made = new pg.Pool(config);
-        const query = made.query.bind(made) as (...a: unknown[]) => Promise<pg.QueryResult>;
-        made.query = (async (...args: unknown[]) => {
-          const result = await query(...args);
-          if (counted !== undefined) {
-            counted.queries++;
-            counted.rows += result.rowCount ?? 0;
-          }
-          return result;
-        }) as typeof made.query;
+        made = countingPgPool(counted ?? counter())(config);
         return made;
       },
     });
@@ -123,21 +113,7 @@ const mysqlKind: Kind = {
     return mysqlSource(options, {
       field: 'tables.items.source',
       loadTimeoutMs,
-      makePool: (config) => {
-        const pool = mysql.createPool(config);
-        const execute = pool.execute.bind(pool) as (
-          ...a: unknown[]
-        ) => Promise<[unknown[], unknown]>;
-        pool.execute = (async (...args: unknown[]) => {
-          const result = await execute(...args);
-          if (counted !== undefined) {
-            counted.queries++;
-            counted.rows += result[0].length;
-          }
-          return result;
-        }) as typeof pool.execute;
-        return pool;
-      },
+      makePool: countingMysqlPool(counted ?? counter()),
     });
   },
 };
