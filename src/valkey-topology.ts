@@ -20,6 +20,14 @@ export interface SentinelSettings {
   name: string;
 }
 
+/**
+ * How long to wait before reconnect `attempt` (1, 2, …), ms: doubles from
+ * 100 ms and stays at 2,000 ms from the 6th attempt on. The one back-off of
+ * the store's connections to Valkey, to its cluster nodes and to Sentinels.
+ */
+export const reconnectBackoff = (attempt: number): number =>
+  Math.min(50 * 2 ** Math.min(attempt, 6), 2_000);
+
 /** `host:port`, `[v6]:port`: the form of every node in the configuration. */
 export const HOST_PORT_PATTERN = '^(\\[[0-9A-Fa-f:.]+\\]|[^\\s:/@\\[\\]]+):[0-9]{1,5}$';
 
@@ -74,7 +82,7 @@ export function createClusterClient(settings: ClusterSettings, nodeOptions: Redi
       enableReadyCheck: true,
       slotsRefreshInterval: 2_000,
       slotsRefreshTimeout: nodeOptions.connectTimeout ?? 2_000,
-      clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
+      clusterRetryStrategy: reconnectBackoff,
     },
   );
   cluster.on('+node', (node: Redis) => {
@@ -96,7 +104,7 @@ export function sentinelOptions(settings: SentinelSettings): RedisOptions {
     sentinels: settings.sentinels.map((s, i) => parseAddress(s, `valkey.sentinel.sentinels.${i}`)),
     name: settings.name,
     role: 'master',
-    sentinelRetryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
+    sentinelRetryStrategy: reconnectBackoff,
     reconnectOnError: (err) => err.message.startsWith('READONLY'),
   };
 }

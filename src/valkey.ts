@@ -5,6 +5,7 @@ import { ConfigError } from './errors.js';
 import {
   type ClusterSettings,
   createClusterClient,
+  reconnectBackoff,
   type SentinelSettings,
   sentinelOptions,
 } from './valkey-topology.js';
@@ -69,7 +70,7 @@ export function createValkeyClient(options: ValkeyOptions): Redis | Cluster {
     // time, so on a paused server a command could wait for the previous
     // pipeline's timeout before its own started (up to 2 × commandTimeout).
     enableAutoPipelining: false,
-    retryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 6), 2_000),
+    retryStrategy: reconnectBackoff,
     reconnectOnError: reconnectOnReadOnly(),
     lazyConnect: false,
   };

@@ -55,7 +55,7 @@ const HEALTH_REPLY_PREFIXES = [
 ] as const;
 
 /** A command inside a script refused by the ACL: Redis 7.0 words it `ERR The user executing the script can't …`. */
-const SCRIPT_ACL_REFUSAL = "The user executing the script can't";
+export const SCRIPT_ACL_REFUSAL = "The user executing the script can't";
 
 /**
  * Why the store runs degraded: `disconnected` (the client is not connected),
@@ -105,8 +105,7 @@ function refusalOf(text: string): DegradedReason | undefined {
  */
 export function classifyValkeyError(err: unknown): 'health' | 'data' | 'unsent' {
   if (err instanceof CircuitOpenError) return 'unsent';
-  if (!isReplyError(err)) return 'health';
-  return refusalOf(err.message) === undefined ? 'data' : 'health';
+  return valkeyReason(err) === undefined ? 'data' : 'health';
 }
 
 /**
@@ -208,7 +207,7 @@ export class Breaker {
 
   /** True while the store runs degraded (`/readyz` and `echostore_valkey_degraded` show it). */
   get degraded(): boolean {
-    return this.#client.status !== 'ready' || this.#failures >= this.#threshold;
+    return this.reason !== undefined;
   }
 
   /** Why the store runs degraded; undefined while it does not. */

@@ -14,6 +14,7 @@
  *   about.
  */
 import type { Cluster, Redis } from 'ioredis';
+import { SCRIPT_ACL_REFUSAL } from './breaker.js';
 import { eventsChannel } from './scripts.js';
 
 /**
@@ -121,7 +122,7 @@ export function healthProbe(
 
 /** Refusals that are about rights (ACL), not about the server's state. */
 function isAccessRefusal(text: string): boolean {
-  return text.startsWith('NOPERM') || text.includes("The user executing the script can't");
+  return text.startsWith('NOPERM') || text.includes(SCRIPT_ACL_REFUSAL);
 }
 
 /**
@@ -232,19 +233,19 @@ export async function checkAccess(
   coherence: boolean,
   timeoutMs: number,
 ): Promise<string[]> {
-  const missing = new Set<string>();
-  for (const table of tables) {
-    const channel = coherence ? eventsChannel(table) : '';
-    const outcome = await within(
-      runProbe(client, table, channel).catch((err: unknown) => err as Error),
-      timeoutMs,
-    );
-    const sub = subscribed.get(table);
-    const ok = sub === undefined ? undefined : await within(sub, timeoutMs);
-    if (outcome === undefined) continue;
-    for (const m of missingRights(table, outcome, ok)) missing.add(m);
-  }
-  return [...missing];
+  const perTable = await Promise.all(
+    tables.map(async (table) => {
+      const channel = coherence ? eventsChannel(table) : '';
+      const outcome = await within(
+        runProbe(client, table, channel).catch((err: unknown) => err as Error),
+        timeoutMs,
+      );
+      const sub = subscribed.get(table);
+      const ok = sub === undefined ? undefined : await within(sub, timeoutMs);
+      return outcome === undefined ? [] : missingRights(table, outcome, ok);
+    }),
+  );
+  return [...new Set(perTable.flat())];
 }
 
 /** What `promise` resolves with, or undefined after `ms` (its rejection, if it rejects first). */

@@ -423,15 +423,16 @@ export class L2 {
    */
   async forget(id: string): Promise<Written> {
     const command = commandOf('forget');
+    const key = valueKey(this.#table, id);
     const reply = await this.#breaker.run(
       () =>
         this.#client[command]?.(
-          valueKey(this.#table, id),
+          key,
           leaseKey(this.#table, id),
           this.#channel,
           JSON.stringify(id),
         ) as Promise<unknown>,
-      { whileRefused: true, key: valueKey(this.#table, id) },
+      { whileRefused: true, key },
     );
     const v = versionOf(reply);
     if (v === undefined) throw new Error('the forget script answered no version');

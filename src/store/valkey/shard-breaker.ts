@@ -83,33 +83,31 @@ export class ShardBreakers implements Circuit {
       });
   }
 
-  /**
-   * True when the cluster client is not ready, or the breaker of some primary
-   * in the current slot map (or of the unmapped slots, while there are any) is
-   * open. Breakers that no longer guard anything (a failed primary after its
-   * replica took over) are dropped.
-   */
+  /** True while {@link reason} names one. */
   get degraded(): boolean {
-    if (this.#cluster.status !== 'ready') return true;
+    return this.reason !== undefined;
+  }
+
+  /**
+   * `disconnected` while the cluster client is not ready; else the reason of
+   * the first open breaker (in the order the primaries were first used) of a
+   * primary in the current slot map, or of the unmapped slots while there are
+   * any; else undefined. Breakers that no longer guard anything (a failed
+   * primary after its replica took over) are dropped.
+   */
+  get reason(): DegradedReason | undefined {
+    if (this.#cluster.status !== 'ready') return 'disconnected';
     const { primaries, unmapped } = slotOwners(this.#cluster);
-    let degraded = false;
+    let reason: DegradedReason | undefined;
     for (const [primary, breaker] of this.#byPrimary) {
       if (primary === UNMAPPED ? unmapped === 0 : !primaries.has(primary)) {
         breaker.close();
         this.#byPrimary.delete(primary);
-      } else if (breaker.degraded) {
-        degraded = true;
+      } else {
+        reason ??= breaker.reason;
       }
     }
-    return degraded;
-  }
-
-  get reason(): DegradedReason | undefined {
-    if (this.#cluster.status !== 'ready') return 'disconnected';
-    if (!this.degraded) return undefined;
-    for (const breaker of this.#byPrimary.values())
-      if (breaker.reason !== undefined) return breaker.reason;
-    return undefined;
+    return reason;
   }
 
   close(): void {

@@ -9,6 +9,7 @@ import { randomInt } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { type TLSSocket, connect as tlsConnect } from 'node:tls';
 import { AbstractConnector, type Cluster, Redis, type RedisOptions } from 'ioredis';
+import type { Address } from '../../valkey-topology.js';
 import { isCluster } from './slots.js';
 
 /**
@@ -42,11 +43,6 @@ export function openSubscriber(client: Redis | Cluster, overrides: Partial<Redis
     retryStrategy: (attempt: number) => Math.min(50 * 2 ** Math.min(attempt, 5), 1_000),
   };
   return new Redis(options);
-}
-
-interface Address {
-  host: string;
-  port: number;
 }
 
 /**
