@@ -71,9 +71,9 @@ export class Admission {
   readonly #queue: Queued[] = [];
   #shortMs = 0;
   #longMs = 0;
-  /** When the current busy period (every slot taken) began; undefined when a slot is free. */
-  #busySince: number | undefined;
-  /** Loads finished since `#busySince`, and when the first of them did. */
+  /** True during a busy period: from a load finding every slot taken until the queue drains. */
+  #busy = false;
+  /** Loads finished in the current busy period, and when the first of them did. */
   #busyDone = 0;
   #busyFirstDoneAt: number | undefined;
   /** What the history predicted per queued load when the busy period began. */
@@ -120,7 +120,7 @@ export class Admission {
    * (the process is busy taking it in), so they are not what predicts its drain.
    */
   msPerQueuedLoad(): number {
-    if (this.#busySince === undefined) return this.#historyMsPerLoad();
+    if (!this.#busy) return this.#historyMsPerLoad();
     if (this.#busyDone >= 2 * this.limit && this.#busyFirstDoneAt !== undefined) {
       const drainMs = this.#now() - this.#busyFirstDoneAt;
       if (drainMs > 0) return drainMs / (this.#busyDone - 1);
@@ -143,8 +143,8 @@ export class Admission {
    */
   acquire(shed: (retryAfterMs: number) => ShedError): Promise<Permit> {
     if (this.#active < this.limit) return Promise.resolve(this.#take());
-    if (this.#busySince === undefined) {
-      this.#busySince = this.#now();
+    if (!this.#busy) {
+      this.#busy = true;
       this.#busyDone = 0;
       this.#busyFirstDoneAt = undefined;
       this.#busyHistoryMsPerLoad = this.#historyMsPerLoad();
@@ -181,7 +181,7 @@ export class Admission {
         if (released) return;
         released = true;
         this.#active--;
-        if (this.#busySince !== undefined) {
+        if (this.#busy) {
           this.#busyDone++;
           this.#busyFirstDoneAt ??= this.#now();
         }
@@ -217,7 +217,7 @@ export class Admission {
     while (this.#active < this.limit) {
       const next = this.#queue.shift();
       if (next === undefined) {
-        this.#busySince = undefined;
+        this.#busy = false;
         return;
       }
       next.grant();

@@ -4,13 +4,13 @@
  */
 import type { Logger } from 'pino';
 import type { EchoStoreError } from '../errors.js';
-import type { TableCounters, TableHistograms } from '../metrics.js';
+import { bump, type TableCounters, type TableHistograms } from '../metrics.js';
 import type { Admission } from './admission.js';
 import type { Envelope, VersionClock } from './envelope.js';
 import type { TablePolicy } from './policy.js';
 import type { LoadFn, ReadLayer, ReadResult } from './types.js';
 import type { TableEvents } from './valkey/events.js';
-import type { L2 } from './valkey/scripts.js';
+import type { L2, Written } from './valkey/scripts.js';
 
 /** A caller waiting for a flight's answer. Settled exactly once, by the owner. */
 export interface Waiter {
@@ -126,17 +126,27 @@ export function answerOf(
 }
 
 /**
- * Answers a flight's waiters: the first with `first`, every later one (they
- * attached to its flight: coalesced) with one shared answer built once.
+ * Answers a flight's waiters: the first with `answer(false)`, every later one
+ * (they attached to its flight: coalesced) with one shared `answer(true)`,
+ * built once.
  */
 export function answerAll(
   waiters: readonly Waiter[],
-  first: ReadResult,
-  coalesced: () => ReadResult,
+  answer: (coalesced: boolean) => ReadResult,
 ): void {
   if (waiters.length === 0) return;
-  (waiters[0] as Waiter).resolve(first);
+  (waiters[0] as Waiter).resolve(answer(false));
   if (waiters.length === 1) return;
-  const shared = coalesced();
+  const shared = answer(true);
   for (let i = 1; i < waiters.length; i++) (waiters[i] as Waiter).resolve(shared);
+}
+
+/**
+ * Takes in Valkey's answer to a write: its version and clock go to the
+ * table's version clock, and a refused coherence message is counted
+ * (`valkey_errors{op="publish"}`).
+ */
+export function noteWritten(ctx: TableContext, written: Written): void {
+  ctx.clock.wrote(written.version, written.valkeyNowMs);
+  if (written.unpublished !== undefined) bump(ctx.counters.valkeyErrors, 'publish');
 }

@@ -141,21 +141,9 @@ export class TableOwner {
     landed: (m) => this.#landed(m.flight, m.outcome),
     serveStale: (m) => this.#serveStale(m.flight, m.envelope),
     refresh: (m) => this.#refresh(m.id, m.reason),
-    put: (m) => {
-      if (this.#closed) m.waiter.reject(this.#closedError(m.id));
-      else if (!this.#writes.park(m.id, m)) {
-        this.#supersede(m.id);
-        this.#writes.put(m);
-      }
-    },
+    put: (m) => this.#write(m, () => this.#writes.put(m)),
     written: (m) => this.#writes.written(m),
-    invalidate: (m) => {
-      if (this.#closed) m.waiter.reject(this.#closedError(m.id));
-      else if (!this.#writes.park(m.id, m)) {
-        this.#supersede(m.id);
-        this.#writes.invalidate(m);
-      }
-    },
+    invalidate: (m) => this.#write(m, () => this.#writes.invalidate(m)),
     invalidated: (m) => this.#writes.invalidated(m),
     event: (m) => this.#event(m.event),
     flush: () => {
@@ -257,9 +245,7 @@ export class TableOwner {
     if (kept) this.#l1.set(flight.id, envelope, now);
     counters.reads[envelope.negative ? 'negative' : layer] += flight.callers;
     const stored = kept && layer === 'origin';
-    answerAll(flight.waiters, answerOf(envelope, layer, false, now, stored), () =>
-      answerOf(envelope, layer, true, now, stored),
-    );
+    answerAll(flight.waiters, (coalesced) => answerOf(envelope, layer, coalesced, now, stored));
   }
 
   /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
@@ -270,9 +256,7 @@ export class TableOwner {
     this.#l1.set(flight.id, envelope, now);
     this.#ctx.counters.reads.stale += flight.callers;
     this.#ctx.counters.refreshes.stale++;
-    answerAll(flight.waiters, answerOf(envelope, 'l2', false, now), () =>
-      answerOf(envelope, 'l2', true, now),
-    );
+    answerAll(flight.waiters, (coalesced) => answerOf(envelope, 'l2', coalesced, now));
     flight.waiters.length = 0;
     flight.callers = 0;
     flight.background = true;
@@ -374,9 +358,21 @@ export class TableOwner {
     const row = flight.superseded ? undefined : this.#l1.get(flight.id, now);
     if (row !== undefined && !row.negative) {
       this.#ctx.counters.reads.stale += flight.callers;
-      answerAll(flight.waiters, rowAnswer(row, now), () => rowAnswer(row, now, true));
+      answerAll(flight.waiters, (coalesced) => rowAnswer(row, now, coalesced));
     } else {
       for (const w of flight.waiters) w.reject(error);
+    }
+  }
+
+  /**
+   * A PUT or DELETE: refused once closed, parked behind a write of the id in
+   * progress, or else sent (by `send`) after detaching the id's running flight.
+   */
+  #write(m: Extract<Message, { kind: 'put' | 'invalidate' }>, send: () => void): void {
+    if (this.#closed) m.waiter.reject(this.#closedError(m.id));
+    else if (!this.#writes.park(m.id, m)) {
+      this.#supersede(m.id);
+      send();
     }
   }
 

@@ -119,7 +119,7 @@ export const TablePolicySchema = Type.Object(
     maxQueueDelayMs: Type.Optional(
       Type.Integer({
         minimum: 0,
-        maximum: 31 * 24 * 3600 * 1000,
+        maximum: MAX_MS,
         default: 2_000,
         description:
           'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) exceeds it is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',

@@ -27,7 +27,7 @@ import {
   readMark,
   toJson,
 } from './envelope.js';
-import type { Flight, Outcome, TableContext } from './flight.js';
+import { type Flight, noteWritten, type Outcome, type TableContext } from './flight.js';
 import { classifyValkeyError } from './valkey/breaker.js';
 import type { Watch } from './valkey/events.js';
 import type { LeaseAnswer } from './valkey/scripts.js';
@@ -224,8 +224,7 @@ async function loadAndFill(ctx: TableContext, flight: Flight, token: string): Pr
       ctx.counters.lease.lost++;
     } else {
       // Valkey gave it its version (above whatever the key held): answer what it stored.
-      ctx.clock.wrote(written.version, written.valkeyNowMs);
-      if (written.unpublished !== undefined) bump(ctx.counters.valkeyErrors, 'publish');
+      noteWritten(ctx, written);
       envelope = { ...envelope, version: written.version };
     }
   } catch (err) {
@@ -316,8 +315,7 @@ async function fillWithoutLease(
   try {
     const written = await ctx.l2.fillIfUnchanged(flight.id, expected, envelope, ctx.now());
     if (written === undefined) return undefined;
-    ctx.clock.wrote(written.version, written.valkeyNowMs);
-    if (written.unpublished !== undefined) bump(ctx.counters.valkeyErrors, 'publish');
+    noteWritten(ctx, written);
     return written.version;
   } catch (err) {
     valkeyFailed(ctx, err, 'set');

@@ -15,7 +15,7 @@
 import { ValkeyUnavailableError } from '../errors.js';
 import { bump } from '../metrics.js';
 import { hardTtlMs, mintEnvelope, tombstone } from './envelope.js';
-import type { TableContext } from './flight.js';
+import { noteWritten, type TableContext } from './flight.js';
 import type { L1 } from './l1.js';
 import type { Message } from './messages.js';
 import { classifyValkeyError, isReplyError, valkeyReason } from './valkey/breaker.js';
@@ -92,9 +92,10 @@ export class Writes {
     );
     this.#parked.set(m.id, []);
     ctx.l2.write(m.id, envelope, now, hardTtlMs(envelope, now), 'put').then(
-      ({ version, valkeyNowMs, unpublished }) => {
-        ctx.clock.wrote(version, valkeyNowMs);
-        this.#unpublished('put', m.id, unpublished);
+      (written) => {
+        noteWritten(ctx, written);
+        this.#warnUnpublished('put', m.id, written.unpublished);
+        const { version } = written;
         this.#post({
           kind: 'written',
           id: m.id,
@@ -144,9 +145,9 @@ export class Writes {
         return ctx.l2.forget(m.id);
       })
       .then(
-        ({ version, valkeyNowMs, unpublished }) => {
-          ctx.clock.wrote(version, valkeyNowMs);
-          this.#unpublished('delete', m.id, unpublished);
+        (written) => {
+          noteWritten(ctx, written);
+          this.#warnUnpublished('delete', m.id, written.unpublished);
           this.#post({ kind: 'invalidated', id: m.id, waiter: m.waiter });
         },
         (error: unknown) => this.#post({ kind: 'invalidated', id: m.id, error, waiter: m.waiter }),
@@ -210,10 +211,9 @@ export class Writes {
     });
   }
 
-  /** A write happened but its coherence message was refused: other instances may keep the old row in L1 until its TTL. */
-  #unpublished(op: 'put' | 'delete', id: string, refusal: string | undefined): void {
+  /** A write happened but its coherence message was refused (counted by {@link noteWritten}): other instances may keep the old row in L1 until its TTL. */
+  #warnUnpublished(op: 'put' | 'delete', id: string, refusal: string | undefined): void {
     if (refusal === undefined) return;
-    bump(this.#ctx.counters.valkeyErrors, 'publish');
     this.#ctx.log.warn(
       { table: this.#ctx.table, id, op, refusal },
       'written, but valkey refused the coherence message: other instances may serve the old row from L1 until its TTL',
