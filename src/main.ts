@@ -8,9 +8,10 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import closeWithGrace from 'close-with-grace';
-import { type Logger, pino } from 'pino';
+import { pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { loadConfig } from './config/load.js';
+import { DEFAULT_WARM_CONCURRENCY, DEFAULT_WARM_TIMEOUT_MS } from './config/schema.js';
 import { ConfigError, EchoStoreError } from './errors.js';
 import { watchHeapAfterGc } from './heap-gauge.js';
 import type { Lifecycle } from './http/ops.js';
@@ -19,14 +20,7 @@ import { buildSource, type Source } from './sources/index.js';
 import { DEFAULT_POLICY } from './store/policy.js';
 import { createStore, type TableOptions } from './store/store.js';
 import { redactUrl } from './valkey.js';
-import {
-  DEFAULT_WARM_CONCURRENCY,
-  DEFAULT_WARM_TIMEOUT_MS,
-  StartupWarmUp,
-  type WarmConfig,
-  type WarmPlan,
-  warmIds,
-} from './warm/startup.js';
+import { StartupWarmUp, type WarmConfig, type WarmPlan, warmIds } from './warm/startup.js';
 
 /** How long closing may take after `shutdownDelayMs` before the process exits anyway, ms. */
 const CLOSE_TIMEOUT_MS = 15_000;
@@ -61,7 +55,7 @@ async function main(): Promise<void> {
         ...(built.checkId === undefined ? {} : { checkId: built.checkId }),
       };
       if (warm !== undefined) {
-        warmIdsOf.set(name, { config: warm, ids: await listWarmIds(warm, built, name, log) });
+        warmIdsOf.set(name, { config: warm, ids: await warmIds(warm, built, name, log) });
       }
     } catch (err) {
       await Promise.all(sources.map((s) => s.close()));
@@ -157,28 +151,6 @@ async function main(): Promise<void> {
     await warmUp.run(plans, log, stopWarmUp.signal);
     lifecycle.warming = false;
     if (!lifecycle.closing) log.info('warm-up finished: ready');
-  }
-}
-
-/**
- * The ids of a table's `warm` section. A source that fails to list its ids
- * is logged, and the table is not warmed: the service starts anyway.
- *
- * @throws {ConfigError} when the section cannot work (see `warmIds`).
- */
-async function listWarmIds(
-  warm: WarmConfig,
-  source: Source,
-  table: string,
-  log: Logger,
-): Promise<string[]> {
-  try {
-    return await warmIds(warm, source, `tables.${table}.warm`);
-  } catch (err) {
-    // A section that cannot work stops the start; a source that fails to list its ids does not.
-    if (warm.top === undefined || source.listIds === undefined) throw err;
-    log.error({ err, table }, 'warm-up: the source could not list ids; the table is not warmed');
-    return [];
   }
 }
 

@@ -4,6 +4,12 @@
  * derived from it. `docs/configuration.md` is generated from this schema.
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { DEFAULT_HTTP_TIMEOUT_MS, DEFAULT_MAX_BODY_BYTES } from '../sources/http.js';
+import {
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_ID_COLUMN,
+  DEFAULT_POOL_SIZE,
+} from '../sources/sql.js';
 import { TablePolicySchema } from '../store/policy.js';
 import { HOST_PORT_PATTERN } from '../valkey-topology.js';
 
@@ -102,7 +108,7 @@ export const HttpSourceSchema = Type.Object(
     timeoutMs: Type.Optional(
       ms(
         "A GET slower than this fails the load; never beyond the table's `loadTimeoutMs`.",
-        10_000,
+        DEFAULT_HTTP_TIMEOUT_MS,
       ),
     ),
     headers: Type.Optional(
@@ -116,7 +122,7 @@ export const HttpSourceSchema = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: GIB,
-        default: 8 * 1024 * 1024,
+        default: DEFAULT_MAX_BODY_BYTES,
         description: 'Largest response body read; a larger one fails the load.',
       }),
     ),
@@ -139,7 +145,7 @@ function sqlFields(listExample: string) {
       Type.String({
         minLength: 1,
         maxLength: 64,
-        default: 'id',
+        default: DEFAULT_ID_COLUMN,
         description:
           'The column whose value, as text, is the row\'s id: rows are matched to the ids asked by it; an id with no row is "not found".',
       }),
@@ -148,12 +154,14 @@ function sqlFields(listExample: string) {
       Type.Integer({
         minimum: 1,
         maximum: 100,
-        default: 4,
+        default: DEFAULT_POOL_SIZE,
         description:
           "Most connections open at once. Every session is read-only, with a statement timeout of the table's `loadTimeoutMs`.",
       }),
     ),
-    connectTimeoutMs: Type.Optional(ms('A connection not established within this fails.', 2_000)),
+    connectTimeoutMs: Type.Optional(
+      ms('A connection not established within this fails.', DEFAULT_CONNECT_TIMEOUT_MS),
+    ),
     seed: Type.Optional(
       stringEnum(['demo'], {
         description:
@@ -225,6 +233,10 @@ const SourceSchema = Type.Unsafe<FileSourceConfig>({
 
 /** Most ids a table's start-up warm-up may name (`ids`, `file` or `top`). */
 export const MAX_STARTUP_WARM_IDS = 100_000;
+/** Default of `warm.concurrency`. */
+export const DEFAULT_WARM_CONCURRENCY = 4;
+/** Default of `warm.timeoutMs`, ms. */
+export const DEFAULT_WARM_TIMEOUT_MS = 60_000;
 
 /** `warm` of a table: what to read into the cache at start, before `/readyz` says ready. */
 export const WarmSchema = Type.Object(
@@ -254,7 +266,7 @@ export const WarmSchema = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: 64,
-        default: 4,
+        default: DEFAULT_WARM_CONCURRENCY,
         description:
           "Reads the warm-up keeps in flight at once: a small share of the table's `maxConcurrentLoads`, so that warm-up does not crowd out (or shed) itself or live traffic. A read shed with `ECC_SHED` is retried after its `Retry-After`, up to 3 times.",
       }),
@@ -262,7 +274,7 @@ export const WarmSchema = Type.Object(
     timeoutMs: Type.Optional(
       ms(
         'The warm-up of this table stops after this long; the ids not read by then are counted as `skipped`, and the service becomes ready anyway.',
-        60_000,
+        DEFAULT_WARM_TIMEOUT_MS,
       ),
     ),
   },

@@ -21,8 +21,10 @@ export interface HttpSourceOptions {
   maxBodyBytes?: number;
 }
 
-const DEFAULT_TIMEOUT_MS = 10_000;
-const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
+/** Default of `timeoutMs`, ms. */
+export const DEFAULT_HTTP_TIMEOUT_MS = 10_000;
+/** Default of `maxBodyBytes`: 8 MiB. */
+export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 const MAX_MAX_BODY_BYTES = 1024 * 1024 * 1024;
 /** RFC 9110 `token`. */
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -54,7 +56,7 @@ const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
  */
 export function httpSource(options: HttpSourceOptions, field = 'source'): Source {
   const { url } = options;
-  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const timeoutMs = options.timeoutMs ?? DEFAULT_HTTP_TIMEOUT_MS;
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   if (!url.includes('{id}')) throw new ConfigError(`${field}.url: must contain {id}`);
   let parsed: URL;

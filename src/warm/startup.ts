@@ -20,10 +20,6 @@ import { readIds, type WarmOutcome } from './read-ids.js';
 /** A table's `warm` section as written: exactly one of `ids`, `file`, `top`. */
 export type WarmConfig = Static<typeof WarmSchema>;
 
-/** Default of `warm.concurrency`. */
-export const DEFAULT_WARM_CONCURRENCY = 4;
-/** Default of `warm.timeoutMs`. */
-export const DEFAULT_WARM_TIMEOUT_MS = 60_000;
 /** Times a warm-up read shed with `ECC_SHED` is retried. */
 export const WARM_SHED_RETRIES = 3;
 /** How often a running table warm-up logs its progress, ms. */
@@ -56,19 +52,22 @@ export interface WarmReport {
 }
 
 /**
- * The ids a table's `warm` section names: `ids` as given, the lines of `file`,
- * or the first `top` ids `source.listIds` returns.
+ * The ids table `table`'s `warm` section names: `ids` as given, the lines of
+ * `file`, or the first `top` ids `source.listIds` returns. A source that
+ * fails to list its ids is logged, and the table is not warmed (no ids): the
+ * service starts anyway.
  *
- * @param field dotted path of the section (`tables.products.warm`), for errors.
- * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.file` when the file cannot be read or
- *   holds more than {@link MAX_STARTUP_WARM_IDS} ids, or `<field>.top` when the source cannot
- *   list ids. A failing listing rejects with the source's error.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `tables.<table>.warm.file` when the file cannot
+ *   be read or holds more than {@link MAX_STARTUP_WARM_IDS} ids, or `tables.<table>.warm.top`
+ *   when the source cannot list ids.
  */
 export async function warmIds(
   config: WarmConfig,
   source: Source,
-  field: string,
+  table: string,
+  log: Logger,
 ): Promise<string[]> {
+  const field = `tables.${table}.warm`;
   if (config.ids !== undefined) return [...config.ids];
   if (config.file !== undefined) return idsFile(config.file, `${field}.file`);
   const top = config.top as number;
@@ -78,7 +77,12 @@ export async function warmIds(
       { field: `${field}.top` },
     );
   }
-  return source.listIds(top);
+  try {
+    return await source.listIds(top);
+  } catch (err) {
+    log.error({ err, table }, 'warm-up: the source could not list ids; the table is not warmed');
+    return [];
+  }
 }
 
 /** The ids of a file: one per line, a trailing CR dropped, empty lines skipped. */
