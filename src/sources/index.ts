@@ -1,9 +1,11 @@
 /** Source kinds by configuration: `sqlite`, `http`, `postgres` and `mysql`. */
+
+import type { FileSourceConfig } from '../config/schema.js';
 import { httpSource } from './http.js';
 import { mysqlSource } from './mysql.js';
 import { postgresSource } from './postgres.js';
 import type { Source } from './source.js';
-import type { SqlSourceOptions } from './sql.js';
+import type { SqlSourceContext } from './sql.js';
 import { sqliteSource } from './sqlite.js';
 
 export { SourceError } from '../errors.js';
@@ -15,26 +17,11 @@ export type { Source } from './source.js';
 export type { SqlSourceContext, SqlSourceOptions } from './sql.js';
 export { type SqliteSourceOptions, sqliteSource } from './sqlite.js';
 
-/** A table's `source` as written in the configuration file. */
-export type SourceConfig =
-  | { kind: 'sqlite'; file: string; query: string; seed?: 'demo'; idsQuery?: string }
-  | {
-      kind: 'http';
-      url: string;
-      timeoutMs?: number;
-      headers?: Record<string, string>;
-      maxBodyBytes?: number;
-    }
-  | ({ kind: 'postgres' } & SqlSourceOptions)
-  | ({ kind: 'mysql' } & SqlSourceOptions);
+/** A table's `source` as written in the configuration file (its schema's type). */
+export type SourceConfig = FileSourceConfig;
 
-/** What the store tells {@link buildSource} about the table. */
-export interface BuildContext {
-  /** Dotted path of the source's configuration (e.g. `tables.products.source`), for error messages. Default `source`. */
-  field?: string;
-  /** The table's `loadTimeoutMs`: the SQL sources' statement timeout. */
-  loadTimeoutMs: number;
-}
+/** What the store tells {@link buildSource} about the table: the field of the source (for errors) and its `loadTimeoutMs`. */
+export type BuildContext = SqlSourceContext;
 
 /**
  * Builds the source a table's `source` configuration describes; the SQL kinds
