@@ -5,16 +5,16 @@
  * and is answered on its own: found, not found, or a coded error. One id's
  * failure never fails the batch.
  */
-import { Ajv } from 'ajv';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BadIdError, BadRequestError, type EchoStoreError } from '../errors.js';
 import type { Store } from '../store/store.js';
 import { MAX_BATCH_IDS, type Table } from '../store/table.js';
 import type { BatchEntry } from '../store/types.js';
-import { logAnswered, publicMessage } from './errors.js';
+import { errorBody, logAnswered } from './errors.js';
 import { cacheStatus } from './items.js';
 import { allowOnly } from './methods.js';
-import { errorResponses, TABLE_PARAMS } from './openapi.js';
+import { ERROR_SCHEMA, errorResponses, TABLE_PARAMS } from './openapi.js';
+import { exactTableInput } from './table-input.js';
 
 const ITEMS_PATH = '/v1/tables/:table/items';
 /** `::` is find-my-way's literal colon: the path is `…/items:batchGet`. */
@@ -47,12 +47,6 @@ const body = {
   },
 } as const;
 
-const errorBody = {
-  type: 'object',
-  required: ['code', 'message'],
-  properties: { code: { type: 'string' }, message: { type: 'string' } },
-} as const;
-
 /** The answer: one item per distinct id, in the order of first appearance. */
 const response = {
   200: {
@@ -73,7 +67,10 @@ const response = {
               description: 'found, not_found: the Cache-Status (RFC 9211) of this id',
             },
             value: { description: 'found: the item (any JSON value)' },
-            error: { ...errorBody, description: 'error: the coded error of this id alone' },
+            error: {
+              ...ERROR_SCHEMA.properties.error,
+              description: 'error: the coded error of this id alone',
+            },
           },
         },
       },
@@ -98,14 +95,7 @@ interface Asked {
  * body that breaks its schema; otherwise 200 with a per-id status.
  */
 export function batchRoutes(app: FastifyInstance, store: Store): void {
-  // fastify's own Ajv coerces ("a" -> ["a"], 1 -> "1"): ids are taken exactly as sent.
-  const ajv = new Ajv({ coerceTypes: false, allErrors: false, strict: false });
-  const common = {
-    validatorCompiler: ({ schema }: { schema: object }) => ajv.compile(schema),
-    preValidation: async (request: FastifyRequest<{ Params: { table: string } }>) => {
-      store.table(request.params.table);
-    },
-  };
+  const common = exactTableInput(store);
 
   app.get<{ Params: { table: string }; Querystring: { ids: string } }>(
     ITEMS_PATH,
@@ -176,7 +166,7 @@ function itemOf(request: FastifyRequest, entry: BatchEntry): string {
 
 function errorItem(request: FastifyRequest, id: string, error: EchoStoreError): string {
   logAnswered(request, error);
-  const coded = JSON.stringify({ code: error.code, message: publicMessage(error) });
+  const coded = JSON.stringify(errorBody(error).error);
   return `{"id":${JSON.stringify(id)},"status":"error","error":${coded}}`;
 }
 

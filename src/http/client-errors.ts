@@ -9,7 +9,7 @@ import {
   PayloadTooLargeError,
   RequestTimeoutError,
 } from '../errors.js';
-import { type ErrorBody, publicMessage } from './errors.js';
+import { errorBody } from './errors.js';
 
 /**
  * The coded error for each `clientError` Node's HTTP parser raises (llhttp
@@ -33,8 +33,7 @@ function clientErrorOf(parserCode: string | undefined): EchoStoreError {
  * JSON body, `Connection: close`, and any `headers` given.
  */
 export function rawErrorResponse(e: EchoStoreError, headers: Record<string, string> = {}): string {
-  const body: ErrorBody = { error: { code: e.code, message: publicMessage(e) } };
-  const text = JSON.stringify(body);
+  const text = JSON.stringify(errorBody(e));
   const lines = [
     `HTTP/1.1 ${e.statusCode} ${STATUS_CODES[e.statusCode] ?? 'Error'}`,
     'Content-Type: application/json; charset=utf-8',
@@ -131,8 +130,7 @@ export function requireHost(server: Server, log: FastifyBaseLogger): void {
     if (request.headers.host === undefined && request.httpVersion === '1.1') {
       const e = new BadRequestError('an HTTP/1.1 request needs a Host header');
       log.debug({ code: e.code }, e.message);
-      const body: ErrorBody = { error: { code: e.code, message: publicMessage(e) } };
-      const text = JSON.stringify(body);
+      const text = JSON.stringify(errorBody(e));
       response.writeHead(e.statusCode, {
         'content-type': 'application/json; charset=utf-8',
         'content-length': Buffer.byteLength(text),

@@ -77,6 +77,11 @@ export function publicMessage(e: EchoStoreError): string {
   return clip(e.publicMessage, MAX_MESSAGE_CHARS);
 }
 
+/** The body of the answer to `e`: `{ error: { code, message } }`, the message as {@link publicMessage}. */
+export function errorBody(e: EchoStoreError): ErrorBody {
+  return { error: { code: e.code, message: publicMessage(e) } };
+}
+
 /**
  * Logs an answered error by class: `ECC_INTERNAL` (a bug) at error level with
  * its stack; other 5xx at warn with code, table, id (clipped) and the cause's
@@ -115,8 +120,7 @@ export function sendError(
   if (e instanceof ShedError)
     reply.header('retry-after', String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))));
   if (e instanceof UnauthorizedError) reply.header('www-authenticate', BEARER_CHALLENGE);
-  const body: ErrorBody = { error: { code: e.code, message: publicMessage(e) } };
-  return reply.code(e.statusCode).type('application/json; charset=utf-8').send(body);
+  return reply.code(e.statusCode).type('application/json; charset=utf-8').send(errorBody(e));
 }
 
 /** Installs the error and not-found handlers: every error is `{ error: { code, message } }`. */

@@ -1,10 +1,10 @@
-import { Ajv } from 'ajv';
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
 import { readIds } from '../warm/read-ids.js';
 import type { AdminRouteOptions } from './auth.js';
 import { allowOnly } from './methods.js';
 import { ADMIN_SECURITY, errorResponses, TABLE_PARAMS } from './openapi.js';
+import { exactTableInput } from './table-input.js';
 
 /** Most ids one warm-up request may name. */
 export const MAX_WARM_IDS = 1000;
@@ -51,8 +51,6 @@ const answer = {
  * for a body that breaks the schema. `admin` guards it.
  */
 export function warmRoutes(app: FastifyInstance, store: Store, admin: AdminRouteOptions): void {
-  // fastify's own Ajv coerces (1 -> "1", "a" -> ["a"]); a warm-up list is taken exactly as sent.
-  const ajv = new Ajv({ coerceTypes: false, allErrors: false, strict: true });
   app.post<{ Params: { table: string }; Body: { ids: string[] } }>(
     WARM_PATH,
     {
@@ -74,10 +72,7 @@ export function warmRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
           }),
         },
       },
-      validatorCompiler: ({ schema }) => ajv.compile(schema),
-      preValidation: async (request) => {
-        store.table(request.params.table);
-      },
+      ...exactTableInput(store),
     },
     async (request) => {
       const table = store.table(request.params.table);
