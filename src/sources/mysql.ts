@@ -11,15 +11,17 @@ import { DEMO_COUNT, demoProduct } from './demo.js';
 import type { Source } from './source.js';
 import {
   batchSource,
+  checkIdColumn,
   checkSqlOptions,
+  connectFailed,
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_ID_COLUMN,
   DEFAULT_POOL_SIZE,
-  describeUrl,
   reason,
   rowsById,
   type SqlSourceContext,
   type SqlSourceOptions,
+  seedFailed,
   tableOf,
 } from './sql.js';
 
@@ -114,10 +116,7 @@ async function check(
   try {
     conn = await mysql.createConnection(connection);
   } catch (err) {
-    throw new ConfigError(
-      `${field}.url: cannot connect to ${describeUrl(options.url)}: ${reason(err)}`,
-      { field: `${field}.url`, cause: err },
-    );
+    throw connectFailed(field, options.url, err);
   }
   try {
     const [version] = await conn.query('SELECT VERSION() AS v');
@@ -134,12 +133,7 @@ async function check(
         cause: err,
       });
     }
-    if (!columns.includes(idColumn)) {
-      throw new ConfigError(
-        `${field}.query: returns no column "${idColumn}" (idColumn), by which rows are matched to ids; it returns ${columns.length === 0 ? 'no rows' : columns.join(', ')}`,
-        { field: `${field}.query` },
-      );
-    }
+    checkIdColumn(columns, idColumn, field);
     return mariadb
       ? (ms) => `SET SESSION max_statement_time = ${(ms / 1000).toFixed(3)}`
       : (ms) => `SET SESSION max_execution_time = ${Math.round(ms)}`;
@@ -202,9 +196,6 @@ async function seedDemo(conn: mysql.Connection, field: string): Promise<void> {
       await conn.query("SELECT RELEASE_LOCK('echostore demo seed')");
     }
   } catch (err) {
-    throw new ConfigError(`${field}.seed: cannot create the demo catalog: ${reason(err)}`, {
-      field: `${field}.seed`,
-      cause: err,
-    });
+    throw seedFailed(field, err);
   }
 }

@@ -10,15 +10,17 @@ import { DEMO_COUNT, demoProduct } from './demo.js';
 import type { Source } from './source.js';
 import {
   batchSource,
+  checkIdColumn,
   checkSqlOptions,
+  connectFailed,
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_ID_COLUMN,
   DEFAULT_POOL_SIZE,
-  describeUrl,
   reason,
   rowsById,
   type SqlSourceContext,
   type SqlSourceOptions,
+  seedFailed,
   tableOf,
 } from './sql.js';
 
@@ -100,10 +102,7 @@ async function check(
   try {
     client = await pool.connect();
   } catch (err) {
-    throw new ConfigError(
-      `${field}.url: cannot connect to ${describeUrl(options.url)}: ${reason(err)}`,
-      { field: `${field}.url`, cause: err },
-    );
+    throw connectFailed(field, options.url, err);
   }
   const queryProblem = (problem: string, cause?: unknown) =>
     new ConfigError(`${field}.query: ${problem}`, { field: `${field}.query`, cause });
@@ -130,12 +129,11 @@ async function check(
     } catch (err) {
       throw queryProblem(reason(err), err);
     }
-    const columns = result.fields.map((f) => f.name);
-    if (!columns.includes(idColumn)) {
-      throw queryProblem(
-        `returns no column "${idColumn}" (idColumn), by which rows are matched to ids; it returns ${columns.length === 0 ? 'no rows' : columns.join(', ')}`,
-      );
-    }
+    checkIdColumn(
+      result.fields.map((f) => f.name),
+      idColumn,
+      field,
+    );
   } finally {
     client.release();
   }
@@ -171,9 +169,6 @@ async function seedDemo(client: pg.PoolClient, field: string): Promise<void> {
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK').catch(() => {});
-    throw new ConfigError(`${field}.seed: cannot create the demo catalog: ${reason(err)}`, {
-      field: `${field}.seed`,
-      cause: err,
-    });
+    throw seedFailed(field, err);
   }
 }

@@ -129,7 +129,7 @@ export function tableOf(field: string): string | undefined {
 }
 
 /** A database URL as `host:port/database`, never with its user or password. */
-export function describeUrl(url: string): string {
+function describeUrl(url: string): string {
   try {
     const u = new URL(url);
     return `${u.hostname}${u.port === '' ? '' : `:${u.port}`}${u.pathname}`;
@@ -161,6 +161,35 @@ export function checkSqlOptions(
       field: `${field}.url`,
     });
   }
+}
+
+/** The start-up error of a database that cannot be reached: names `<field>.url` (host, port and database only). */
+export function connectFailed(field: string, url: string, err: unknown): ConfigError {
+  return new ConfigError(`${field}.url: cannot connect to ${describeUrl(url)}: ${reason(err)}`, {
+    field: `${field}.url`,
+    cause: err,
+  });
+}
+
+/** The start-up error of a demo catalog that could not be created: names `<field>.seed`. */
+export function seedFailed(field: string, err: unknown): ConfigError {
+  return new ConfigError(`${field}.seed: cannot create the demo catalog: ${reason(err)}`, {
+    field: `${field}.seed`,
+    cause: err,
+  });
+}
+
+/**
+ * Checks that the query's result `columns` include `idColumn`, by which rows are matched to ids.
+ *
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.query`, listing the columns it returns.
+ */
+export function checkIdColumn(columns: readonly string[], idColumn: string, field: string): void {
+  if (columns.includes(idColumn)) return;
+  throw new ConfigError(
+    `${field}.query: returns no column "${idColumn}" (idColumn), by which rows are matched to ids; it returns ${columns.length === 0 ? 'no rows' : columns.join(', ')}`,
+    { field: `${field}.query` },
+  );
 }
 
 /** The first line of a driver's message, clipped: enough to fix a query, no more. */

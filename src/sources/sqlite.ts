@@ -60,11 +60,7 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
     });
   }
   try {
-    const statement = db.prepare(options.query);
-    // `readonly` too: a CTE in front of an UPDATE … RETURNING returns rows but writes.
-    if (!statement.reader || !statement.readonly) {
-      throw new ConfigError(`${field}.query: must only read and return rows (a SELECT)`);
-    }
+    const statement = prepareReader(db, options.query, `${field}.query`);
     const binding = probeBinding(db, options.query, `${field}.query`, 'id');
     const source: Source = {
       // async: a failed query rejects like every source's load, never throws in the caller.
@@ -87,21 +83,32 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
   }
 }
 
-/** `listIds` over `query`: the first column of each row, as a string. */
-function idLister(
-  db: Database.Database,
-  query: string,
-  field: string,
-): (limit: number) => Promise<string[]> {
+/**
+ * `query` prepared, when it only reads and returns rows.
+ *
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `field` when it does not compile, or may write.
+ */
+function prepareReader(db: Database.Database, query: string, field: string): Database.Statement {
   let statement: Database.Statement;
   try {
     statement = db.prepare(query);
   } catch (err) {
     throw new ConfigError(`${field}: ${(err as Error).message}`, { cause: err });
   }
+  // `readonly` too: a CTE in front of an UPDATE … RETURNING returns rows but writes.
   if (!statement.reader || !statement.readonly) {
     throw new ConfigError(`${field}: must only read and return rows (a SELECT)`);
   }
+  return statement;
+}
+
+/** `listIds` over `query`: the first column of each row, as a string. */
+function idLister(
+  db: Database.Database,
+  query: string,
+  field: string,
+): (limit: number) => Promise<string[]> {
+  const statement = prepareReader(db, query, field);
   const binding = probeBinding(db, query, field, 'limit');
   const list = statement.raw(true);
   return async (limit) => {
