@@ -94,10 +94,10 @@ export function createClusterClient(settings: ClusterSettings, nodeOptions: Redi
 /**
  * The ioredis options of a Sentinel-managed primary: the client asks the
  * Sentinels for the primary's address on every (re)connect (a dead primary
- * closes the connection), and reconnects when a node answers `READONLY` (it
- * was demoted under a live connection). ioredis's `failoverDetector` is left
- * off: its Sentinel connections outlive `disconnect()` and report errors
- * nobody listens to.
+ * closes the connection; one demoted under a live connection answers
+ * `READONLY`, on which every client reconnects: see `createValkeyClient`).
+ * ioredis's `failoverDetector` is left off: its Sentinel connections outlive
+ * `disconnect()` and report errors nobody listens to.
  */
 export function sentinelOptions(settings: SentinelSettings): RedisOptions {
   return {
@@ -105,7 +105,6 @@ export function sentinelOptions(settings: SentinelSettings): RedisOptions {
     name: settings.name,
     role: 'master',
     sentinelRetryStrategy: reconnectBackoff,
-    reconnectOnError: (err) => err.message.startsWith('READONLY'),
   };
 }
 
