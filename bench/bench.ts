@@ -18,7 +18,7 @@ import type autocannon from 'autocannon';
 import Fastify from 'fastify';
 import { LRUCache } from 'lru-cache';
 import { pino } from 'pino';
-import { columns, percentile } from '../drills/lib/report.js';
+import { columns, median, percentile } from '../drills/lib/report.js';
 import { buildServer } from '../src/http/server.js';
 import { createStore } from '../src/store/store.js';
 
@@ -164,13 +164,13 @@ async function http(): Promise<Array<[string, string]>> {
     ],
     [
       `ratio echostore / bare, median of ${HTTP_ROUNDS} rounds (each round)`,
-      `${percentile(ratios, 50).toFixed(3)} (${ratios.map((r) => r.toFixed(2)).join(', ')})`,
+      `${median(ratios).toFixed(3)} (${ratios.map((r) => r.toFixed(2)).join(', ')})`,
     ],
     [
       'ratio of server CPU per request, bare / echostore, median (each round)',
-      `${percentile(cpuRatios, 50).toFixed(3)} (${cpuRatios.map((r) => r.toFixed(2)).join(', ')})`,
+      `${median(cpuRatios).toFixed(3)} (${cpuRatios.map((r) => r.toFixed(2)).join(', ')})`,
     ],
-    ['target: req/s ratio ≥ 0.95', percentile(ratios, 50) >= 0.95 ? 'met' : 'GAP'],
+    ['target: req/s ratio ≥ 0.95', median(ratios) >= 0.95 ? 'met' : 'GAP'],
   ];
 }
 
@@ -224,7 +224,6 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
   }
   await Promise.all(all.map((s) => s.close()));
   // rounds is odd, so the nearest-rank 50th percentile is the middle round.
-  const median = (xs: number[]) => percentile(xs, 50);
   return [
     ['instances × readers, rounds', `${stores} × ${readers}, ${rounds}`],
     ['source reads per round (law: 1)', `${(loads / rounds).toFixed(2)}`],

@@ -27,7 +27,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { LRUCache } from 'lru-cache';
 import { Reaper } from '../drills/lib/reaper.js';
-import { columns, percentile } from '../drills/lib/report.js';
+import { columns, median, percentile } from '../drills/lib/report.js';
 import { runWorkers } from '../drills/lib/workers.js';
 import {
   makePeer,
@@ -64,7 +64,6 @@ const print = (title: string, rows: Array<Array<string | number>>, header?: stri
   out.push(text);
   process.stdout.write(`${text}\n`);
 };
-const median = (xs: number[]) => percentile(xs, 50);
 const fmt = (n: number, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');
 const tagOf = (what: string) => `pb-${what}-${randomBytes(4).toString('hex')}`;
 

@@ -71,7 +71,7 @@ describe('shedding and bounded waiting', () => {
     const store = await openStore({
       [table]: {
         maxConcurrentLoads: 1,
-        maxQueueDelayMs: 2_000,
+        maxQueueDelayMs: 2_100,
         load: async (id) => {
           if (id === 'warm') {
             await new Promise((r) => setTimeout(r, 400));
@@ -88,20 +88,21 @@ describe('shedding and bounded waiting', () => {
     await t.get('warm'); // the table learns that a load takes ~400 ms
     const running = t.get('a');
     await vi.waitFor(() => expect(t.stats().loads_active).toBe(1));
-    // Predicted waits: b 1 × 400 ms, c 2 × 400 ms: queued; d 3 × 400 ms > 1,000 ms (half the bound): shed.
-    const b = t.get('b');
-    const c = t.get('c');
-    await vi.waitFor(() => expect(t.stats().loads_queued).toBe(2));
-    const shed = await errorOf(t.get('d'));
+    // A steady source (limit at its ceiling): predicted waits 1 × 400 ms … 4 × 400 ms, each plus
+    // one load (400 ms) for the running load's phase, fit in the bound (2,100 ms; two of them
+    // are past half of it): queued; the fifth, 2,000 + 400 ms: shed.
+    const queued = ['b', 'c', 'd', 'e'].map((id) => t.get(id));
+    await vi.waitFor(() => expect(t.stats().loads_queued).toBe(4));
+    const shed = await errorOf(t.get('f'));
     // Shed while the running load is still held: at once, not after a wait.
     expect(gates).toHaveLength(1);
     expect(shed.code).toBe('ECC_SHED');
-    expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(2_000);
-    for (let i = 0; i < 3; i++) {
+    expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(2_100);
+    for (let i = 0; i < 5; i++) {
       await vi.waitFor(() => expect(gates.length).toBeGreaterThan(i));
       gates[i]?.resolve();
     }
-    expect((await Promise.all([running, b, c])).every((r) => r.found)).toBe(true);
+    expect((await Promise.all([running, ...queued])).every((r) => r.found)).toBe(true);
   });
 
   it('caps the callers waiting on one flight at maxWaitersPerFlight', async () => {

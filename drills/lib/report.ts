@@ -8,6 +8,9 @@ export function percentile(samples: number[], p: number): number {
   return sorted[rank] as number;
 }
 
+/** The median of `samples` by nearest rank (the lower middle one of an even count); NaN when empty. */
+export const median = (samples: number[]): number => percentile(samples, 50);
+
 /** `x` rounded to `digits` decimals, as a number. */
 export const round = (x: number, digits = 2): number => Number(x.toFixed(digits));
 

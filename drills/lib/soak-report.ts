@@ -1,7 +1,7 @@
 /** The soak drill's verdict and its printed report. */
 import type autocannon from 'autocannon';
 import { KINDS, type Kind, type KindTally, type Tally } from './mix.js';
-import { columns, listCounts, p50p99, round } from './report.js';
+import { columns, listCounts, median, p50p99, round } from './report.js';
 
 /** The table stats the drill judges; the others are reported as they come. */
 export interface AtRest {
@@ -128,12 +128,6 @@ const signed = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)} %`;
 
 /** V8 sizes its generations to the load for about this long after L1 fills; flatness is judged after it. */
 export const SETTLE_S = 60;
-
-/** The median of `xs` (NaN when empty). */
-const median = (xs: number[]) => {
-  const sorted = [...xs].sort((a, b) => a - b);
-  return sorted.length === 0 ? Number.NaN : (sorted[sorted.length >> 1] as number);
-};
 
 /**
  * Is memory flat once L1 is full? From {@link SETTLE_S} after L1 first held

@@ -12,14 +12,18 @@
  *    source that slows down or fails sees less concurrency, not more.
  * 2. **Shedding by queueing delay, not by count.** A load that finds every slot
  *    taken waits in a FIFO queue only if its predicted wait — the loads ahead
- *    of it over the rate at which slots free up — is within
- *    half of `maxQueueDelayMs` (headroom for the prediction's error);
- *    otherwise it is shed at once with `ECC_SHED` and a
- *    `Retry-After`. No queued load waits longer than `maxQueueDelayMs` either
- *    (CoDel's bound on the time spent queued).
- *    A healthy source that can drain a burst in time is never shed; a slow one
- *    sheds the excess fast instead of letting callers queue into timeouts.
- *    `maxQueuedLoads` only bounds memory.
+ *    of it over the rate at which slots free up — plus one load's latency
+ *    (the phase of the loads running now) is within `maxQueueDelayMs` while
+ *    the source is steady (its limit at the ceiling, its loads about as fast
+ *    as usual: the rate measured is the rate to come), and within half of it
+ *    while the limit is moving (it may shrink under the queued loads: half is
+ *    the headroom for that error); otherwise it is shed at once with
+ *    `ECC_SHED` and a `Retry-After`. No queued load waits longer than
+ *    `maxQueueDelayMs` either (CoDel's bound on the time spent queued).
+ *    A healthy source that can drain a burst in time is never shed, even when
+ *    this process drains it slowly (a busy or starved CPU slows the measured
+ *    rate, not the source); a slow one sheds the excess fast instead of
+ *    letting callers queue into timeouts. `maxQueuedLoads` only bounds memory.
  */
 import type { ShedError } from '../errors.js';
 
@@ -128,6 +132,26 @@ export class Admission {
     return this.#busyHistoryMsPerLoad;
   }
 
+  /**
+   * Whether a load with `predictedMs` of queueing ahead of it is admitted to
+   * the queue. The prediction is a rate; the loads running now are at some
+   * phase of theirs, so the wait may exceed it by up to one load's latency
+   * (a burst starts its loads together, and they free their slots together).
+   * While the source is steady — the limit at its ceiling and the recent loads
+   * within {@link TOLERANCE} of the long-term latency, so the rate measured is
+   * the rate to come — the prediction plus one recent load latency must fit
+   * in `maxQueueDelayMs`. While the limit is moving it may shrink under the
+   * queued loads: then the prediction must fit in half of it, the other half
+   * being the headroom for that error. Either way what is queued is served in
+   * time rather than shed late.
+   */
+  admits(predictedMs: number): boolean {
+    const steady = this.limit >= this.#maxLimit && this.#shortMs <= TOLERANCE * this.#longMs;
+    return steady
+      ? predictedMs + this.#shortMs <= this.#maxQueueDelayMs
+      : predictedMs <= this.#maxQueueDelayMs / 2;
+  }
+
   #historyMsPerLoad(): number {
     return this.#shortMs === 0 ? 0 : this.#shortMs / this.limit;
   }
@@ -137,9 +161,9 @@ export class Admission {
    *
    * @param shed builds the error for a shed load, given a suggested retry delay in ms.
    * @returns a permit to release when the load ends.
-   * @throws {ShedError} (rejects) when the predicted wait exceeds half of
-   *   `maxQueueDelayMs` or the actual wait would exceed it, or `maxQueuedLoads`
-   *   loads wait already.
+   * @throws {ShedError} (rejects) when the predicted wait is not
+   *   {@link admits | admitted}, or the actual wait would exceed
+   *   `maxQueueDelayMs`, or `maxQueuedLoads` loads wait already.
    */
   acquire(shed: (retryAfterMs: number) => ShedError): Promise<Permit> {
     if (this.#active < this.limit) return Promise.resolve(this.#take());
@@ -150,9 +174,7 @@ export class Admission {
       this.#busyHistoryMsPerLoad = this.#historyMsPerLoad();
     }
     const predictedMs = (this.#queue.length + 1) * this.msPerQueuedLoad();
-    // Half the bound: headroom for the prediction's error, so that what is
-    // queued is served in time rather than shed late.
-    if (predictedMs > this.#maxQueueDelayMs / 2 || this.#queue.length >= this.#maxQueued) {
+    if (!this.admits(predictedMs) || this.#queue.length >= this.#maxQueued) {
       return Promise.reject(shed(Math.max(predictedMs, this.#maxQueueDelayMs)));
     }
     return new Promise((resolve, reject) => {

@@ -81,9 +81,28 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(t.a.limit).toBe(1);
   });
 
-  it('sheds at once a load whose predicted wait (ahead ÷ limit × latency) exceeds half of maxQueueDelayMs', async () => {
+  it('a steady source (limit at its ceiling, loads as fast as usual) queues a load whose predicted wait (ahead ÷ limit × latency) plus one load fits in maxQueueDelayMs, and sheds the next at once', async () => {
     const t = admission(1, 2_000);
-    await loads(t, 1, 400); // latency 400 ms
+    await loads(t, 1, 400); // latency 400 ms, limit 1 = its ceiling
+    expect(t.a.admits(1_600)).toBe(true);
+    expect(t.a.admits(1_601)).toBe(false);
+    await t.take(); // runs
+    // predicted 400, 800, 1,200 and 1,600 ms, each + 400 ms for the running load's phase: queued
+    for (let i = 0; i < 4; i++) t.take().catch(() => {});
+    expect(t.a.queued).toBe(4);
+    // predicted 5 × 400 = 2,000 ms + 400 ms > 2,000 ms: shed
+    const shed = await t.take().catch((e: ShedError) => e);
+    expect(shed).toBeInstanceOf(ShedError);
+    expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(2_000);
+    expect(t.a.queued).toBe(4);
+  });
+
+  it('a source whose limit has shrunk keeps half of maxQueueDelayMs as headroom: the limit may shrink further under the queued loads', async () => {
+    const t = admission(2, 2_000);
+    await loads(t, 1, 400, 'failed'); // latency 400 ms, limit halved to 1
+    expect(t.a.limit).toBe(1);
+    expect(t.a.admits(1_000)).toBe(true);
+    expect(t.a.admits(1_001)).toBe(false);
     await t.take(); // runs
     t.take().catch(() => {}); // predicted 1 × 400 = 400 ms: queued
     t.take().catch(() => {}); // predicted 2 × 400 = 800 ms: queued
@@ -93,6 +112,21 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(shed).toBeInstanceOf(ShedError);
     expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(2_000);
     expect(t.a.queued).toBe(2);
+  });
+
+  it('a load more than twice as slow as usual keeps the half headroom, even while the limit stays at its ceiling', async () => {
+    const t = admission(16, 2_000);
+    await loads(t, 50, 20);
+    expect(t.a.admits(1_980)).toBe(true); // + 20 ms, the recent latency
+    expect(t.a.admits(1_981)).toBe(false);
+    // 70 ms: the short-term latency (45 ms) passes twice the long-term one (~20.5 ms),
+    // while the limit, cut by the gradient and grown back by its square root, stays at 16.
+    await loads(t, 1, 70);
+    expect(t.a.limit).toBe(16);
+    expect(t.a.admits(1_000)).toBe(true);
+    expect(t.a.admits(1_001)).toBe(false);
+    await loads(t, 3, 20); // the short-term latency back to ~23 ms: steady again
+    expect(t.a.admits(1_950)).toBe(true);
   });
 
   it('sheds a queued load that has waited maxQueueDelayMs, and reports the queueing delay meanwhile', async () => {
@@ -135,9 +169,9 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(t.a.queued).toBe(1);
   });
 
-  it('a load whose predicted wait is exactly half of maxQueueDelayMs still queues', async () => {
-    const t = admission(1, 1_000);
-    await loads(t, 1, 250); // latency 250 ms, limit 1: 250 ms per load ahead
+  it('a load whose predicted wait is exactly half of maxQueueDelayMs still queues while the limit is moving', async () => {
+    const t = admission(2, 1_000);
+    await loads(t, 1, 250, 'failed'); // latency 250 ms, limit 1 (halved): 250 ms per load ahead
     await t.take();
     t.take().catch(() => {}); // 250 ms
     t.take().catch(() => {}); // 500 ms: exactly half, queued
