@@ -398,6 +398,40 @@ describe('loadConfig valkey.tls', () => {
   });
 
   it.each([
+    [
+      'a redis:// URL',
+      'url: "redis://:s3cret@cache.internal:6379"',
+      'valkey.url is a redis:// URL',
+    ],
+    ['a cluster', 'cluster: { nodes: ["127.0.0.1:7000"] }', 'valkey.cluster'],
+    ['Sentinel', 'sentinel: { name: m, sentinels: ["127.0.0.1:26379"] }', 'valkey.sentinel'],
+  ])('rejects a valkey.tls that the connection would not use: %s', (_, connection, named) => {
+    const file = write(
+      'unused-tls.yaml',
+      `valkey: { ${connection}, tls: { rejectUnauthorized: true } }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`,
+    );
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect((err as ConfigError).field).toBe('valkey.tls');
+    expect(err.message).toContain(
+      `${file}: valkey.tls: is set, but the connection would not use it: ${named}`,
+    );
+    expect(err.message).not.toContain('s3cret');
+  });
+
+  it('rejects valkey.tls when VALKEY_URL replaces a rediss:// URL with a redis:// one', () => {
+    const file = write('tls-env.yaml', withTls('{ rejectUnauthorized: true }'));
+    const err = failure(() =>
+      loadConfig({ argv: ['--config', file], env: { VALKEY_URL: 'redis://127.0.0.1:6379' } }),
+    );
+    expect((err as ConfigError).field).toBe('valkey.tls');
+    expect(
+      loadConfig({ argv: ['--config', file], env: { VALKEY_URL: 'rediss://other:6380' } }).valkey
+        .url,
+    ).toBe('rediss://other:6380');
+  });
+
+  it.each([
     ['an unknown field', '{ verify: false }', 'valkey.tls.verify: is not a known field'],
     [
       'a rejectUnauthorized that is not a boolean',

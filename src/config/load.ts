@@ -84,7 +84,8 @@ const MAX_YAML_ALIAS_COUNT = 100;
  *   (with its line; an alias bomb too), fails the schema, has no table or a
  *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
  *   port 1–65535, db 0–15), has a `valkey.tls.caFile` that cannot be read or holds no PEM
- *   certificate, has an `idPattern` that does not compile or is unsafe, has a `warm` that names not exactly one of
+ *   certificate, has a `valkey.tls` that the connection would not use (a `redis://` URL,
+ *   a cluster, Sentinel), has an `idPattern` that does not compile or is unsafe, has a `warm` that names not exactly one of
  *   `ids`, `file` and `top`, or an override is invalid. The message names the file
  *   (or variable) and the field as a dotted path, e.g. `tables.products.ttlMs: must be
  *   integer`; `field` holds that path when one field is at fault.
@@ -128,7 +129,32 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   }
 
   applyEnv(config, env);
+  checkTlsUsed(config.valkey, origin);
   return { ...config, origin };
+}
+
+/**
+ * `valkey.tls` applies only to a `rediss://` URL: given with a plain `redis://`
+ * URL (from the file or `VALKEY_URL`), or with a cluster or Sentinel set (which
+ * connect without TLS), the connection would silently not use it.
+ *
+ * @throws {ConfigError} naming `valkey.tls`.
+ */
+function checkTlsUsed(valkey: FileConfig['valkey'], origin: string): void {
+  if (valkey.tls === undefined) return;
+  const plain =
+    valkey.cluster !== undefined
+      ? 'valkey.cluster (cluster connections do not use TLS yet)'
+      : valkey.sentinel !== undefined
+        ? 'valkey.sentinel (Sentinel connections do not use TLS yet)'
+        : /^rediss:\/\//i.test(valkey.url ?? '')
+          ? undefined
+          : 'valkey.url is a redis:// URL (plain TCP; rediss:// uses TLS)';
+  if (plain === undefined) return;
+  throw new ConfigError(
+    `${origin}: valkey.tls: is set, but the connection would not use it: ${plain}; use a rediss:// URL or remove valkey.tls`,
+    { field: 'valkey.tls' },
+  );
 }
 
 /**

@@ -372,7 +372,7 @@ export const ValkeySchema = Type.Object(
         {
           additionalProperties: false,
           description:
-            "TLS settings, used only with a `rediss://` URL. Unset: Node's built-in roots, verified, SNI from the URL's host.",
+            "TLS settings for a `rediss://` URL (refused at start with a `redis://` URL, a cluster or Sentinel, which would not use them). Unset: Node's built-in roots, verified, SNI from the URL's host.",
         },
       ),
     ),
