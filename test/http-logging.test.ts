@@ -73,6 +73,25 @@ describe('error logging and client messages', () => {
     expect(s.lines.some((l) => l.level >= ERROR)).toBe(false);
   });
 
+  it('of repeated 5xx answers of one code for one table, warns once a window; the rest at debug', async () => {
+    const [a, b] = [uniqueTable('log-repeat-a'), uniqueTable('log-repeat-b')];
+    const failing = { load: () => Promise.reject(new Error('source down')) };
+    const store = await openStore({ [a]: failing, [b]: failing });
+    const s = serverWithLog(store);
+    app = s.app;
+    for (const id of ['1', '2', '3']) {
+      expect((await app.inject(`/v1/tables/${a}/items/${id}`)).statusCode).toBe(502);
+    }
+    expect((await app.inject(`/v1/tables/${b}/items/1`)).statusCode).toBe(502);
+    const failed = s.lines.filter((l) => l.code === 'ECC_LOAD_FAILED');
+    expect(failed.map((l) => [l.table, l.id, l.level])).toEqual([
+      [a, '1', WARN],
+      [a, '2', DEBUG],
+      [a, '3', DEBUG],
+      [b, '1', WARN],
+    ]);
+  });
+
   it('logs a bug (ECC_INTERNAL) at error level with its stack and answers a bare message', async () => {
     const broken = {
       table: () => ({

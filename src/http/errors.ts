@@ -82,11 +82,74 @@ export function errorBody(e: EchoStoreError): ErrorBody {
   return { error: { code: e.code, message: publicMessage(e) } };
 }
 
+/** How long the warn lines of one code and table are limited to one, ms. */
+export const WARN_WINDOW_MS = 10_000;
+
+/**
+ * Limits repeated warn lines: of the answers with one code for one table, the
+ * first in each {@link WARN_WINDOW_MS} window is a warning, the others are
+ * counted and logged at debug, and the next warning says how many there were.
+ * Under overload (every excess request shed, every write refused) the log
+ * would otherwise grow with the very load the process cannot take, in the
+ * process least able to afford it (after printk_ratelimit and journald's
+ * rate limit). The counters count every answer.
+ */
+export class WarnLimiter {
+  readonly #windows = new Map<string, { openedAt: number; repeats: number }>();
+  readonly #windowMs: number;
+  readonly #now: () => number;
+
+  /** @param windowMs window length, ms; @param now clock, ms (tests inject one). */
+  constructor(windowMs = WARN_WINDOW_MS, now: () => number = () => performance.now()) {
+    this.#windowMs = windowMs;
+    this.#now = now;
+  }
+
+  /**
+   * Takes one answer of `key` (code and table).
+   *
+   * @returns `warn: true` for the first of its window, with `repeats`: how
+   *   many were logged at debug since the last warning of `key` (0 when
+   *   none); `warn: false` for the others.
+   */
+  take(key: string): { warn: boolean; repeats: number } {
+    const now = this.#now();
+    const window = this.#windows.get(key);
+    if (window !== undefined && now - window.openedAt < this.#windowMs) {
+      window.repeats++;
+      return { warn: false, repeats: 0 };
+    }
+    // Dropped after a quiet window, so the map holds only the keys that are failing now.
+    if (this.#windows.size > 1_000) this.#forgetQuiet(now);
+    this.#windows.set(key, { openedAt: now, repeats: 0 });
+    return { warn: true, repeats: window?.repeats ?? 0 };
+  }
+
+  #forgetQuiet(now: number): void {
+    for (const [key, w] of this.#windows) {
+      if (now - w.openedAt >= 2 * this.#windowMs) this.#windows.delete(key);
+    }
+  }
+}
+
+const limiters = new WeakMap<FastifyInstance, WarnLimiter>();
+
+/** The warn limiter of `app` (one per server). */
+function limiterOf(app: FastifyInstance): WarnLimiter {
+  let limiter = limiters.get(app);
+  if (limiter === undefined) {
+    limiter = new WarnLimiter();
+    limiters.set(app, limiter);
+  }
+  return limiter;
+}
+
 /**
  * Logs an answered error by class: `ECC_INTERNAL` (a bug) at error level with
- * its stack; other 5xx at warn with code, table, id (clipped) and the cause's
- * message, no stack; 4xx (the client's mistake) at debug. Headers are never
- * logged.
+ * its stack, every time; other 5xx at warn with code, table, id (clipped) and
+ * the cause's message, no stack — the first of its code and table in each
+ * {@link WARN_WINDOW_MS}, the others at debug (see {@link WarnLimiter}); 4xx
+ * (the client's mistake) at debug. Headers are never logged.
  */
 export function logAnswered(request: FastifyRequest, e: EchoStoreError): void {
   if (e.code === InternalError.code) {
@@ -94,11 +157,19 @@ export function logAnswered(request: FastifyRequest, e: EchoStoreError): void {
     return;
   }
   const fields = { code: e.code, table: e.table, id: e.id === undefined ? undefined : clip(e.id) };
-  if (e.statusCode >= 500) {
-    request.log.warn({ ...fields, cause: causeMessage(e.cause) }, e.message);
-  } else {
+  if (e.statusCode < 500) {
     request.log.debug(fields, clip(e.message, MAX_MESSAGE_CHARS));
+    return;
   }
+  const { warn, repeats } = limiterOf(request.server).take(`${e.code} ${e.table ?? ''}`);
+  const line = { ...fields, cause: causeMessage(e.cause) };
+  if (!warn) request.log.debug(line, e.message);
+  else if (repeats === 0) request.log.warn(line, e.message);
+  else
+    request.log.warn(
+      { ...line, repeats },
+      `${e.message} (and ${repeats} more ${e.code} answers for this table since the last such warning, logged at debug)`,
+    );
 }
 
 function causeMessage(cause: unknown): string | undefined {
