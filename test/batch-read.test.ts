@@ -212,6 +212,19 @@ describe('batch read routes', () => {
     });
     expect(post.statusCode).toBe(404);
     expect(post.json().error.code).toBe('ECC_UNKNOWN_TABLE');
+    // Before the body is read: neither an unparsable body nor a wrong content type comes first.
+    for (const [type, payload] of [
+      ['application/json', '{"ids": ['],
+      ['text/plain', 'a,b'],
+    ]) {
+      const r = await server.inject({
+        method: 'POST',
+        url: '/v1/tables/nope/items:batchGet',
+        headers: { 'content-type': type as string },
+        payload,
+      });
+      expect([r.statusCode, r.json().error.code]).toEqual([404, 'ECC_UNKNOWN_TABLE']);
+    }
   });
 
   it('answers other methods with 405 and Allow', async () => {

@@ -89,6 +89,22 @@ describe('warm-up', () => {
     const r = await server.inject(warmRequest('nope', [1]));
     expect(r.statusCode).toBe(404);
     expect(r.json().error.code).toBe('ECC_UNKNOWN_TABLE');
+    // Before the body is read: an unparsable body or a wrong content type does not come first.
+    for (const headers of [{}, { 'content-type': 'text/plain' }]) {
+      const bad = await server.inject({
+        ...warmRequest('nope', []),
+        headers,
+        payload: '{"ids": [',
+      });
+      expect([bad.statusCode, bad.json().error.code]).toEqual([404, 'ECC_UNKNOWN_TABLE']);
+    }
+  });
+
+  it('answers an unauthenticated caller 401 before telling whether the table exists', async () => {
+    const store = await openStore({ [uniqueTable('warm-hidden')]: { load: (id) => ({ id }) } });
+    const server = await serveApp(store, 'warm-token');
+    const r = await server.inject(warmRequest('nope', ['1']));
+    expect([r.statusCode, r.json().error.code]).toEqual([401, 'ECC_UNAUTHORIZED']);
   });
 
   it('needs the admin token when one is set', async () => {
