@@ -234,6 +234,12 @@ export class HeadersTooLargeError extends EchoStoreError {
   static override readonly statusCode = 431;
 }
 
+/** The request's `Expect` header asks for something other than `100-continue` (RFC 9110 §10.1.1). */
+export class ExpectationFailedError extends EchoStoreError {
+  static override readonly code = 'ECC_EXPECTATION_FAILED';
+  static override readonly statusCode = 417;
+}
+
 /** The client did not send a complete request (headers, or the whole request) in time. */
 export class RequestTimeoutError extends EchoStoreError {
   static override readonly code = 'ECC_REQUEST_TIMEOUT';

@@ -691,6 +691,13 @@ const RAW_CASES: RawCase[] = [
     closes: true,
   },
   {
+    name: 'an Expect other than 100-continue',
+    text: 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\n\r\n',
+    status: 417,
+    code: 'ECC_EXPECTATION_FAILED',
+    closes: true,
+  },
+  {
     name: 'CONNECT',
     text: 'CONNECT 127.0.0.1:6379 HTTP/1.1\r\nHost: 127.0.0.1:6379\r\n\r\n',
     status: 405,

@@ -4,6 +4,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import {
   BadRequestError,
   type EchoStoreError,
+  ExpectationFailedError,
   HeadersTooLargeError,
   MethodNotAllowedError,
   PayloadTooLargeError,
@@ -112,6 +113,24 @@ export function answerConnect(socket: Duplex, log: FastifyBaseLogger): void {
   log.debug({ code: e.code }, e.message);
   if (socket.writable) socket.write(rawErrorResponse(e, { Allow: '' }));
   socket.destroy();
+}
+
+/**
+ * RFC 9110 §10.1.1: an `Expect` other than `100-continue` is 417. Node answers
+ * it itself, with an empty body, unless the server listens for
+ * `checkExpectation`: this answers 417 `ECC_EXPECTATION_FAILED` with the coded
+ * JSON and closes the connection (the request's body, if any, is never read).
+ */
+export function answerExpectation(response: ServerResponse, log: FastifyBaseLogger): void {
+  const e = new ExpectationFailedError('only "Expect: 100-continue" is supported');
+  log.debug({ code: e.code }, e.message);
+  const text = JSON.stringify(errorBody(e));
+  response.writeHead(e.statusCode, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+    connection: 'close',
+  });
+  response.end(text);
 }
 
 /**

@@ -3,7 +3,12 @@ import type { Logger } from 'pino';
 import type { Store } from '../store/store.js';
 import { adminOnly } from './auth.js';
 import { batchRoutes } from './batch.js';
-import { answerClientError, answerConnect, requireHost } from './client-errors.js';
+import {
+  answerClientError,
+  answerConnect,
+  answerExpectation,
+  requireHost,
+} from './client-errors.js';
 import { installErrorHandlers, sendError } from './errors.js';
 import { itemRoutes } from './items.js';
 import { installJsonBodyParser } from './json-body.js';
@@ -81,6 +86,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   });
   requireHost(app.server, log);
   app.server.on('connect', (_request, socket) => answerConnect(socket, log));
+  app.server.on('checkExpectation', (_request, response) => answerExpectation(response, log));
   installErrorHandlers(app);
   installJsonBodyParser(app);
   app.addHook('onClose', async () => {
