@@ -122,7 +122,15 @@ export function answerConnect(socket: Duplex, log: FastifyBaseLogger): void {
  * JSON and closes the connection (the request's body, if any, is never read).
  */
 export function answerExpectation(response: ServerResponse, log: FastifyBaseLogger): void {
-  const e = new ExpectationFailedError('only "Expect: 100-continue" is supported');
+  answerAndClose(
+    response,
+    new ExpectationFailedError('only "Expect: 100-continue" is supported'),
+    log,
+  );
+}
+
+/** Answers `e` with the coded JSON on a response no route has seen, closing the connection after it. */
+function answerAndClose(response: ServerResponse, e: EchoStoreError, log: FastifyBaseLogger): void {
   log.debug({ code: e.code }, e.message);
   const text = JSON.stringify(errorBody(e));
   response.writeHead(e.statusCode, {
@@ -147,15 +155,7 @@ export function requireHost(server: Server, log: FastifyBaseLogger): void {
   server.removeAllListeners('request');
   server.on('request', (request: IncomingMessage, response: ServerResponse) => {
     if (request.headers.host === undefined && request.httpVersion === '1.1') {
-      const e = new BadRequestError('an HTTP/1.1 request needs a Host header');
-      log.debug({ code: e.code }, e.message);
-      const text = JSON.stringify(errorBody(e));
-      response.writeHead(e.statusCode, {
-        'content-type': 'application/json; charset=utf-8',
-        'content-length': Buffer.byteLength(text),
-        connection: 'close',
-      });
-      response.end(text);
+      answerAndClose(response, new BadRequestError('an HTTP/1.1 request needs a Host header'), log);
       return;
     }
     for (const handler of handlers) handler(request, response);
