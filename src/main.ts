@@ -163,7 +163,7 @@ main().catch((err: unknown) => {
     process.exit(1);
   }
   if (err instanceof EchoStoreError && err.code === 'ECC_BAD_CONFIG') {
-    process.stderr.write(`echostore: invalid configuration: ${err.message}\n`);
+    process.stderr.write(`echostore: invalid configuration (${err.code}): ${err.message}\n`);
     process.exit(2);
   }
   process.stderr.write(`echostore: failed to start: ${(err as Error)?.stack ?? String(err)}\n`);

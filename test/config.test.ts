@@ -419,6 +419,15 @@ describe('loadConfig valkey.tls', () => {
     expect(err.message).not.toContain('s3cret');
   });
 
+  it('says the TLS settings are unused before looking at their CA file', () => {
+    const file = write(
+      'unused-tls-ca.yaml',
+      `valkey: { url: "redis://127.0.0.1:6379", tls: { caFile: missing-ca.pem } }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`,
+    );
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect((err as ConfigError).field).toBe('valkey.tls');
+  });
+
   it('rejects valkey.tls when VALKEY_URL replaces a rediss:// URL with a redis:// one', () => {
     const file = write('tls-env.yaml', withTls('{ rejectUnauthorized: true }'));
     const err = failure(() =>

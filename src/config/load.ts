@@ -116,7 +116,6 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   if (urlProblem !== undefined) {
     throw new ConfigError(`${origin}: valkey.url: ${urlProblem}`, { field: 'valkey.url' });
   }
-  checkCaFile(config.valkey.tls, path === undefined ? undefined : dirname(origin), origin);
   for (const [name, table] of Object.entries(config.tables)) {
     checkPolicy(name, table, origin);
     checkWarm(name, table, origin);
@@ -129,7 +128,9 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   }
 
   applyEnv(config, env);
+  // Whether TLS is used at all before whether its CA file is good: one fix, not two.
   checkTlsUsed(config.valkey, origin);
+  checkCaFile(config.valkey.tls, path === undefined ? undefined : dirname(origin), origin);
   return { ...config, origin };
 }
 
