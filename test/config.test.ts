@@ -6,8 +6,8 @@ import { loadConfig } from '../src/config/load.js';
 import { ConfigError, EchoStoreError } from '../src/errors.js';
 import { DEFAULT_POLICY, resolvePolicy } from '../src/store/policy.js';
 import { createStore, type TableOptions } from '../src/store/store.js';
-import { errorOf } from './helpers/probe.js';
-import { valkeyUrl } from './helpers/store.js';
+import { errorOf, openStore } from './helpers/probe.js';
+import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 let dir: string;
 beforeAll(() => {
@@ -779,6 +779,21 @@ describe('table policy defaults', () => {
 
 describe('createStore table options', () => {
   const load = () => 1;
+  it('takes every duration up to 2^31 - 1 ms', async () => {
+    const longest = 2_147_483_647;
+    const table = uniqueTable('longest');
+    const store = await openStore({
+      [table]: {
+        load,
+        ttlMs: longest,
+        loadTimeoutMs: longest,
+        waitTimeoutMs: longest,
+        leaseMs: longest,
+      },
+    });
+    expect(await store.table(table).get('1')).toMatchObject({ found: true, value: 1 });
+  });
+
   it.each<[string, Partial<TableOptions>, string, string]>([
     [
       'an unknown field',
@@ -804,6 +819,14 @@ describe('createStore table options', () => {
       'tables.t.idPattern',
       'is not a safe regular expression: matching an id can take exponential time',
     ],
+    ...['ttlMs', 'loadTimeoutMs', 'waitTimeoutMs', 'leaseMs', 'maxQueueDelayMs'].map(
+      (name): [string, Partial<TableOptions>, string, string] => [
+        `${name} over 2^31 - 1 ms (the longest a Node timer waits)`,
+        { [name]: 2_147_483_648 },
+        `tables.t.${name}`,
+        'must be <= 2147483647',
+      ],
+    ),
   ])('names the field of %s, as the config file would', async (_, options, field, reason) => {
     const tables = { t: { load, ...options } };
     const err = await errorOf(createStore({ valkey: valkeyUrl(), tables }));

@@ -9,9 +9,13 @@ import { Value } from '@sinclair/typebox/value';
 import { checkSync } from 'recheck';
 import { ConfigError } from '../errors.js';
 
-const MAX_MS = 31 * 24 * 3600 * 1000;
+/**
+ * The longest duration a policy field takes, ms: 2³¹ − 1 (about 24.8 days), the
+ * longest a Node timer waits (a longer `setTimeout` fires after 1 ms).
+ */
+const MAX_MS = 2_147_483_647;
 
-/** A duration in milliseconds, 1 ms to 31 days. */
+/** A duration in milliseconds, 1 ms to {@link MAX_MS}. */
 function ms(description: string, fallback: number) {
   return Type.Integer({ minimum: 1, maximum: MAX_MS, default: fallback, description });
 }
