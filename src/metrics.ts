@@ -204,7 +204,7 @@ const GAUGES: Array<{ name: string; help: string; pick(s: TableStats): number }>
   { name: 'echostore_l1_bytes', help: 'Bytes held by the in-process L1.', pick: (s) => s.l1_bytes },
   {
     name: 'echostore_loads_active',
-    help: 'Loader calls running now.',
+    help: 'Loader calls running now, timed-out ones that have not settled included.',
     pick: (s) => s.loads_active,
   },
   {

@@ -105,6 +105,52 @@ describe('shedding and bounded waiting', () => {
     expect((await Promise.all([running, ...queued])).every((r) => r.found)).toBe(true);
   });
 
+  it('keeps the slot of a timed-out load until the loader settles: a stalled source that ignores the abort never runs more than maxConcurrentLoads loads', async () => {
+    const table = uniqueTable('bulkhead');
+    const gates: Array<ReturnType<typeof deferred<void>>> = [];
+    let running = 0;
+    let peak = 0;
+    const store = await openStore({
+      [table]: {
+        maxConcurrentLoads: 2,
+        loadTimeoutMs: 100,
+        maxQueueDelayMs: 300,
+        // Counted at the source: a loader that ignores its signal and answers only when let go.
+        load: async (id) => {
+          if (id === 'after') return { id };
+          running++;
+          peak = Math.max(peak, running);
+          const gate = deferred<void>();
+          gates.push(gate);
+          await gate.promise;
+          running--;
+          return { id };
+        },
+      },
+    });
+    const t = store.table(table);
+    // New ids for a second, each well past the previous one's timeout.
+    const codes: Array<Promise<string>> = [];
+    for (let i = 0; i < 8; i++) {
+      codes.push(
+        t.get(`stalled-${i}`).then(
+          () => 'ok',
+          (e: { code: string }) => e.code,
+        ),
+      );
+      await new Promise((r) => setTimeout(r, 130));
+    }
+    const answered = await Promise.all(codes);
+    expect(peak).toBe(2);
+    expect(answered.every((c) => c === 'ECC_LOAD_TIMEOUT' || c === 'ECC_SHED')).toBe(true);
+    expect(answered).toContain('ECC_SHED');
+    expect(t.stats().loads_active).toBe(2);
+    // The source recovers: the stalled loads settle, their slots come back.
+    for (const gate of gates) gate.resolve();
+    await vi.waitFor(() => expect(t.stats().loads_active).toBe(0));
+    expect(await t.get('after')).toMatchObject({ found: true });
+  });
+
   it('caps the callers waiting on one flight at maxWaitersPerFlight', async () => {
     const table = uniqueTable('waiters');
     const gate = deferred<void>();

@@ -16,7 +16,7 @@ import {
   WaitTimeoutError,
 } from '../errors.js';
 import { bump } from '../metrics.js';
-import type { LoadEnd } from './admission.js';
+import type { Permit } from './admission.js';
 import {
   decodeEnvelope,
   type Envelope,
@@ -373,27 +373,24 @@ async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope
       { table, id: flight.id, retryAfterMs },
     );
   });
-  let end: LoadEnd = 'failed';
-  try {
-    const started = performance.now();
-    const value = await callLoader(ctx, flight).catch((err: unknown) => {
-      // The source refused the id (a client's mistake): the source itself is fine.
-      if (err instanceof BadIdError) end = 'ok';
-      throw err;
-    });
-    end = 'ok';
-    return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
-  } finally {
-    permit.release(end);
-  }
+  const started = performance.now();
+  const value = await callLoader(ctx, flight, permit);
+  return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
 }
 
 /**
  * Calls the loader under `loadTimeoutMs` (the one place `fills` is counted).
  * The signal belongs to the flight; a result that lands after the timeout is
  * discarded and counted.
+ *
+ * `permit` is released when the loader itself settles, not when its callers
+ * stop waiting for it (a bulkhead, as a thread pool holds a timed-out call's
+ * thread): a load that timed out has its signal aborted, and one that goes on
+ * running anyway still counts against the limit, so a stalled source never
+ * has more than `maxConcurrentLoads` of this table's loads at once. A loader
+ * that never settles keeps its slot.
  */
-async function callLoader(ctx: TableContext, flight: Flight): Promise<unknown> {
+async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Promise<unknown> {
   const { policy, counters } = ctx;
   counters.fills++;
   const started = performance.now();
@@ -416,10 +413,18 @@ async function callLoader(ctx: TableContext, flight: Flight): Promise<unknown> {
   } catch (err) {
     loading = Promise.reject(err);
   }
-  const late = () => {
-    if (timedOut) counters.lateLoads++;
-  };
-  loading.then(late, late);
+  // The slot goes back when the loader settles; the limit learns how the load ended (a
+  // source's refusal of the id is the client's mistake: the source itself is fine).
+  loading.then(
+    () => {
+      if (timedOut) counters.lateLoads++;
+      permit.release(timedOut ? 'failed' : 'ok');
+    },
+    (err: unknown) => {
+      if (timedOut) counters.lateLoads++;
+      permit.release(!timedOut && err instanceof BadIdError ? 'ok' : 'failed');
+    },
+  );
   try {
     return await Promise.race([loading, timeout]);
   } finally {
