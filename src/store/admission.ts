@@ -57,10 +57,14 @@ interface Queued {
 const MIN_LIMIT = 1;
 /**
  * Short- and long-term averages of load latency (exponential weights per
- * sample: the long one spans about a hundred loads, so a slowdown shrinks the
- * limit before it becomes the new normal).
+ * sample: the short one spans about ten loads, the long one about a hundred,
+ * so a slowdown shrinks the limit before it becomes the new normal). Ten, not
+ * two: a source whose latency varies (exponentially distributed, mean 100 ms)
+ * had its limit cut and its queue halved by single tail samples, shedding a
+ * quarter of a healthy load in simulation; over ten loads it sheds about 1 %,
+ * while a real slowdown (20 → 500 ms) still shows after one load.
  */
-const SHORT_WEIGHT = 0.5;
+const SHORT_WEIGHT = 0.1;
 const LONG_WEIGHT = 0.01;
 /** Loads may take up to this many times their long-term latency before the limit shrinks. */
 const TOLERANCE = 2;
