@@ -73,20 +73,25 @@ describe('error logging and client messages', () => {
     expect(s.lines.some((l) => l.level >= ERROR)).toBe(false);
   });
 
-  it('of repeated 5xx answers of one code for one table, warns once a window; the rest at debug', async () => {
+  it('of repeated 5xx answers of one kind (code, table, kind of cause), warns once a window; the rest at debug', async () => {
     const [a, b] = [uniqueTable('log-repeat-a'), uniqueTable('log-repeat-b')];
-    const failing = { load: () => Promise.reject(new Error('source down')) };
+    const failing = {
+      load: (id: string) =>
+        Promise.reject(id === 'odd' ? new TypeError('not JSON') : new Error('source down')),
+    };
     const store = await openStore({ [a]: failing, [b]: failing });
     const s = serverWithLog(store);
     app = s.app;
-    for (const id of ['1', '2', '3']) {
+    for (const id of ['1', '2', 'odd', '3']) {
       expect((await app.inject(`/v1/tables/${a}/items/${id}`)).statusCode).toBe(502);
     }
     expect((await app.inject(`/v1/tables/${b}/items/1`)).statusCode).toBe(502);
-    const failed = s.lines.filter((l) => l.code === 'ECC_LOAD_FAILED');
+    const failed = s.lines.filter((l) => l.code === 'ECC_LOAD_FAILED' && l.id !== undefined);
     expect(failed.map((l) => [l.table, l.id, l.level])).toEqual([
       [a, '1', WARN],
       [a, '2', DEBUG],
+      // Another kind of cause on the same table: not hidden behind the first.
+      [a, 'odd', WARN],
       [a, '3', DEBUG],
       [b, '1', WARN],
     ]);

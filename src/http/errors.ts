@@ -82,74 +82,106 @@ export function errorBody(e: EchoStoreError): ErrorBody {
   return { error: { code: e.code, message: publicMessage(e) } };
 }
 
-/** How long the warn lines of one code and table are limited to one, ms. */
+/** How long the warn lines of one kind of failure are limited to one, ms. */
 export const WARN_WINDOW_MS = 10_000;
 
+/** What a window's repeats are reported with: the fields that make its key. */
+export type WarnKey = Record<string, string | number | undefined>;
+
 /**
- * Limits repeated warn lines: of the answers with one code for one table, the
- * first in each {@link WARN_WINDOW_MS} window is a warning, the others are
- * counted and logged at debug, and the next warning says how many there were.
- * Under overload (every excess request shed, every write refused) the log
- * would otherwise grow with the very load the process cannot take, in the
- * process least able to afford it (after printk_ratelimit and journald's
- * rate limit). The counters count every answer.
+ * Limits repeated warn lines: of the answers of one kind (a code, a table,
+ * the kind of cause), the first in each {@link WARN_WINDOW_MS} window is a
+ * warning and the others are logged at debug; when a window with repeats
+ * closes, `report` is called once with their count (a timer: the count is
+ * reported even if no answer of that kind follows). Under overload (every
+ * excess request shed, every write refused) the log would otherwise grow
+ * with the very load the process cannot take, in the process least able to
+ * afford it (after printk_ratelimit and journald's rate limit). The counters
+ * count every answer.
  */
 export class WarnLimiter {
   readonly #windows = new Map<string, { openedAt: number; repeats: number }>();
+  readonly #report: (fields: WarnKey, repeats: number) => void;
   readonly #windowMs: number;
   readonly #now: () => number;
 
-  /** @param windowMs window length, ms; @param now clock, ms (tests inject one). */
-  constructor(windowMs = WARN_WINDOW_MS, now: () => number = () => performance.now()) {
+  /**
+   * @param report called when a window with repeats closes, with its key's fields and their count.
+   * @param windowMs window length, ms. @param now clock, ms (tests inject one).
+   */
+  constructor(
+    report: (fields: WarnKey, repeats: number) => void,
+    windowMs = WARN_WINDOW_MS,
+    now: () => number = () => performance.now(),
+  ) {
+    this.#report = report;
     this.#windowMs = windowMs;
     this.#now = now;
   }
 
-  /**
-   * Takes one answer of `key` (code and table).
-   *
-   * @returns `warn: true` for the first of its window, with `repeats`: how
-   *   many were logged at debug since the last warning of `key` (0 when
-   *   none); `warn: false` for the others.
-   */
-  take(key: string): { warn: boolean; repeats: number } {
+  /** Takes one answer of the kind `fields` names: true when it is to be warned (the first of its window). */
+  take(fields: WarnKey): boolean {
+    const key = JSON.stringify(fields);
     const now = this.#now();
     const window = this.#windows.get(key);
     if (window !== undefined && now - window.openedAt < this.#windowMs) {
-      window.repeats++;
-      return { warn: false, repeats: 0 };
+      if (window.repeats++ === 0) {
+        const close = () => {
+          if (this.#windows.get(key) === window) this.#windows.delete(key);
+          this.#report(fields, window.repeats);
+        };
+        setTimeout(close, this.#windowMs - (now - window.openedAt)).unref();
+      }
+      return false;
     }
-    // Dropped after a quiet window, so the map holds only the keys that are failing now.
+    // Windows without repeats close by being replaced; drop the quiet ones now and then.
     if (this.#windows.size > 1_000) this.#forgetQuiet(now);
     this.#windows.set(key, { openedAt: now, repeats: 0 });
-    return { warn: true, repeats: window?.repeats ?? 0 };
+    return true;
   }
 
   #forgetQuiet(now: number): void {
     for (const [key, w] of this.#windows) {
-      if (now - w.openedAt >= 2 * this.#windowMs) this.#windows.delete(key);
+      if (w.repeats === 0 && now - w.openedAt >= this.#windowMs) this.#windows.delete(key);
     }
   }
 }
 
 const limiters = new WeakMap<FastifyInstance, WarnLimiter>();
 
-/** The warn limiter of `app` (one per server). */
+/** The warn limiter of `app` (one per server), reporting repeats on the app's log. */
 function limiterOf(app: FastifyInstance): WarnLimiter {
   let limiter = limiters.get(app);
   if (limiter === undefined) {
-    limiter = new WarnLimiter();
+    limiter = new WarnLimiter((fields, repeats) =>
+      app.log.warn(
+        { ...fields, repeats },
+        `${repeats} more ${String(fields.code)} answers of this kind in ${WARN_WINDOW_MS / 1000} s (logged at debug)`,
+      ),
+    );
     limiters.set(app, limiter);
   }
   return limiter;
 }
 
 /**
+ * The kind of a cause, for {@link WarnLimiter}: its class, and its code and
+ * status when it has them (`SourceError:ECC_SOURCE_FAILED:500`), never its
+ * message (which may quote an id).
+ */
+function causeKind(cause: unknown): string | undefined {
+  if (!(cause instanceof Error)) return cause === undefined ? undefined : typeof cause;
+  const { code, status } = cause as { code?: unknown; status?: unknown };
+  return [cause.name, code, status].filter((x) => x !== undefined).join(':');
+}
+
+/**
  * Logs an answered error by class: `ECC_INTERNAL` (a bug) at error level with
  * its stack, every time; other 5xx at warn with code, table, id (clipped) and
- * the cause's message, no stack — the first of its code and table in each
- * {@link WARN_WINDOW_MS}, the others at debug (see {@link WarnLimiter}); 4xx
- * (the client's mistake) at debug. Headers are never logged.
+ * the cause's message, no stack — the first of its kind (code, table, kind of
+ * cause) in each {@link WARN_WINDOW_MS}, the others at debug and counted in
+ * one warning when the window closes (see {@link WarnLimiter}); 4xx (the
+ * client's mistake) at debug. Headers are never logged.
  */
 export function logAnswered(request: FastifyRequest, e: EchoStoreError): void {
   if (e.code === InternalError.code) {
@@ -161,15 +193,10 @@ export function logAnswered(request: FastifyRequest, e: EchoStoreError): void {
     request.log.debug(fields, clip(e.message, MAX_MESSAGE_CHARS));
     return;
   }
-  const { warn, repeats } = limiterOf(request.server).take(`${e.code} ${e.table ?? ''}`);
   const line = { ...fields, cause: causeMessage(e.cause) };
-  if (!warn) request.log.debug(line, e.message);
-  else if (repeats === 0) request.log.warn(line, e.message);
-  else
-    request.log.warn(
-      { ...line, repeats },
-      `${e.message} (and ${repeats} more ${e.code} answers for this table since the last such warning, logged at debug)`,
-    );
+  const kind = { code: e.code, table: e.table, causeKind: causeKind(e.cause) };
+  if (limiterOf(request.server).take(kind)) request.log.warn(line, e.message);
+  else request.log.debug(line, e.message);
 }
 
 function causeMessage(cause: unknown): string | undefined {

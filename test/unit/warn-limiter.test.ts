@@ -1,43 +1,61 @@
-import { describe, expect, it } from 'vitest';
-import { WarnLimiter } from '../../src/http/errors.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { type WarnKey, WarnLimiter } from '../../src/http/errors.js';
 
-describe('WarnLimiter: one warning per code and table per window', () => {
+describe('WarnLimiter: one warning per kind of failure per window, the repeats counted once', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   function limiter(windowMs = 10_000) {
-    let now = 5_000;
-    return {
-      l: new WarnLimiter(windowMs, () => now),
-      advance(ms: number) {
-        now += ms;
-      },
-    };
+    vi.useFakeTimers();
+    const reports: Array<[WarnKey, number]> = [];
+    const l = new WarnLimiter(
+      (fields, repeats) => reports.push([fields, repeats]),
+      windowMs,
+      () => Date.now(),
+    );
+    return { l, reports };
   }
+  const shed = { code: 'ECC_SHED', table: 't' };
 
-  it('warns for the first answer of a window, counts the others, and reports them with the next warning', () => {
-    const t = limiter();
-    expect(t.l.take('ECC_SHED t')).toEqual({ warn: true, repeats: 0 });
-    for (let i = 0; i < 3; i++) expect(t.l.take('ECC_SHED t').warn).toBe(false);
-    t.advance(9_999);
-    expect(t.l.take('ECC_SHED t').warn).toBe(false);
-    t.advance(1);
-    expect(t.l.take('ECC_SHED t')).toEqual({ warn: true, repeats: 4 });
-    t.advance(60_000);
-    expect(t.l.take('ECC_SHED t')).toEqual({ warn: true, repeats: 0 });
+  it('warns for the first answer of a window; the others are reported once, by count, when it closes', async () => {
+    const { l, reports } = limiter();
+    expect(l.take(shed)).toBe(true);
+    for (let i = 0; i < 4; i++) expect(l.take(shed)).toBe(false);
+    await vi.advanceTimersByTimeAsync(9_999);
+    expect(reports).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    // Reported though no answer of that kind followed.
+    expect(reports).toEqual([[shed, 4]]);
+    expect(l.take(shed)).toBe(true);
   });
 
-  it('keeps one window per key: one table shedding hides no other table, nor another code', () => {
-    const t = limiter();
-    expect(t.l.take('ECC_SHED a').warn).toBe(true);
-    expect(t.l.take('ECC_SHED b').warn).toBe(true);
-    expect(t.l.take('ECC_LOAD_FAILED a').warn).toBe(true);
-    expect(t.l.take('ECC_SHED a').warn).toBe(false);
+  it('reports nothing for a window without repeats', async () => {
+    const { l, reports } = limiter();
+    expect(l.take(shed)).toBe(true);
+    await vi.advanceTimersByTimeAsync(30_000);
+    expect(reports).toEqual([]);
+    expect(l.take(shed)).toBe(true);
   });
 
-  it('forgets quiet keys once it holds many, so a stream of distinct tables cannot grow it without bound', () => {
-    const t = limiter(10);
-    for (let i = 0; i < 1_001; i++) t.l.take(`ECC_SHED t${i}`);
-    t.advance(20);
-    expect(t.l.take('ECC_SHED new')).toEqual({ warn: true, repeats: 0 });
-    // The old keys were dropped: their next answer warns as a first one.
-    expect(t.l.take('ECC_SHED t0')).toEqual({ warn: true, repeats: 0 });
+  it('keeps one window per kind: another table, code or kind of cause is warned on its own', () => {
+    const { l } = limiter();
+    expect(l.take(shed)).toBe(true);
+    expect(l.take({ ...shed, table: 'u' })).toBe(true);
+    expect(l.take({ code: 'ECC_LOAD_FAILED', table: 't', causeKind: 'SourceError:500' })).toBe(
+      true,
+    );
+    expect(l.take({ code: 'ECC_LOAD_FAILED', table: 't', causeKind: 'SourceError:200' })).toBe(
+      true,
+    );
+    expect(l.take(shed)).toBe(false);
+  });
+
+  it('forgets quiet kinds once it holds many, so it cannot grow without bound', () => {
+    const { l } = limiter(10);
+    for (let i = 0; i < 1_001; i++) l.take({ code: 'ECC_SHED', table: `t${i}` });
+    vi.advanceTimersByTime(20);
+    expect(l.take({ code: 'ECC_SHED', table: 'new' })).toBe(true);
+    expect(l.take({ code: 'ECC_SHED', table: 't0' })).toBe(true);
   });
 });
