@@ -11,6 +11,7 @@ describe('HTTP API', () => {
   const products = uniqueTable('products');
   const broken = uniqueTable('broken');
   const slow = uniqueTable('slow');
+  const hung = uniqueTable('hung');
   const strict = uniqueTable('strict');
   const slowGate = deferred<void>();
   let productLoads = 0;
@@ -36,11 +37,12 @@ describe('HTTP API', () => {
           maxConcurrentLoads: 1,
           maxQueuedLoads: 0,
           load: async (id) => {
-            if (id === 'hang') return new Promise(() => {});
             await slowGate.promise;
             return { id };
           },
         },
+        // A loader that never settles keeps its admission slot for good (a bulkhead): its own table.
+        [hung]: { loadTimeoutMs: 200, leaseMs: 400, load: () => new Promise(() => {}) },
         [strict]: { idPattern: '^[0-9]+$', load: (id) => ({ id }) },
       },
     });
@@ -174,7 +176,7 @@ describe('HTTP API', () => {
   });
 
   it('answers 504 ECC_LOAD_TIMEOUT when the load outlives loadTimeoutMs', async () => {
-    const r = await app.inject(item(slow, 'hang'));
+    const r = await app.inject(item(hung, 'hang'));
     expect(r.statusCode).toBe(504);
     expect(r.json().error.code).toBe('ECC_LOAD_TIMEOUT');
   });

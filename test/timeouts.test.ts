@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ShedError, valueKey } from '../src/index.js';
 import { errorOf, metricValue, openStore, rawValkey } from './helpers/probe.js';
@@ -41,6 +42,28 @@ describe('load timeouts, shedding and close', () => {
     expect(signal?.aborted).toBe(true);
     expect(signal?.reason).toMatchObject({ code: 'ECC_LOAD_TIMEOUT' });
     expect(t.stats().flights).toBe(0);
+  });
+
+  it('a loader that ignores its aborted signal keeps its slot, and a warning says so once it has not settled loadTimeoutMs later', async () => {
+    const table = uniqueTable('to-stuck');
+    const lines: Array<{ level: number; msg: string; table?: string; id?: string }> = [];
+    const logger = pino(
+      { level: 'warn' },
+      { write: (l: string) => void lines.push(JSON.parse(l)) },
+    );
+    const store = await openStore(
+      { [table]: { loadTimeoutMs: 100, leaseMs: 200, maxConcurrentLoads: 1, load: () => never() } },
+      { logger },
+    );
+    const t = store.table(table);
+    expect((await errorOf(t.get('stuck'))).code).toBe('ECC_LOAD_TIMEOUT');
+    expect(t.stats().loads_active).toBe(1);
+    await vi.waitFor(() =>
+      expect(lines.find((l) => l.id === 'stuck')?.msg).toMatch(
+        /has not settled 100 ms after its timeout/,
+      ),
+    );
+    expect((await errorOf(t.get('next'))).code).toBe('ECC_SHED');
   });
 
   it('a result that lands after the timeout is discarded and counted; the next get loads again', async () => {

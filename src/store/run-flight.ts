@@ -405,6 +405,18 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
       });
       flight.abort.abort(error);
       reject(error);
+      // Its slot stays taken until the loader settles: say so if that takes as long again.
+      const stuck = setTimeout(() => {
+        ctx.log.warn(
+          { table: ctx.table, id: flight.id },
+          `a load has not settled ${policy.loadTimeoutMs} ms after its timeout aborted its signal; it keeps its admission slot until it does (does the loader honour its signal?)`,
+        );
+      }, policy.loadTimeoutMs);
+      stuck.unref();
+      loading.then(
+        () => clearTimeout(stuck),
+        () => clearTimeout(stuck),
+      );
     }, policy.loadTimeoutMs);
   });
   let loading: Promise<unknown>;
