@@ -151,6 +151,26 @@ describe('shedding and bounded waiting', () => {
     expect(await t.get('after')).toMatchObject({ found: true });
   });
 
+  it('one id the source keeps refusing halves the load limit once, not on every retry: other ids are not shed for it', async () => {
+    const table = uniqueTable('poison');
+    const store = await openStore({
+      [table]: {
+        maxConcurrentLoads: 16,
+        load: async (id) => {
+          await new Promise((r) => setTimeout(r, 5));
+          if (id === 'poison') throw new Error('row 7 is corrupt');
+          return { id };
+        },
+      },
+    });
+    const t = store.table(table);
+    for (let i = 0; i < 20; i++)
+      expect((await errorOf(t.get('poison'))).code).toBe('ECC_LOAD_FAILED');
+    expect(t.stats().load_limit).toBe(8);
+    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => t.get(`ok-${i}`)));
+    expect(answers.every((a) => a.found)).toBe(true);
+  });
+
   it('caps the callers waiting on one flight at maxWaitersPerFlight', async () => {
     const table = uniqueTable('waiters');
     const gate = deferred<void>();

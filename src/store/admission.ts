@@ -8,8 +8,9 @@
  *    once. The limit follows the source's latency: while loads take about as
  *    long as they usually do it grows toward `maxConcurrentLoads`; when they
  *    get slower (the short-term average rises above twice the long-term one)
- *    it shrinks in proportion, and a failed or timed-out load halves it. So a
- *    source that slows down or fails sees less concurrency, not more.
+ *    it shrinks in proportion, and a failed or timed-out load halves it (once per
+ *    id in ten seconds: one id the source keeps refusing is not the source
+ *    failing). So a source that slows down or fails sees less concurrency.
  * 2. **Shedding by queueing delay, not by count.** A load that finds every slot
  *    taken waits in a FIFO queue only if its predicted wait — the loads ahead
  *    of it over the rate at which slots free up — plus one load's latency
@@ -66,6 +67,14 @@ const MIN_LIMIT = 1;
  */
 const SHORT_WEIGHT = 0.1;
 const LONG_WEIGHT = 0.01;
+/**
+ * A failure of an id that already failed within this window (ms) does not halve
+ * the limit again: one id the source keeps refusing (a poison row, a client
+ * looping on it) is not the source failing, and must not shed every other id.
+ */
+const REPEAT_WINDOW_MS = 10_000;
+/** Most failed ids remembered for that (the least recently failed forgotten first). */
+const MAX_REMEMBERED_FAILURES = 1_000;
 /** Loads may take up to this many times their long-term latency before the limit shrinks. */
 const TOLERANCE = 2;
 
@@ -86,6 +95,8 @@ export class Admission {
   #busyFirstDoneAt: number | undefined;
   /** What the history predicted per queued load when the busy period began. */
   #busyHistoryMsPerLoad = 0;
+  /** When each recently failed id last failed (insertion order = recency). */
+  readonly #failedAt = new Map<string, number>();
 
   constructor(options: AdmissionOptions) {
     this.#maxLimit = options.maxLimit;
@@ -164,13 +175,15 @@ export class Admission {
    * Takes a slot, waiting in the queue when its predicted wait allows.
    *
    * @param shed builds the error for a shed load, given a suggested retry delay in ms.
+   * @param id the id loaded, if any: a failure of an id that failed within
+   *   {@link REPEAT_WINDOW_MS} does not halve the limit again.
    * @returns a permit to release when the load ends.
    * @throws {ShedError} (rejects) when the predicted wait is not
    *   {@link admits | admitted}, or the actual wait would exceed
    *   `maxQueueDelayMs`, or `maxQueuedLoads` loads wait already.
    */
-  acquire(shed: (retryAfterMs: number) => ShedError): Promise<Permit> {
-    if (this.#active < this.limit) return Promise.resolve(this.#take());
+  acquire(shed: (retryAfterMs: number) => ShedError, id?: string): Promise<Permit> {
+    if (this.#active < this.limit) return Promise.resolve(this.#take(id));
     if (!this.#busy) {
       this.#busy = true;
       this.#busyDone = 0;
@@ -186,7 +199,7 @@ export class Admission {
         enqueuedAt: this.#now(),
         grant: () => {
           clearTimeout(entry.timer);
-          resolve(this.#take());
+          resolve(this.#take(id));
         },
         timer: setTimeout(() => {
           const i = this.#queue.indexOf(entry);
@@ -198,7 +211,7 @@ export class Admission {
     });
   }
 
-  #take(): Permit {
+  #take(id: string | undefined): Permit {
     this.#active++;
     const started = this.#now();
     let released = false;
@@ -211,14 +224,31 @@ export class Admission {
           this.#busyDone++;
           this.#busyFirstDoneAt ??= this.#now();
         }
-        this.#learn(this.#now() - started, end);
+        const repeated = end === 'failed' && id !== undefined && this.#failedAgain(id);
+        this.#learn(this.#now() - started, repeated ? 'repeated' : end);
         this.#grant();
       },
     };
   }
 
-  /** Moves the limit after a load (Gradient2: long-term vs short-term latency). */
-  #learn(latencyMs: number, end: LoadEnd): void {
+  /** Notes that `id` failed: true when it had failed within {@link REPEAT_WINDOW_MS} already. */
+  #failedAgain(id: string): boolean {
+    const now = this.#now();
+    const before = this.#failedAt.get(id);
+    this.#failedAt.delete(id);
+    this.#failedAt.set(id, now);
+    if (this.#failedAt.size > MAX_REMEMBERED_FAILURES) {
+      const oldest = this.#failedAt.keys().next().value;
+      if (oldest !== undefined) this.#failedAt.delete(oldest);
+    }
+    return before !== undefined && now - before < REPEAT_WINDOW_MS;
+  }
+
+  /**
+   * Moves the limit after a load (Gradient2: long-term vs short-term latency);
+   * a failure halves it, a repeated failure of one id leaves it where it is.
+   */
+  #learn(latencyMs: number, end: LoadEnd | 'repeated'): void {
     if (this.#longMs === 0) {
       this.#shortMs = latencyMs;
       this.#longMs = latencyMs;
@@ -230,6 +260,7 @@ export class Admission {
       this.#limit = Math.max(MIN_LIMIT, this.#limit / 2);
       return;
     }
+    if (end === 'repeated') return;
     const gradient = Math.max(
       0.5,
       Math.min(1, (TOLERANCE * this.#longMs) / Math.max(this.#shortMs, 0.001)),

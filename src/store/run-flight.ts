@@ -372,7 +372,7 @@ async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope
       `table ${table} runs ${admission.active} loads (limit ${admission.limit}); a load would wait longer than maxQueueDelayMs`,
       { table, id: flight.id, retryAfterMs },
     );
-  });
+  }, flight.id);
   const started = performance.now();
   const value = await callLoader(ctx, flight, permit);
   return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));

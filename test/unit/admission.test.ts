@@ -73,6 +73,24 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(t.a.limit).toBe(16);
   });
 
+  it('a failure of an id that failed within ten seconds does not halve the limit again; other ids do, and so does the same id later', async () => {
+    const t = admission(16);
+    const failOnce = async (id: string) => {
+      const p = await t.a.acquire((ms) => new ShedError('shed', { retryAfterMs: ms }), id);
+      t.advance(5);
+      p.release('failed');
+    };
+    await failOnce('poison');
+    expect(t.a.limit).toBe(8);
+    for (let i = 0; i < 20; i++) await failOnce('poison'); // a client looping on it
+    expect(t.a.limit).toBe(8);
+    await failOnce('other');
+    expect(t.a.limit).toBe(4);
+    t.advance(10_000);
+    await failOnce('poison'); // ten seconds after its last failure: counted again
+    expect(t.a.limit).toBe(2);
+  });
+
   it('a failed load halves the limit, never below 1', async () => {
     const t = admission(16);
     await loads(t, 1, 20, 'failed');
