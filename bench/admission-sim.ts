@@ -1,0 +1,143 @@
+/**
+ * Admission on a virtual clock: the real `Admission` class (src/store/admission.ts)
+ * fed bursts of distinct loads whose durations come from a chosen distribution,
+ * with no Valkey, no HTTP and no timing of this machine in the figures. What
+ * it prints is decided by the algorithm alone, so it is the place to compare
+ * admission rules side by side.
+ *
+ *   npm run bench:admission -- [--seconds 30] [--seed 42] [--json file]
+ *
+ * Scenarios: a steady source (fixed 100 ms), a source whose latency varies
+ * (exponential, mean 100 ms) at two sizes, and a source that slows from 20 to
+ * 500 ms half-way. Printed per scenario: loads asked, the share shed, and the
+ * loads that would have waited longer than `maxQueueDelayMs` (shed late by the
+ * queue's own timer in the service). A healthy source should shed ~nothing; a
+ * slowed one sheds, and few of its sheds should be late.
+ */
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { columns } from '../drills/lib/report.js';
+import { ShedError } from '../src/errors.js';
+import { mulberry32 } from '../src/random.js';
+import { Admission } from '../src/store/admission.js';
+
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '30' },
+    seed: { type: 'string', default: '42' },
+    json: { type: 'string' },
+  },
+});
+
+interface Scenario {
+  name: string;
+  /** A load's duration, ms, given the virtual time and a uniform draw in [0, 1). */
+  durationMs: (nowMs: number, u: number, runMs: number) => number;
+  limit: number;
+  boundMs: number;
+  burst: number;
+  everyMs: number;
+}
+
+const SCENARIOS: Scenario[] = [
+  {
+    name: 'steady 100 ms, 8 slots, 30 every 600 ms',
+    durationMs: () => 100,
+    limit: 8,
+    boundMs: 1_000,
+    burst: 30,
+    everyMs: 600,
+  },
+  {
+    name: 'exponential mean 100 ms, 8 slots, 30 every 600 ms',
+    durationMs: (_, u) => -100 * Math.log(1 - u),
+    limit: 8,
+    boundMs: 1_000,
+    burst: 30,
+    everyMs: 600,
+  },
+  {
+    name: 'exponential mean 100 ms, 16 slots, 50 every 600 ms',
+    durationMs: (_, u) => -100 * Math.log(1 - u),
+    limit: 16,
+    boundMs: 2_000,
+    burst: 50,
+    everyMs: 600,
+  },
+  {
+    name: '20 ms, then 500 ms half-way, 16 slots, 100 every 500 ms',
+    durationMs: (now, _, runMs) => (now < runMs / 2 ? 20 : 500),
+    limit: 16,
+    boundMs: 2_000,
+    burst: 100,
+    everyMs: 500,
+  },
+];
+
+/** Runs one scenario on a virtual clock, one event at a time (promises settle between events). */
+async function simulate(s: Scenario, runMs: number, seed: number) {
+  const random = mulberry32(seed);
+  let now = 0;
+  const admission = new Admission({
+    maxLimit: s.limit,
+    maxQueueDelayMs: s.boundMs,
+    maxQueued: 1_000_000,
+    now: () => now,
+  });
+  const events: Array<{ at: number; run: () => void }> = [];
+  const at = (t: number, run: () => void) => {
+    events.push({ at: t, run });
+    events.sort((a, b) => a.at - b.at);
+  };
+  let asked = 0;
+  let shed = 0;
+  let late = 0;
+  let longestWaitMs = 0;
+  const shedError = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
+  const start = (id: string) => {
+    asked++;
+    const askedAt = now;
+    admission.acquire(shedError, id).then(
+      (permit) => {
+        const waited = now - askedAt;
+        longestWaitMs = Math.max(longestWaitMs, waited);
+        if (waited > s.boundMs) late++;
+        at(now + s.durationMs(now, random(), runMs), () => permit.release('ok'));
+      },
+      () => {
+        shed++;
+      },
+    );
+  };
+  let n = 0;
+  for (let t = 0; t < runMs; t += s.everyMs) {
+    at(t, () => {
+      for (let i = 0; i < s.burst; i++) start(`id-${n++}`);
+    });
+  }
+  for (let e = events.shift(); e !== undefined; e = events.shift()) {
+    now = e.at;
+    e.run();
+    await new Promise((r) => setImmediate(r));
+  }
+  return {
+    scenario: s.name,
+    asked,
+    shedPct: Number(((100 * shed) / asked).toFixed(1)),
+    late,
+    longestWaitMs: Math.round(longestWaitMs),
+  };
+}
+
+const runMs = Number(args.seconds) * 1000;
+const results = [];
+for (const s of SCENARIOS) results.push(await simulate(s, runMs, Number(args.seed)));
+process.stdout.write(
+  `admission on a virtual clock, ${args.seconds} s per scenario (seed ${args.seed})\n${columns(
+    results.map((r) => [r.scenario, r.asked, `${r.shedPct} %`, r.late, r.longestWaitMs]),
+    ['scenario', 'loads', 'shed', 'waited past the bound', 'longest wait ms'],
+  )}\n`,
+);
+if (args.json !== undefined) writeFileSync(args.json, JSON.stringify(results, null, 2));
+// A queued load's own timer (real time) would outlive the virtual run: stop here.
+process.exit(0);
