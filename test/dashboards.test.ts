@@ -158,6 +158,8 @@ describe('dashboards and alerts', () => {
     if (promtool === undefined) {
       const reason =
         'promtool is not on the PATH (apt-get install -y prometheus): the rule file was not checked by promtool';
+      // CI installs promtool (.ci/run): there a missing one fails, it is not skipped.
+      if (process.env.CI) expect.fail(reason);
       process.stderr.write(`dashboards.test.ts: SKIPPED: ${reason}\n`);
       ctx.skip(reason);
     }
