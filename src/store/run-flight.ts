@@ -16,7 +16,7 @@ import {
   WaitTimeoutError,
 } from '../errors.js';
 import { bump } from '../metrics.js';
-import type { Permit } from './admission.js';
+import type { LoadEnd, Permit } from './admission.js';
 import {
   decodeEnvelope,
   type Envelope,
@@ -396,6 +396,8 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
   const started = performance.now();
   let timedOut = false;
   let timer: NodeJS.Timeout | undefined;
+  /** Set once timed out: warns if the loader has not settled `loadTimeoutMs` later. */
+  let stuck: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       timedOut = true;
@@ -406,17 +408,12 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
       flight.abort.abort(error);
       reject(error);
       // Its slot stays taken until the loader settles: say so if that takes as long again.
-      const stuck = setTimeout(() => {
+      stuck = setTimeout(() => {
         ctx.log.warn(
           { table: ctx.table, id: flight.id },
           `a load has not settled ${policy.loadTimeoutMs} ms after its timeout aborted its signal; it keeps its admission slot until it does (does the loader honour its signal?)`,
         );
-      }, policy.loadTimeoutMs);
-      stuck.unref();
-      loading.then(
-        () => clearTimeout(stuck),
-        () => clearTimeout(stuck),
-      );
+      }, policy.loadTimeoutMs).unref();
     }, policy.loadTimeoutMs);
   });
   let loading: Promise<unknown>;
@@ -425,17 +422,17 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
   } catch (err) {
     loading = Promise.reject(err);
   }
-  // The slot goes back when the loader settles; the limit learns how the load ended (a
-  // source's refusal of the id is the client's mistake: the source itself is fine).
+  // The slot goes back when the loader settles; the limit learns how the load ended: a
+  // timed-out one failed, and a source's refusal of the id is the client's mistake (the
+  // source itself is fine).
+  const settled = (end: LoadEnd) => {
+    clearTimeout(stuck);
+    if (timedOut) counters.lateLoads++;
+    permit.release(timedOut ? 'failed' : end);
+  };
   loading.then(
-    () => {
-      if (timedOut) counters.lateLoads++;
-      permit.release(timedOut ? 'failed' : 'ok');
-    },
-    (err: unknown) => {
-      if (timedOut) counters.lateLoads++;
-      permit.release(!timedOut && err instanceof BadIdError ? 'ok' : 'failed');
-    },
+    () => settled('ok'),
+    (err: unknown) => settled(err instanceof BadIdError ? 'ok' : 'failed'),
   );
   try {
     return await Promise.race([loading, timeout]);
