@@ -82,8 +82,13 @@ export function createValkeyClient(options: ValkeyOptions): Redis | Cluster {
   // ioredis turns TLS on for a rediss:// URL with `tls: true` only when no `tls`
   // is given; an object keeps it on and adds our settings. Given for every
   // rediss:// URL (ioredis's own test is case-sensitive) so TLS is never dropped.
-  if (/^rediss:\/\//i.test(url)) redisOptions.tls = tlsOptions(options.tls ?? {});
+  if (usesTls(url)) redisOptions.tls = tlsOptions(options.tls ?? {});
   return new ValkeyClient(url, redisOptions);
+}
+
+/** Whether a connection to `url` uses TLS: a `rediss://` URL, in any case. */
+export function usesTls(url: string): boolean {
+  return /^rediss:\/\//i.test(url);
 }
 
 /**

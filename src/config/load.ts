@@ -11,7 +11,7 @@ import { Ajv } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
-import { readCaFile, type ValkeyTlsOptions } from '../valkey.js';
+import { readCaFile, usesTls, type ValkeyTlsOptions } from '../valkey.js';
 import {
   configSchema,
   type FileConfig,
@@ -143,15 +143,13 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
  */
 function checkTlsUsed(valkey: FileConfig['valkey'], origin: string): void {
   if (valkey.tls === undefined) return;
-  const plain =
-    valkey.cluster !== undefined
-      ? 'valkey.cluster (cluster connections do not use TLS yet)'
-      : valkey.sentinel !== undefined
-        ? 'valkey.sentinel (Sentinel connections do not use TLS yet)'
-        : /^rediss:\/\//i.test(valkey.url ?? '')
-          ? undefined
-          : 'valkey.url is a redis:// URL (plain TCP; rediss:// uses TLS)';
-  if (plain === undefined) return;
+  let plain: string;
+  if (valkey.cluster !== undefined)
+    plain = 'valkey.cluster (cluster connections do not use TLS yet)';
+  else if (valkey.sentinel !== undefined)
+    plain = 'valkey.sentinel (Sentinel connections do not use TLS yet)';
+  else if (usesTls(valkey.url ?? '')) return;
+  else plain = 'valkey.url is a redis:// URL (plain TCP; rediss:// uses TLS)';
   throw new ConfigError(
     `${origin}: valkey.tls: is set, but the connection would not use it: ${plain}; use a rediss:// URL or remove valkey.tls`,
     { field: 'valkey.tls' },
