@@ -1,7 +1,14 @@
 import { describe, expect, it, vi } from 'vitest';
 import type { ShedError } from '../src/errors.js';
 import { errorOf, metricValue, openStore } from './helpers/probe.js';
-import { deferred, uniqueTable } from './helpers/store.js';
+import { deferred, delay, uniqueTable } from './helpers/store.js';
+
+/** 'ok' when `p` resolves, else the code it rejects with. */
+const outcome = (p: Promise<unknown>): Promise<string> =>
+  p.then(
+    () => 'ok',
+    (e: { code: string }) => e.code,
+  );
 
 describe('shedding and bounded waiting', () => {
   it('queues loads beyond the load limit; maxQueuedLoads bounds the queue (memory), beyond it ECC_SHED', async () => {
@@ -74,7 +81,7 @@ describe('shedding and bounded waiting', () => {
         maxQueueDelayMs: 2_100,
         load: async (id) => {
           if (id === 'warm') {
-            await new Promise((r) => setTimeout(r, 400));
+            await delay(400);
             return { id };
           }
           const gate = deferred<void>();
@@ -132,13 +139,8 @@ describe('shedding and bounded waiting', () => {
     // New ids for a second, each well past the previous one's timeout.
     const codes: Array<Promise<string>> = [];
     for (let i = 0; i < 8; i++) {
-      codes.push(
-        t.get(`stalled-${i}`).then(
-          () => 'ok',
-          (e: { code: string }) => e.code,
-        ),
-      );
-      await new Promise((r) => setTimeout(r, 130));
+      codes.push(outcome(t.get(`stalled-${i}`)));
+      await delay(130);
     }
     const answered = await Promise.all(codes);
     expect(peak).toBe(2);
@@ -157,7 +159,7 @@ describe('shedding and bounded waiting', () => {
       [table]: {
         maxConcurrentLoads: 16,
         load: async (id) => {
-          await new Promise((r) => setTimeout(r, 5));
+          await delay(5);
           if (id === 'poison') throw new Error('row 7 is corrupt');
           return { id };
         },
@@ -187,12 +189,7 @@ describe('shedding and bounded waiting', () => {
     // One caller per tick: callers in one tick would share one read (attached or shed whole).
     const reads: Promise<string>[] = [];
     for (let i = 0; i < 8; i++) {
-      reads.push(
-        t.get('hot').then(
-          () => 'ok',
-          (e: { code: string }) => e.code,
-        ),
-      );
+      reads.push(outcome(t.get('hot')));
       await new Promise((r) => setImmediate(r));
     }
     await vi.waitFor(() => expect(t.stats().coalesced).toBe(4));
@@ -215,11 +212,6 @@ describe('shedding and bounded waiting', () => {
       },
     });
     const t = store.table(table);
-    const outcome = (p: Promise<unknown>) =>
-      p.then(
-        () => 'ok',
-        (e: { code: string }) => e.code,
-      );
     // Tick 1: one caller launches the flight, three join its message (4 callers).
     const first = Array.from({ length: 4 }, () => outcome(t.get('hot')));
     expect(t.stats().mailbox_depth).toBe(1);
@@ -244,7 +236,7 @@ describe('shedding and bounded waiting', () => {
         leaseMs: 3_000,
         load: async (id) => {
           loads++;
-          await new Promise((r) => setTimeout(r, 400));
+          await delay(400);
           return { id };
         },
       },

@@ -9,22 +9,23 @@ function admission(maxLimit: number, maxQueueDelayMs = 1_000, maxQueued = 100) {
   const shed = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
   return {
     a,
-    take: () => a.acquire(shed),
+    take: (id?: string) => a.acquire(shed, id),
     advance(ms: number) {
       now += ms;
     },
   };
 }
 
-/** Runs `n` loads one after another, each taking `ms`, ending `end`. */
+/** Runs `n` loads one after another, each taking `ms`, ending `end`; all of `id` when given. */
 async function loads(
   t: ReturnType<typeof admission>,
   n: number,
   ms: number,
   end: 'ok' | 'failed' = 'ok',
+  id?: string,
 ) {
   for (let i = 0; i < n; i++) {
-    const p = await t.take();
+    const p = await t.take(id);
     t.advance(ms);
     p.release(end);
   }
@@ -75,19 +76,14 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
 
   it('a failure of an id that failed within ten seconds does not halve the limit again; other ids do, and so does the same id later', async () => {
     const t = admission(16);
-    const failOnce = async (id: string) => {
-      const p = await t.a.acquire((ms) => new ShedError('shed', { retryAfterMs: ms }), id);
-      t.advance(5);
-      p.release('failed');
-    };
-    await failOnce('poison');
+    await loads(t, 1, 5, 'failed', 'poison');
     expect(t.a.limit).toBe(8);
-    for (let i = 0; i < 20; i++) await failOnce('poison'); // a client looping on it
+    await loads(t, 20, 5, 'failed', 'poison'); // a client looping on it
     expect(t.a.limit).toBe(8);
-    await failOnce('other');
+    await loads(t, 1, 5, 'failed', 'other');
     expect(t.a.limit).toBe(4);
     t.advance(10_000);
-    await failOnce('poison'); // ten seconds after its last failure: counted again
+    await loads(t, 1, 5, 'failed', 'poison'); // ten seconds after its last failure: counted again
     expect(t.a.limit).toBe(2);
   });
 

@@ -41,6 +41,15 @@ function writingOwner(policy: TablePolicyInput = {}) {
 }
 
 /** A row of `value` gone stale `agoMs` ago at `now`, still within its hard TTL for a minute. */
+/** Starts `owner.close` (a long grace); the result tells whether it has resolved yet. */
+function closing(owner: { close(graceMs: number): Promise<void> }): () => boolean {
+  let closed = false;
+  void owner.close(60_000).then(() => {
+    closed = true;
+  });
+  return () => closed;
+}
+
 function staleRow(value: unknown, now: number, agoMs = 10): Envelope {
   return { ...fresh(value, now - agoMs, 0), hardExpiresAt: now + 60_000 };
 }
@@ -273,42 +282,33 @@ describe('table owner (state machine, no Valkey)', () => {
     const t = fakeOwner();
     const a = t.fill('k');
     await settle();
-    let closed = false;
-    void t.owner.close(60_000).then(() => {
-      closed = true;
-    });
+    const closed = closing(t.owner);
     await settle();
-    expect(closed).toBe(false);
+    expect(closed()).toBe(false);
     t.runs[0]?.land(value(fresh(1, t.now())));
     await settle();
-    expect(closed).toBe(true);
+    expect(closed()).toBe(true);
     expect(await a).toMatchObject({ value: 1 });
   });
 
   it('close resolves at once when nothing runs', async () => {
     const t = fakeOwner();
-    let closed = false;
-    void t.owner.close(60_000).then(() => {
-      closed = true;
-    });
+    const closed = closing(t.owner);
     await settle();
-    expect(closed).toBe(true);
+    expect(closed()).toBe(true);
   });
 
   it('close waits for a write in flight, and resolves once Valkey acknowledges it', async () => {
     const t = writingOwner();
     const written = t.put('k', 1);
     await settle();
-    let closed = false;
-    void t.owner.close(60_000).then(() => {
-      closed = true;
-    });
+    const closed = closing(t.owner);
     await settle();
-    expect(closed).toBe(false);
+    expect(closed()).toBe(false);
     t.sent[0]?.ack(1_000);
     expect(await written).toEqual({ version: 1_000 });
     await settle();
-    expect(closed).toBe(true);
+    expect(closed()).toBe(true);
   });
 });
 
