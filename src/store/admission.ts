@@ -26,6 +26,7 @@
  *    rate, not the source); a slow one sheds the excess fast instead of
  *    letting callers queue into timeouts. `maxQueuedLoads` only bounds memory.
  */
+import { LRUCache } from 'lru-cache';
 import type { ShedError } from '../errors.js';
 
 /** Tuning of {@link Admission}. Durations are milliseconds. */
@@ -95,8 +96,8 @@ export class Admission {
   #busyFirstDoneAt: number | undefined;
   /** What the history predicted per queued load when the busy period began. */
   #busyHistoryMsPerLoad = 0;
-  /** When each recently failed id last failed (insertion order = recency). */
-  readonly #failedAt = new Map<string, number>();
+  /** The ids that failed within {@link REPEAT_WINDOW_MS} of now (an id's window restarts at each failure). */
+  readonly #recentlyFailed: LRUCache<string, true>;
 
   constructor(options: AdmissionOptions) {
     this.#maxLimit = options.maxLimit;
@@ -104,6 +105,14 @@ export class Admission {
     this.#maxQueued = options.maxQueued;
     this.#now = options.now ?? (() => performance.now());
     this.#limit = options.maxLimit;
+    const now = this.#now;
+    this.#recentlyFailed = new LRUCache<string, true>({
+      max: MAX_REMEMBERED_FAILURES,
+      ttl: REPEAT_WINDOW_MS,
+      // On this admission's clock, read every time (no cached reading, no timers).
+      perf: { now },
+      ttlResolution: 0,
+    });
   }
 
   /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`). */
@@ -233,15 +242,9 @@ export class Admission {
 
   /** Notes that `id` failed: true when it had failed within {@link REPEAT_WINDOW_MS} already. */
   #failedAgain(id: string): boolean {
-    const now = this.#now();
-    const before = this.#failedAt.get(id);
-    this.#failedAt.delete(id);
-    this.#failedAt.set(id, now);
-    if (this.#failedAt.size > MAX_REMEMBERED_FAILURES) {
-      const oldest = this.#failedAt.keys().next().value;
-      if (oldest !== undefined) this.#failedAt.delete(oldest);
-    }
-    return before !== undefined && now - before < REPEAT_WINDOW_MS;
+    const before = this.#recentlyFailed.has(id);
+    this.#recentlyFailed.set(id, true);
+    return before;
   }
 
   /**
