@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { LRUCache } from 'lru-cache';
 import {
   BadIdError,
   BadRequestError,
@@ -100,7 +101,8 @@ export type WarnKey = Record<string, string | number | undefined>;
  * count every answer.
  */
 export class WarnLimiter {
-  readonly #windows = new Map<string, { openedAt: number; repeats: number }>();
+  /** The open windows by kind; a window ends `windowMs` after it opened (the most kinds kept: 1,000). */
+  readonly #windows: LRUCache<string, { openedAt: number; repeats: number }>;
   readonly #report: (fields: WarnKey, repeats: number) => void;
   readonly #windowMs: number;
   readonly #now: () => number;
@@ -117,6 +119,7 @@ export class WarnLimiter {
     this.#report = report;
     this.#windowMs = windowMs;
     this.#now = now;
+    this.#windows = new LRUCache({ max: 1_000, ttl: windowMs, perf: { now }, ttlResolution: 0 });
   }
 
   /** Takes one answer of the kind `fields` names: true when it is to be warned (the first of its window). */
@@ -124,26 +127,16 @@ export class WarnLimiter {
     const key = JSON.stringify(fields);
     const now = this.#now();
     const window = this.#windows.get(key);
-    if (window !== undefined && now - window.openedAt < this.#windowMs) {
-      if (window.repeats++ === 0) {
-        const close = () => {
-          if (this.#windows.get(key) === window) this.#windows.delete(key);
-          this.#report(fields, window.repeats);
-        };
-        setTimeout(close, this.#windowMs - (now - window.openedAt)).unref();
-      }
-      return false;
+    // lru-cache keeps an entry through the very millisecond its ttl ends; the window does not.
+    if (window === undefined || now - window.openedAt >= this.#windowMs) {
+      this.#windows.set(key, { openedAt: now, repeats: 0 });
+      return true;
     }
-    // Windows without repeats close by being replaced; drop the quiet ones now and then.
-    if (this.#windows.size > 1_000) this.#forgetQuiet(now);
-    this.#windows.set(key, { openedAt: now, repeats: 0 });
-    return true;
-  }
-
-  #forgetQuiet(now: number): void {
-    for (const [key, w] of this.#windows) {
-      if (w.repeats === 0 && now - w.openedAt >= this.#windowMs) this.#windows.delete(key);
+    if (window.repeats++ === 0) {
+      const close = () => this.#report(fields, window.repeats);
+      setTimeout(close, this.#windowMs - (now - window.openedAt)).unref();
     }
+    return false;
   }
 }
 

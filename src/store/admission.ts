@@ -109,7 +109,8 @@ export class Admission {
     this.#recentlyFailed = new LRUCache<string, true>({
       max: MAX_REMEMBERED_FAILURES,
       ttl: REPEAT_WINDOW_MS,
-      // On this admission's clock, read every time (no cached reading, no timers).
+      // On this admission's clock, read every time (no cached reading, no timers). lru-cache
+      // keeps an entry through the millisecond its ttl ends: "within" includes the end.
       perf: { now },
       ttlResolution: 0,
     });
