@@ -18,8 +18,8 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { columns } from '../drills/lib/report.js';
 import { ShedError } from '../src/errors.js';
+import { Admission } from '../src/protection/admission.js';
 import { mulberry32 } from '../src/random.js';
-import { Admission } from '../src/store/admission.js';
 
 const { values: args } = parseArgs({
   options: {

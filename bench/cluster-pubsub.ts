@@ -17,7 +17,7 @@ import { Redis } from 'ioredis';
 import { drillArgs, int, runDrill } from '../drills/lib/cli.js';
 import { columns, p50p99, round } from '../drills/lib/report.js';
 import { type LocalCluster, spawnCluster } from '../harness/cluster.js';
-import { keySlot, SLOTS } from '../src/store/valkey/slots.js';
+import { keySlot, SLOTS } from '../src/valkey/slots.js';
 
 const args = drillArgs({ messages: int(20_000, 100, 10_000_000) });
 

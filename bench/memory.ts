@@ -25,7 +25,7 @@ import { parseArgs } from 'node:util';
 import { getHeapSpaceStatistics } from 'node:v8';
 import { columns } from '../drills/lib/report.js';
 import { connectAdmin, dropTable } from '../drills/lib/store.js';
-import { decodeEnvelope, type Envelope, encodeEnvelope } from '../src/store/envelope.js';
+import { decodeEnvelope, type Envelope, encodeEnvelope } from '../src/l2/format.js';
 import { L1 } from '../src/store/l1.js';
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { createStore } from '../src/store/store.js';

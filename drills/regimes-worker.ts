@@ -6,7 +6,7 @@
  * reports a {@link BurstResult}.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ValkeyOptions } from '../src/valkey.js';
+import type { ValkeyOptions } from '../src/valkey/client.js';
 import { burst, httpRead, type Read, storeRead } from './lib/burst.js';
 import { itemUrl } from './lib/http.js';
 import { loadFetch, originStore } from './lib/store.js';

@@ -4,7 +4,7 @@
  * from `concurrency` loops; it reports what it read and what it got.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ValkeyOptions } from '../src/valkey.js';
+import type { ValkeyOptions } from '../src/valkey/client.js';
 import { errorCode } from './lib/http.js';
 import { bump } from './lib/report.js';
 import { loadFetch, originStore } from './lib/store.js';

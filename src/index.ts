@@ -4,8 +4,9 @@
  * @packageDocumentation
  */
 export * from './errors.js';
-export type { Envelope } from './store/envelope.js';
-export { LoadResult, type RowPolicy, withPolicy } from './store/envelope.js';
+export type { Envelope } from './l2/format.js';
+export { leaseKey, valueKey } from './l2/scripts.js';
+export { LoadResult, type RowPolicy, withPolicy } from './store/load-result.js';
 export {
   DEFAULT_POLICY,
   type L1Policy,
@@ -15,7 +16,6 @@ export {
 export { createStore, type Store, type StoreOptions, type TableOptions } from './store/store.js';
 export { assertId, MAX_BATCH_IDS, MAX_ID_BYTES, TABLE_NAME, type Table } from './store/table.js';
 export type * from './store/types.js';
-export { leaseKey, valueKey } from './store/valkey/scripts.js';
-export { keySlot } from './store/valkey/slots.js';
-export { createValkeyClient, type ValkeyOptions, type ValkeyTlsOptions } from './valkey.js';
-export type { ClusterSettings, SentinelSettings } from './valkey-topology.js';
+export { createValkeyClient, type ValkeyOptions, type ValkeyTlsOptions } from './valkey/client.js';
+export { keySlot } from './valkey/slots.js';
+export type { ClusterSettings, SentinelSettings } from './valkey/topology.js';

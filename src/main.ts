@@ -19,7 +19,7 @@ import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
 import { DEFAULT_POLICY } from './store/policy.js';
 import { createStore, type TableOptions } from './store/store.js';
-import { redactUrl } from './valkey.js';
+import { redactUrl } from './valkey/client.js';
 import { StartupWarmUp, type WarmConfig, type WarmPlan, warmIds } from './warm/startup.js';
 
 /** How long closing may take after `shutdownDelayMs` before the process exits anyway, ms. */

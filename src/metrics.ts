@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { TableStats } from './store/types.js';
-import { DEGRADED_REASONS } from './store/valkey/breaker.js';
+import { DEGRADED_REASONS } from './valkey/breaker.js';
 
 /** Where an answer came from, as counted by `echostore_reads_total{layer}`. */
 export type ReadCountLayer = 'l1' | 'l2' | 'origin' | 'negative' | 'stale';

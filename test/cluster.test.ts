@@ -9,10 +9,10 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'v
 import { type LocalCluster, spawnCluster } from '../harness/cluster.js';
 import { ask } from '../harness/valkey-server.js';
 import type { ReadResult } from '../src/index.js';
-import { TableEvents } from '../src/store/valkey/events.js';
-import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
-import { keySlot, primaryOf } from '../src/store/valkey/slots.js';
-import { createValkeyClient } from '../src/valkey.js';
+import { TableEvents } from '../src/l2/events.js';
+import { leaseKey, valueKey } from '../src/l2/scripts.js';
+import { createValkeyClient } from '../src/valkey/client.js';
+import { keySlot, primaryOf } from '../src/valkey/slots.js';
 import { errorOf, metricValue, openStore } from './helpers/probe.js';
 import { countingLoader, deferred, uniqueTable } from './helpers/store.js';
 

@@ -9,7 +9,7 @@
  */
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type Store, withPolicy } from '../src/index.js';
-import { eventsChannel, leaseKey, valueKey } from '../src/store/valkey/scripts.js';
+import { eventsChannel, leaseKey, valueKey } from '../src/l2/scripts.js';
 import { manualClock } from './helpers/clock.js';
 import { clientLists, metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';

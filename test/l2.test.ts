@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createStore, leaseKey, valueKey } from '../src/index.js';
-import type { Envelope } from '../src/store/envelope.js';
+import type { Envelope } from '../src/l2/format.js';
 import { isTombstone, metricValue, openStore, rawValkey, readEnvelope } from './helpers/probe.js';
 import { uniqueTable, valkeyTarget } from './helpers/store.js';
 

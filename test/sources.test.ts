@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EchoStoreError } from '../src/errors.js';
+import { leaseKey, valueKey } from '../src/l2/scripts.js';
 import {
   buildSource,
   ensureDemoCatalog,
@@ -13,7 +14,6 @@ import {
   SourceError,
   sqliteSource,
 } from '../src/sources/index.js';
-import { leaseKey, valueKey } from '../src/store/valkey/scripts.js';
 import { openStore, scopedValkey } from './helpers/probe.js';
 import { itemsDb } from './helpers/sqlite-fixture.js';
 import { uniqueTable } from './helpers/store.js';

@@ -14,7 +14,7 @@ import { freePort } from '../harness/free-port.js';
 import { serverBinary } from '../harness/valkey-server.js';
 import { loadConfig } from '../src/config/load.js';
 import { createStore, type Store } from '../src/index.js';
-import { redactUrl, type ValkeyOptions } from '../src/valkey.js';
+import { redactUrl, type ValkeyOptions } from '../src/valkey/client.js';
 import { errorOf, openStore } from './helpers/probe.js';
 import { countingLoader, uniqueTable, valkeyUrl } from './helpers/store.js';
 

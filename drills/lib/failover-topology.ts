@@ -6,8 +6,8 @@
 import { Cluster } from 'ioredis';
 import { spawnCluster } from '../../harness/cluster.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
-import { valueKey } from '../../src/store/valkey/scripts.js';
-import { keySlot } from '../../src/store/valkey/slots.js';
+import { valueKey } from '../../src/l2/scripts.js';
+import { keySlot } from '../../src/valkey/slots.js';
 import type { Reaper } from './reaper.js';
 import type { Side } from './shard-load.js';
 

@@ -3,11 +3,11 @@
  * origin, which layer answered a read, and the run's keys in Valkey.
  */
 import { type Cluster, Redis } from 'ioredis';
+import { leaseKey, valueKey } from '../../src/l2/scripts.js';
 import { httpSource } from '../../src/sources/http.js';
 import { createStore, type Store, type TableOptions } from '../../src/store/store.js';
 import type { ReadResult } from '../../src/store/types.js';
-import { leaseKey, valueKey } from '../../src/store/valkey/scripts.js';
-import { redactUrl, type ValkeyOptions } from '../../src/valkey.js';
+import { redactUrl, type ValkeyOptions } from '../../src/valkey/client.js';
 
 /** The layer that answered a read. */
 export type Layer = ReadResult['layer'];

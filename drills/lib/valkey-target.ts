@@ -5,8 +5,8 @@
  */
 import { Cluster, type Redis } from 'ioredis';
 import { type LocalCluster, spawnCluster } from '../../harness/cluster.js';
-import type { ValkeyOptions } from '../../src/valkey.js';
-import { redactUrl } from '../../src/valkey.js';
+import type { ValkeyOptions } from '../../src/valkey/client.js';
+import { redactUrl } from '../../src/valkey/client.js';
 import { Reaper } from './reaper.js';
 import { connectAdmin } from './store.js';
 

@@ -11,7 +11,7 @@ import { Ajv } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
-import { readCaFile, usesTls, type ValkeyTlsOptions } from '../valkey.js';
+import { readCaFile, usesTls, type ValkeyTlsOptions } from '../valkey/client.js';
 import {
   configSchema,
   type FileConfig,

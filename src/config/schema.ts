@@ -11,7 +11,7 @@ import {
   DEFAULT_POOL_SIZE,
 } from '../sources/sql.js';
 import { TablePolicySchema } from '../store/policy.js';
-import { HOST_PORT_PATTERN } from '../valkey-topology.js';
+import { HOST_PORT_PATTERN } from '../valkey/topology.js';
 
 /** pino levels accepted by `log.level` and `LOG_LEVEL`. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
-import { DEGRADED_REASONS } from '../store/valkey/breaker.js';
+import { DEGRADED_REASONS } from '../valkey/breaker.js';
 import { errorResponses } from './openapi.js';
 
 /** Where the service is in its life, for `/readyz`: ready only while neither warming nor closing. */

@@ -3,7 +3,7 @@
  * and the retry back-off of failed refreshes (stale-if-error).
  */
 import { LRUCache } from 'lru-cache';
-import type { Envelope } from './envelope.js';
+import type { Envelope } from '../l2/format.js';
 
 /**
  * XFetch (Vattani, Chierichetti, Lowenstein, "Optimal Probabilistic Cache

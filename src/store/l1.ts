@@ -5,7 +5,7 @@
  * size cannot). Library callers decode on demand (`answers.ts`).
  */
 import { LRUCache } from 'lru-cache';
-import type { Envelope } from './envelope.js';
+import type { Envelope } from '../l2/format.js';
 import type { L1Policy } from './policy.js';
 
 /**

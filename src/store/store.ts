@@ -2,32 +2,32 @@ import { Ajv } from 'ajv';
 import type { Cluster, Redis } from 'ioredis';
 import { type Logger, pino } from 'pino';
 import { Registry } from 'prom-client';
+import type { TableContext } from '../actor/flight.js';
+import { TableOwner } from '../actor/owner.js';
 import { schemaProblem } from '../config/schema-error.js';
 import { ConfigError, UnknownTableError } from '../errors.js';
+import { TableEvents } from '../l2/events.js';
+import { eventsChannel, L2 } from '../l2/scripts.js';
 import { newCounters, StoreMetrics } from '../metrics.js';
-import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey.js';
-import { checkTopology } from '../valkey-topology.js';
-import { Admission } from './admission.js';
-import { batchingLoader } from './batch-load.js';
-import { coarseClock } from './clock.js';
-import { VersionClock } from './envelope.js';
-import type { TableContext } from './flight.js';
-import { L1 } from './l1.js';
-import { TableOwner } from './owner.js';
-import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
-import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
-import type { LoadFn, LoadManyFn } from './types.js';
-import type { BreakerOptions, DegradedReason } from './valkey/breaker.js';
-import { TableEvents } from './valkey/events.js';
+import { Admission } from '../protection/admission.js';
+import type { BreakerOptions, DegradedReason } from '../valkey/breaker.js';
+import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey/client.js';
 import {
   checkAccess,
   type EvictionPolicy,
   healthProbe,
   readEvictionPolicy,
   within,
-} from './valkey/probe.js';
-import { eventsChannel, L2 } from './valkey/scripts.js';
-import { type Circuit, circuitFor } from './valkey/shard-breaker.js';
+} from '../valkey/probe.js';
+import { type Circuit, circuitFor } from '../valkey/shard-breaker.js';
+import { checkTopology } from '../valkey/topology.js';
+import { batchingLoader } from './batch-load.js';
+import { coarseClock } from './clock.js';
+import { L1 } from './l1.js';
+import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
+import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
+import type { LoadFn, LoadManyFn } from './types.js';
+import { VersionClock } from './version-clock.js';
 
 /** One table of `createStore`: its loader (`load`, `loadMany` or both) and, optionally, its policy. */
 export interface TableOptions extends TablePolicyInput {

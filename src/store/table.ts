@@ -3,6 +3,10 @@
  * never enters the owner's mailbox), writes, stats, and the id rules every
  * entry point checks before anything touches Valkey or the source.
  */
+
+import type { TableContext } from '../actor/flight.js';
+import type { Fill, RefreshReason } from '../actor/messages.js';
+import type { TableOwner } from '../actor/owner.js';
 import {
   BadIdError,
   BadRequestError,
@@ -12,14 +16,11 @@ import {
   InternalError,
   WaitTimeoutError,
 } from '../errors.js';
+import { toJson } from '../l2/format.js';
+import { type PendingRead, WaitDeadlines } from '../protection/deadlines.js';
 import { rowAnswer } from './answers.js';
-import { type PendingRead, WaitDeadlines } from './deadlines.js';
-import { toJson } from './envelope.js';
-import type { TableContext } from './flight.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
 import type { L1 } from './l1.js';
-import type { Fill, RefreshReason } from './messages.js';
-import type { TableOwner } from './owner.js';
 import type { TablePolicy } from './policy.js';
 import type { BatchEntry, ReadResult, TableStats, WriteResult } from './types.js';
 

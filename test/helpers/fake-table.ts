@@ -3,15 +3,16 @@
  * test controls, writes by a fake L2. For the owner's state machine.
  */
 import { pino } from 'pino';
+import type { Flight, Outcome, TableContext } from '../../src/actor/flight.js';
+import { TableOwner } from '../../src/actor/owner.js';
+import type { Envelope } from '../../src/l2/format.js';
+import type { L2 } from '../../src/l2/scripts.js';
 import { newCounters } from '../../src/metrics.js';
-import { Admission } from '../../src/store/admission.js';
-import { type Envelope, VersionClock } from '../../src/store/envelope.js';
-import type { Flight, Outcome, TableContext } from '../../src/store/flight.js';
+import { Admission } from '../../src/protection/admission.js';
 import { L1 } from '../../src/store/l1.js';
-import { TableOwner } from '../../src/store/owner.js';
 import { resolvePolicy, type TablePolicyInput } from '../../src/store/policy.js';
 import type { ReadResult } from '../../src/store/types.js';
-import type { L2 } from '../../src/store/valkey/scripts.js';
+import { VersionClock } from '../../src/store/version-clock.js';
 import { deferred } from './store.js';
 
 /** One launched flight: the test lands it with `land(outcome)`, or serves stale with `serveStale`. */

@@ -11,8 +11,8 @@ import {
   type Store,
   type StoreOptions,
 } from '../../src/index.js';
-import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/store/envelope.js';
-import { valueKey } from '../../src/store/valkey/scripts.js';
+import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/l2/format.js';
+import { valueKey } from '../../src/l2/scripts.js';
 import { valkeyCluster, valkeyTarget } from './store.js';
 
 /** Creates a store on the shared test server or cluster (unless `options.valkey` says otherwise), closed when the test ends. */

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import type { LoadFn } from '../../src/index.js';
-import type { ValkeyOptions } from '../../src/valkey.js';
+import type { ValkeyOptions } from '../../src/valkey/client.js';
 
 /** The shared test server's URL (see `server.ts`); in a cluster run, one node's. */
 export function valkeyUrl(): string {

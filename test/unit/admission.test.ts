@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ShedError } from '../../src/errors.js';
-import { Admission, type Permit } from '../../src/store/admission.js';
+import { Admission, type Permit } from '../../src/protection/admission.js';
 
 function admission(maxLimit: number, maxQueueDelayMs = 1_000, maxQueued = 100) {
   // Not 0: a clock reading must never be mistaken for a duration.

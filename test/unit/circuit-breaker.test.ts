@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { ReplyError } from 'ioredis';
 import type { Logger } from 'pino';
 import { describe, expect, it, vi } from 'vitest';
-import { Breaker, CircuitOpenError, classifyValkeyError } from '../../src/store/valkey/breaker.js';
+import { Breaker, CircuitOpenError, classifyValkeyError } from '../../src/valkey/breaker.js';
 
 /** A reply error as ioredis raises it (`name` is 'ReplyError'). */
 const reply = (message: string): Error => new ReplyError(message) as Error;

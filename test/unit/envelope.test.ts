@@ -5,17 +5,15 @@ import {
   decodeHeader,
   type Envelope,
   encodeEnvelope,
-  LoadResult,
   LUA_ENVELOPE,
   localize,
-  mintEnvelope,
   readMark,
   toJson,
-  tombstone,
-  VersionClock,
-  withPolicy,
   writeArgs,
-} from '../../src/store/envelope.js';
+} from '../../src/l2/format.js';
+import { LoadResult, withPolicy } from '../../src/store/load-result.js';
+import { mintEnvelope, tombstone } from '../../src/store/mint.js';
+import { VersionClock } from '../../src/store/version-clock.js';
 import { rawValkey } from '../helpers/probe.js';
 
 const sample: Envelope = {

@@ -5,7 +5,7 @@
  * or the hard TTL, whichever comes first.
  */
 import { describe, expect, it } from 'vitest';
-import type { Envelope } from '../../src/store/envelope.js';
+import type { Envelope } from '../../src/l2/format.js';
 import { L1, ROW_OVERHEAD_BYTES, stringBytes } from '../../src/store/l1.js';
 
 const env = (json: string, hardInMs = 60_000, now = 0): Envelope => ({

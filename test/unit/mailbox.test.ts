@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
-import { Flight, type Waiter } from '../../src/store/flight.js';
-import { Mailbox, type Message, waitersOf } from '../../src/store/messages.js';
+import { Flight, type Waiter } from '../../src/actor/flight.js';
+import { Mailbox } from '../../src/actor/mailbox.js';
+import { type Message, waitersOf } from '../../src/actor/messages.js';
 
 /** Lets queued microtasks run. */
 const tick = () => new Promise<void>((r) => setImmediate(r));

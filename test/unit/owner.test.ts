@@ -1,10 +1,10 @@
 import { describe, expect, it, vi } from 'vitest';
 import { LoadFailedError } from '../../src/errors.js';
-import type { Envelope } from '../../src/store/envelope.js';
+import type { TableEvent } from '../../src/l2/events.js';
+import type { Envelope } from '../../src/l2/format.js';
+import type { WriteKind, Written } from '../../src/l2/scripts.js';
 import type { TablePolicyInput } from '../../src/store/policy.js';
 import type { WriteResult } from '../../src/store/types.js';
-import type { TableEvent } from '../../src/store/valkey/events.js';
-import type { WriteKind, Written } from '../../src/store/valkey/scripts.js';
 import { fakeOwner, fresh, settle } from '../helpers/fake-table.js';
 import { errorOf } from '../helpers/probe.js';
 import { deferred } from '../helpers/store.js';

@@ -4,7 +4,7 @@
  * Runs on vitest's fake timers and an injected clock.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { WaitDeadlines } from '../../src/store/deadlines.js';
+import { WaitDeadlines } from '../../src/protection/deadlines.js';
 import type { ReadResult } from '../../src/store/types.js';
 
 const answer = { found: false } as ReadResult;

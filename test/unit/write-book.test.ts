@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
+import type { Message } from '../../src/actor/messages.js';
+import { Writes } from '../../src/actor/writes.js';
 import type { EchoStoreError } from '../../src/errors.js';
-import type { Envelope } from '../../src/store/envelope.js';
-import type { Message } from '../../src/store/messages.js';
+import type { Envelope } from '../../src/l2/format.js';
+import type { WriteKind, Written } from '../../src/l2/scripts.js';
 import type { WriteResult } from '../../src/store/types.js';
-import { CircuitOpenError } from '../../src/store/valkey/breaker.js';
-import type { WriteKind, Written } from '../../src/store/valkey/scripts.js';
-import { Writes } from '../../src/store/writes.js';
+import { CircuitOpenError } from '../../src/valkey/breaker.js';
 import { fakeContext, fresh, settle } from '../helpers/fake-table.js';
 import { deferred } from '../helpers/store.js';
 

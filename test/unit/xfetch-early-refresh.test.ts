@@ -5,7 +5,7 @@
  * so each case sits on a chosen side of that inequality.
  */
 import { describe, expect, it } from 'vitest';
-import type { Envelope } from '../../src/store/envelope.js';
+import type { Envelope } from '../../src/l2/format.js';
 import { xfetchDue } from '../../src/store/freshness.js';
 
 const NOW = 1_000_000;

@@ -14,8 +14,8 @@
  *   about.
  */
 import type { Cluster, Redis } from 'ioredis';
+import { eventsChannel } from '../l2/scripts.js';
 import { SCRIPT_ACL_REFUSAL } from './breaker.js';
-import { eventsChannel } from './scripts.js';
 
 /**
  * probe — KEYS: a probe key of the table. ARGV: channel ('' with coherence

@@ -13,8 +13,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import { type Envelope, LUA_ENVELOPE, writeArgs } from '../envelope.js';
-import type { Circuit } from './shard-breaker.js';
+import type { Circuit } from '../valkey/shard-breaker.js';
+import { type Envelope, LUA_ENVELOPE, writeArgs } from './format.js';
 
 /**
  * The Valkey key of an item's envelope: `ecc:<table>:{<id>}`, or

@@ -1,14 +1,14 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
-import { ConfigError } from './errors.js';
+import { ConfigError } from '../errors.js';
 import {
   type ClusterSettings,
   createClusterClient,
   reconnectBackoff,
   type SentinelSettings,
   sentinelOptions,
-} from './valkey-topology.js';
+} from './topology.js';
 
 /** TLS settings of a `rediss://` connection; ignored with a `redis://` URL. */
 export interface ValkeyTlsOptions {

@@ -1,12 +1,13 @@
 /**
- * A table owner's message vocabulary, and the mailbox that delivers it. Every
- * change to a table's state (flights, L1 after loads, writes) is one of these
- * messages, handled one at a time; async work reports back with one.
+ * A table owner's message vocabulary. Every change to a table's state
+ * (flights, L1 after loads, writes) is one of these messages, handled one at
+ * a time by `mailbox.ts`; async work reports back with one.
  */
-import type { Envelope } from './envelope.js';
+
+import type { TableEvent } from '../l2/events.js';
+import type { Envelope } from '../l2/format.js';
+import type { WriteResult } from '../store/types.js';
 import type { Flight, Outcome, Waiter } from './flight.js';
-import type { WriteResult } from './types.js';
-import type { TableEvent } from './valkey/events.js';
 
 /** A caller waiting for a write (`put` or `invalidate`) to be acknowledged. */
 export interface WriteWaiter<T> {
@@ -79,66 +80,5 @@ export function waitersOf(m: Message): Array<{ reject(error: Error): void }> {
       return m.flight.waiters;
     default:
       return [];
-  }
-}
-
-/**
- * An actor's mailbox: messages are queued and handled one at a time, in
- * arrival order, on a microtask after the poster returns, so a handler never
- * runs inside the caller that posted (nor re-entrantly inside another handler).
- * A handler that throws does not stop the mailbox: `failed` is told (and
- * answers that message's callers), and the queue drains on.
- */
-export class Mailbox<M> {
-  readonly #handle: (message: M) => void;
-  readonly #failed: (message: M, error: unknown) => void;
-  readonly #drained: () => void;
-  readonly #queue: (M | undefined)[] = [];
-  #head = 0;
-  #scheduled = false;
-
-  /**
-   * @param handle handles one message (synchronously).
-   * @param failed called when `handle` threw for a message.
-   * @param drained called each time the queue runs empty.
-   */
-  constructor(
-    handle: (message: M) => void,
-    failed: (message: M, error: unknown) => void,
-    drained: () => void,
-  ) {
-    this.#handle = handle;
-    this.#failed = failed;
-    this.#drained = drained;
-  }
-
-  /** Messages waiting to be handled. */
-  get depth(): number {
-    return this.#queue.length - this.#head;
-  }
-
-  /** Queues a message. */
-  post(message: M): void {
-    this.#queue.push(message);
-    if (!this.#scheduled) {
-      this.#scheduled = true;
-      queueMicrotask(() => this.#drain());
-    }
-  }
-
-  #drain(): void {
-    while (this.#head < this.#queue.length) {
-      const message = this.#queue[this.#head] as M;
-      this.#queue[this.#head++] = undefined;
-      try {
-        this.#handle(message);
-      } catch (err) {
-        this.#failed(message, err);
-      }
-    }
-    this.#queue.length = 0;
-    this.#head = 0;
-    this.#scheduled = false;
-    this.#drained();
   }
 }

@@ -6,9 +6,9 @@
 import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { type HeartbeatOptions, keepAlive } from './heartbeat.js';
+import { type HeartbeatOptions, keepAlive } from '../valkey/heartbeat.js';
+import { openSubscriber } from '../valkey/subscriber.js';
 import { eventsChannel } from './scripts.js';
-import { openSubscriber } from './subscriber.js';
 
 /**
  * A message on a table's channel. `k` is the kind: `fill` (a load's value was

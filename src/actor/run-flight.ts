@@ -15,22 +15,15 @@ import {
   SourceError,
   WaitTimeoutError,
 } from '../errors.js';
+import type { Watch } from '../l2/events.js';
+import { decodeEnvelope, type Envelope, localize, readMark, toJson } from '../l2/format.js';
+import type { LeaseAnswer } from '../l2/scripts.js';
 import { bump } from '../metrics.js';
-import type { LoadEnd, Permit } from './admission.js';
-import {
-  decodeEnvelope,
-  type Envelope,
-  LoadResult,
-  localize,
-  mintEnvelope,
-  type RowPolicy,
-  readMark,
-  toJson,
-} from './envelope.js';
+import type { LoadEnd, Permit } from '../protection/admission.js';
+import { LoadResult, type RowPolicy } from '../store/load-result.js';
+import { mintEnvelope } from '../store/mint.js';
+import { classifyValkeyError } from '../valkey/breaker.js';
 import { type Flight, noteWritten, type Outcome, type TableContext } from './flight.js';
-import { classifyValkeyError } from './valkey/breaker.js';
-import type { Watch } from './valkey/events.js';
-import type { LeaseAnswer } from './valkey/scripts.js';
 
 /** Longest pause between two looks at a contended lease when no event wakes the waiter. */
 const POLL_MS = 250;

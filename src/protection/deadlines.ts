@@ -7,8 +7,8 @@
  * clock, so deadlines rise in arrival order: the queue is sorted by
  * construction, and the timer is always due at its oldest pending entry.
  */
-import type { Waiter } from './flight.js';
-import type { ReadResult } from './types.js';
+import type { Waiter } from '../actor/flight.js';
+import type { ReadResult } from '../store/types.js';
 
 /**
  * A read waiting for its answer: settled once, by its answer, its error or

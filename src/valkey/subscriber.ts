@@ -9,8 +9,8 @@ import { randomInt } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { type TLSSocket, connect as tlsConnect } from 'node:tls';
 import { AbstractConnector, type Cluster, Redis, type RedisOptions } from 'ioredis';
-import type { Address } from '../../valkey-topology.js';
 import { isCluster } from './slots.js';
+import type { Address } from './topology.js';
 
 /**
  * A subscriber connection for `client`'s events, with `overrides` applied:

@@ -12,9 +12,12 @@
  *   `ECC_CLOSED` on forced shutdown.
  */
 import { ClosedError, type EchoStoreError, InternalError, ShedError } from '../errors.js';
+import type { TableEvent } from '../l2/events.js';
+import type { Envelope } from '../l2/format.js';
 import { bump } from '../metrics.js';
-import { rowAnswer } from './answers.js';
-import type { Envelope } from './envelope.js';
+import { rowAnswer } from '../store/answers.js';
+import { RefreshBackoff } from '../store/freshness.js';
+import type { L1 } from '../store/l1.js';
 import {
   answerAll,
   answerOf,
@@ -23,11 +26,9 @@ import {
   type TableContext,
   type Waiter,
 } from './flight.js';
-import { RefreshBackoff } from './freshness.js';
-import type { L1 } from './l1.js';
-import { type Fill, Mailbox, type Message, type RefreshReason, waitersOf } from './messages.js';
+import { Mailbox } from './mailbox.js';
+import { type Fill, type Message, type RefreshReason, waitersOf } from './messages.js';
 import { type FlightRunner, flightRunner } from './run-flight.js';
-import type { TableEvent } from './valkey/events.js';
 import { Writes } from './writes.js';
 
 type Handlers = { [K in Message['kind']]: (m: Extract<Message, { kind: K }>) => void };

@@ -4,13 +4,14 @@
  */
 import type { Logger } from 'pino';
 import type { EchoStoreError } from '../errors.js';
+import type { TableEvents } from '../l2/events.js';
+import type { Envelope } from '../l2/format.js';
+import type { L2, Written } from '../l2/scripts.js';
 import { bump, type TableCounters, type TableHistograms } from '../metrics.js';
-import type { Admission } from './admission.js';
-import type { Envelope, VersionClock } from './envelope.js';
-import type { TablePolicy } from './policy.js';
-import type { LoadFn, ReadLayer, ReadResult } from './types.js';
-import type { TableEvents } from './valkey/events.js';
-import type { L2, Written } from './valkey/scripts.js';
+import type { Admission } from '../protection/admission.js';
+import type { TablePolicy } from '../store/policy.js';
+import type { LoadFn, ReadLayer, ReadResult } from '../store/types.js';
+import type { VersionClock } from '../store/version-clock.js';
 
 /** A caller waiting for a flight's answer. Settled exactly once, by the owner. */
 export interface Waiter {

@@ -4,7 +4,7 @@
  * wrong seed list into a clear error naming the field.
  */
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { ConfigError } from './errors.js';
+import { ConfigError } from '../errors.js';
 
 /** `valkey.cluster`: a Valkey/Redis Cluster, found through its seed nodes. */
 export interface ClusterSettings {

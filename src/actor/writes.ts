@@ -14,11 +14,11 @@
  */
 import { ValkeyUnavailableError } from '../errors.js';
 import { bump } from '../metrics.js';
-import { hardTtlMs, mintEnvelope, tombstone } from './envelope.js';
+import type { L1 } from '../store/l1.js';
+import { hardTtlMs, mintEnvelope, tombstone } from '../store/mint.js';
+import { classifyValkeyError, isReplyError, valkeyReason } from '../valkey/breaker.js';
 import { noteWritten, type TableContext } from './flight.js';
-import type { L1 } from './l1.js';
 import type { Message } from './messages.js';
-import { classifyValkeyError, isReplyError, valkeyReason } from './valkey/breaker.js';
 
 const firstWord = (text: string) => text.split(' ', 1)[0] ?? '';
 

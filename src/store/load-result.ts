@@ -1,0 +1,41 @@
+/**
+ * A loader's answer with a policy of its own for that one row (`withPolicy`).
+ */
+/** Per-row overrides of the table's freshness policy, returned by a loader via {@link withPolicy}. */
+export interface RowPolicy {
+  /** Soft TTL of this row, ms (default: the table's `ttlMs`, or `negativeTtlMs` for not-found). */
+  ttlMs?: number;
+  /** Stale window of this row, ms (default: the table's `staleMs`; always 0 for not-found). */
+  staleMs?: number;
+  /** Cache this row as "not found" (negative caching). */
+  negative?: boolean;
+}
+
+/** A loader's answer with its own policy; build it with {@link withPolicy}. */
+export class LoadResult {
+  readonly value: unknown;
+  readonly policy: RowPolicy;
+
+  constructor(value: unknown, policy: RowPolicy) {
+    this.value = value;
+    this.policy = policy;
+  }
+}
+
+/**
+ * Lets a loader set the policy of one row, e.g. an origin's `Cache-Control: max-age`:
+ * `return withPolicy(row, { ttlMs: 5_000 })`, or `withPolicy(undefined, { ttlMs: 1_000 })`
+ * for a short-lived "not found".
+ *
+ * @throws {TypeError} when a duration is not a non-negative integer (ttlMs at least 1).
+ */
+export function withPolicy(value: unknown, policy: RowPolicy): LoadResult {
+  const { ttlMs, staleMs } = policy;
+  if (ttlMs !== undefined && !(Number.isSafeInteger(ttlMs) && ttlMs >= 1)) {
+    throw new TypeError('withPolicy: ttlMs must be an integer >= 1 (milliseconds)');
+  }
+  if (staleMs !== undefined && !(Number.isSafeInteger(staleMs) && staleMs >= 0)) {
+    throw new TypeError('withPolicy: staleMs must be an integer >= 0 (milliseconds)');
+  }
+  return new LoadResult(value, { ...policy });
+}
