@@ -146,7 +146,7 @@ async function main() {
         }),
       );
       const stats = t.stats();
-      fills = stats.fills;
+      fills = stats.loads;
       coalesced = stats.coalesced;
       batches = (await store.registry.getSingleMetric('echostore_load_batches_total')?.get())
         ?.values[0]?.value as number;

@@ -20,12 +20,12 @@ export interface TableCounters {
   /** Reads that went to the owner. */
   misses: number;
   /** Loader calls (source reads started by this process); counted once, where the loader is called. */
-  fills: number;
-  /** `loadMany` calls (batched loading): each carries the `fills` of its ids to the source as one read. */
+  loads: number;
+  /** `loadMany` calls (batched loading): each carries the `loads` of its ids to the source as one read. */
   batches: number;
   /** Flights answered by Valkey (L2). */
   l2_hits: number;
-  /** Waiters that attached to a running flight. */
+  /** Callers that coalesced onto a running flight or an open miss message. */
   coalesced: number;
   /** Answered reads by the layer that answered. */
   reads: Record<ReadCountLayer, number>;
@@ -60,7 +60,7 @@ export function newCounters(): TableCounters {
   return {
     hits: 0,
     misses: 0,
-    fills: 0,
+    loads: 0,
     batches: 0,
     l2_hits: 0,
     coalesced: 0,
@@ -101,9 +101,15 @@ interface Mirror {
 
 const MIRRORS: Mirror[] = [
   {
-    name: 'echostore_fills_total',
+    name: 'echostore_loads_total',
     help: 'Loader calls (source reads started by this process).',
-    pick: (c) => c.fills,
+    pick: (c) => c.loads,
+  },
+  {
+    // Kept until dashboards and alerts outside deploy/ move (CHANGELOG.md, 0.2.0).
+    name: 'echostore_fills_total',
+    help: 'Deprecated: the same count as echostore_loads_total, under its old name.',
+    pick: (c) => c.loads,
   },
   {
     name: 'echostore_load_batches_total',
@@ -112,7 +118,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_coalesced_total',
-    help: 'Waiters that attached to a running flight instead of starting a load.',
+    help: 'Callers that coalesced onto a running flight instead of starting a load.',
     pick: (c) => c.coalesced,
   },
   {

@@ -39,7 +39,7 @@ describe('batched loading', () => {
       expect(r.found && r.value).toEqual({ id: `k${i}`, name: `item k${i}` });
       expect(r.layer).toBe('origin');
     });
-    expect(t.stats().fills).toBe(10);
+    expect(t.stats().loads).toBe(10);
     // Cached: the next reads never reach the source.
     await Promise.all(ids(10).map((id) => t.get(id)));
     expect(calls).toHaveLength(1);
@@ -147,7 +147,7 @@ describe('batched loading', () => {
       expect(r.found && (r.value as { id: string }).id).toBe(wanted[i]);
     });
     expect(t.stats().coalesced).toBe(150);
-    expect(t.stats().fills).toBe(50);
+    expect(t.stats().loads).toBe(50);
   });
 
   it('puts at most the admission limit of ids in one call: each id holds its own slot', async () => {

@@ -31,7 +31,7 @@ describe('single-flight', () => {
     const results = await Promise.all(readers);
     expect(loads).toBe(1);
     expect(t.stats().coalesced).toBe(199);
-    expect(t.stats().fills).toBe(1);
+    expect(t.stats().loads).toBe(1);
     const answers = new Set(results.map((r) => (r.found ? r.json : 'missing')));
     expect(answers.size).toBe(1);
     expect(results.filter((r) => r.coalesced)).toHaveLength(199);

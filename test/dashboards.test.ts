@@ -102,7 +102,7 @@ describe('dashboards and alerts', () => {
     const shown = new Set(panelExprs.flatMap(metricNames));
     for (const metric of [
       'echostore_reads_total', // hit ratio per layer
-      'echostore_fills_total', // fills vs coalesced
+      'echostore_loads_total', // loads vs coalesced
       'echostore_coalesced_total',
       'echostore_lease_total', // lease outcomes
       'echostore_shed_total',

@@ -161,7 +161,7 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
     for (let i = 0; i < 3; i++) expect((await t.get('nobody')).found).toBe(false);
     // Every not-found answer counts as `negative`, whichever layer gave it; the source was read once.
     expect(await metricValue(store, 'echostore_reads_total', table, { layer: 'negative' })).toBe(3);
-    expect(await metricValue(store, 'echostore_fills_total', table)).toBe(1);
+    expect(await metricValue(store, 'echostore_loads_total', table)).toBe(1);
   });
 });
 

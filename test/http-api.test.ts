@@ -270,7 +270,7 @@ describe('HTTP API', () => {
     expect(r.statusCode).toBe(200);
     const table = r.json().tables.find((t: { name: string }) => t.name === products);
     expect(table.policy.ttlMs).toBe(300_000);
-    expect(table.stats.fills).toBeGreaterThan(0);
+    expect(table.stats.loads).toBeGreaterThan(0);
     expect(table.stats).toHaveProperty('coalesced');
     expect(r.json().tables.find((t: { name: string }) => t.name === strict).policy.idPattern).toBe(
       '^[0-9]+$',

@@ -316,7 +316,7 @@ describe('http source', () => {
     }
     expect(seen).toHaveLength(0);
     expect(await raw.exists(leaseKey(table, '..'), valueKey(table, '..'))).toBe(0);
-    expect(t.stats()).toMatchObject({ fills: 0, load_limit: 16 });
+    expect(t.stats()).toMatchObject({ loads: 0, load_limit: 16 });
   });
 
   it('loads ids that only contain dots', async () => {

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { EchoStoreError } from '../errors.js';
 import type { TableEvents } from '../l2/events.js';
 import type { Envelope } from '../l2/format.js';
-import type { L2, Written } from '../l2/scripts.js';
+import type { L2, WriteAck } from '../l2/scripts.js';
 import { bump, type TableCounters, type TableHistograms } from '../metrics.js';
 import type { Admission } from '../protection/admission.js';
 import type { TablePolicy } from '../store/policy.js';
@@ -17,7 +17,7 @@ import type { VersionClock } from '../store/version-clock.js';
 export interface Waiter {
   resolve(result: ReadResult): void;
   reject(error: Error): void;
-  /** Callers this waiter answers (a joined read answers several); 1 when absent. */
+  /** Callers this waiter answers (a coalesced miss answers several); 1 when absent. */
   readonly count?: number;
 }
 
@@ -48,7 +48,7 @@ export type Outcome =
 export class Flight {
   readonly id: string;
   readonly waiters: Waiter[];
-  /** The callers the waiters answer (a joined read answers several): what metrics count and `maxWaitersPerFlight` bounds. */
+  /** The callers the waiters answer (a coalesced miss answers several): what metrics count and `maxWaitersPerFlight` bounds. */
   callers: number;
   /** Aborted on load timeout or forced close; the loader's `signal`. */
   readonly abort = new AbortController();
@@ -76,7 +76,10 @@ export class Flight {
 
 /** Everything a table's flights and writes need; built once per table. */
 export interface TableContext {
-  table: string;
+  /** The table's name (`[a-z0-9_-]{1,64}`). */
+  name: string;
+  /** Chosen once from `coalescing`: whether a miss coalesces onto a running flight or an open miss message (`none`, the drills' baseline, never does). */
+  coalesces: boolean;
   policy: TablePolicy;
   load: LoadFn;
   /** The source's own id rule (see `TableOptions.checkId`), checked with the table's. */
@@ -147,7 +150,7 @@ export function answerAll(
  * table's version clock, and a refused coherence message is counted
  * (`valkey_errors{op="publish"}`).
  */
-export function noteWritten(ctx: TableContext, written: Written): void {
+export function noteWritten(ctx: TableContext, written: WriteAck): void {
   ctx.clock.wrote(written.version, written.valkeyNowMs);
   if (written.unpublished !== undefined) bump(ctx.counters.valkeyErrors, 'publish');
 }

@@ -20,26 +20,26 @@ export type RefreshReason = 'early' | 'stale';
 
 /**
  * A caller missed L1. Callers of the same id that miss while it waits in the
- * mailbox join it (`joined`: one shared read for all of them) instead of
- * posting their own, so a herd in one tick costs one message. Who writes:
- * the table creates it and adds joiners while `open`; the owner sets `open`
- * to false when it handles it (from then on a miss posts a new message).
+ * mailbox coalesce onto it (`coalesced`: one shared read for all of them)
+ * instead of posting their own, so a herd in one tick costs one message. Who
+ * writes: the table creates it and adds callers while `open`; the owner sets
+ * `open` to false when it handles it (from then on a miss posts a new message).
  */
-export interface Fill {
-  kind: 'fill';
+export interface Miss {
+  kind: 'miss';
   id: string;
   /** The caller that posted it. */
   waiter: Waiter;
-  /** The callers that joined it, sharing one answer (`count` of them). */
-  joined?: Waiter & { readonly count: number };
-  /** Still in the mailbox: callers may join. */
+  /** The callers that coalesced onto it, sharing one answer (`count` of them). */
+  coalesced?: Waiter & { readonly count: number };
+  /** Still in the mailbox: callers may coalesce onto it. */
   open?: boolean;
 }
 
 /** The messages a table owner handles, one at a time, in arrival order. */
 export type Message =
-  /** A caller missed L1 (and maybe more, joined before it was handled): attach them to the id's flight, or launch one. */
-  | Fill
+  /** A caller missed L1 (and maybe more, coalesced before it was handled): coalesce them onto the id's flight, or launch one. */
+  | Miss
   /** A flight finished (its one way back to the owner): answer its waiters, write L1. */
   | { kind: 'landed'; flight: Flight; outcome: Outcome }
   /** A flight holds a stale value: answer its waiters with it now, load on behind (stale-while-revalidate). */
@@ -68,8 +68,8 @@ export type Message =
 /** The callers a message carries (answered with an error if its handler throws). */
 export function waitersOf(m: Message): Array<{ reject(error: Error): void }> {
   switch (m.kind) {
-    case 'fill':
-      return m.joined === undefined ? [m.waiter] : [m.waiter, m.joined];
+    case 'miss':
+      return m.coalesced === undefined ? [m.waiter] : [m.waiter, m.coalesced];
     case 'put':
     case 'written':
     case 'invalidate':

@@ -27,7 +27,7 @@ import {
   type Waiter,
 } from './flight.js';
 import { Mailbox } from './mailbox.js';
-import { type Fill, type Message, type RefreshReason, waitersOf } from './messages.js';
+import { type Message, type Miss, type RefreshReason, waitersOf } from './messages.js';
 import { type FlightRunner, flightRunner } from './run-flight.js';
 import { Writes } from './writes.js';
 
@@ -47,8 +47,6 @@ export class TableOwner {
   readonly #flights = new Map<string, Flight>();
   readonly #writes: Writes;
   readonly #backoff = new RefreshBackoff();
-  /** Chosen once: `coalescing: 'none'` (the drills' baseline) never attaches a miss to a running flight. */
-  readonly #coalesces: boolean;
   #closed = false;
   #idle: (() => void) | undefined;
 
@@ -56,7 +54,6 @@ export class TableOwner {
   constructor(ctx: TableContext, l1: L1, runner: RunnerFactory = flightRunner) {
     this.#ctx = ctx;
     this.#l1 = l1;
-    this.#coalesces = ctx.policy.coalescing !== 'none';
     this.#mailbox = new Mailbox<Message>(
       (m) => this.#handle(m),
       (m, err) => this.#failed(m, err),
@@ -138,7 +135,7 @@ export class TableOwner {
   // --- handlers: one per message kind ---------------------------------------
 
   readonly #handlers: Handlers = {
-    fill: (m) => this.#fill(m),
+    miss: (m) => this.#miss(m),
     landed: (m) => this.#landed(m.flight, m.outcome),
     serveStale: (m) => this.#serveStale(m.flight, m.envelope),
     refresh: (m) => this.#refresh(m.id, m.reason),
@@ -166,16 +163,16 @@ export class TableOwner {
     }
   }
 
-  /** A miss: answer from L1 if it filled meanwhile, else attach to the id's flight or launch one. */
-  #fill(m: Fill): void {
+  /** A miss: answer from L1 if it filled meanwhile, else coalesce onto the id's flight or launch one. */
+  #miss(m: Miss): void {
     m.open = false;
-    const { id, waiter, joined } = m;
+    const { id, waiter, coalesced } = m;
     if (this.#closed) {
       for (const w of waitersOf(m)) w.reject(this.#closedError(id));
       return;
     }
     if (this.#writes.park(id, m)) return;
-    const callers = 1 + (joined?.count ?? 0);
+    const callers = 1 + (coalesced?.count ?? 0);
     const now = this.#ctx.now();
     const row = this.#l1.get(id, now);
     if (row !== undefined) {
@@ -183,29 +180,29 @@ export class TableOwner {
       this.#ctx.counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1'] += callers;
       const answer = rowAnswer(row, now);
       waiter.resolve(answer);
-      joined?.resolve(answer);
+      coalesced?.resolve(answer);
       if (stale) this.#refresh(id, 'stale');
       return;
     }
-    const running = this.#coalesces ? this.#flights.get(id) : undefined;
+    const running = this.#ctx.coalesces ? this.#flights.get(id) : undefined;
     if (running === undefined) {
       const flight = new Flight(id, waiter);
-      if (joined !== undefined) this.#attach(flight, joined);
+      if (coalesced !== undefined) this.#coalesce(flight, coalesced);
       this.#launch(flight);
       return;
     }
-    this.#attach(running, waiter);
-    if (joined !== undefined) this.#attach(running, joined);
+    this.#coalesce(running, waiter);
+    if (coalesced !== undefined) this.#coalesce(running, coalesced);
   }
 
-  /** Attaches `waiter` to a running flight (coalesced), unless `maxWaitersPerFlight` callers wait on it already. */
-  #attach(flight: Flight, waiter: Waiter): void {
+  /** Coalesces `waiter` onto a running flight, unless `maxWaitersPerFlight` callers wait on it already. */
+  #coalesce(flight: Flight, waiter: Waiter): void {
     const count = waiter.count ?? 1;
     if (flight.callers + count > this.#ctx.policy.maxWaitersPerFlight) {
       this.#ctx.counters.shed += count;
       waiter.reject(
         new ShedError(`${flight.callers} callers already wait on this item`, {
-          table: this.#ctx.table,
+          table: this.#ctx.name,
           id: flight.id,
         }),
       );
@@ -295,12 +292,9 @@ export class TableOwner {
   /** A handler threw (a bug): its callers get `ECC_INTERNAL`, and nothing it held stays stuck. */
   #failed(m: Message, err: unknown): void {
     const id = 'id' in m ? m.id : 'flight' in m ? m.flight.id : undefined;
-    this.#ctx.log.error(
-      { err, table: this.#ctx.table, kind: m.kind },
-      'table owner handler failed',
-    );
+    this.#ctx.log.error({ err, table: this.#ctx.name, kind: m.kind }, 'table owner handler failed');
     const error = new InternalError('internal error in the table owner', {
-      table: this.#ctx.table,
+      table: this.#ctx.name,
       ...(id === undefined ? {} : { id }),
       cause: err,
     });
@@ -333,7 +327,7 @@ export class TableOwner {
           outcome: {
             kind: 'error',
             error: new InternalError('internal error in a flight', {
-              table: this.#ctx.table,
+              table: this.#ctx.name,
               id: flight.id,
               cause: err,
             }),
@@ -386,7 +380,7 @@ export class TableOwner {
   }
 
   #closedError(id: string): ClosedError {
-    return new ClosedError('the store is shutting down', { table: this.#ctx.table, id });
+    return new ClosedError('the store is shutting down', { table: this.#ctx.name, id });
   }
 
   #busy(): boolean {

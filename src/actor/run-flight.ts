@@ -51,7 +51,7 @@ export function flightRunner(
     try {
       return await run(ctx, flight, serveStale);
     } catch (err) {
-      return { kind: 'error', error: asStoreError(err, ctx.table, flight.id) };
+      return { kind: 'error', error: asStoreError(err, ctx.name, flight.id) };
     }
   };
 }
@@ -102,7 +102,7 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
  * past `waitTimeoutMs`.
  */
 const runLeased: Run = async (ctx, flight, serveStale) => {
-  const { table, policy, counters, metrics } = ctx;
+  const { name: table, policy, counters, metrics } = ctx;
   // Started before Valkey is first asked (an in-process entry, no command), so a
   // fill published after any contended answer wakes this flight: a contended
   // flight waits for the holder's fill right after its first answer.
@@ -320,7 +320,7 @@ async function fillWithoutLease(
 function valkeyFailed(ctx: TableContext, err: unknown, op: string): void {
   if (classifyValkeyError(err) === 'unsent') return;
   bump(ctx.counters.valkeyErrors, op);
-  ctx.log.debug({ err, table: ctx.table, op }, 'valkey command failed; answering without L2');
+  ctx.log.debug({ err, table: ctx.name, op }, 'valkey command failed; answering without L2');
 }
 
 /** A stale value may be served while it is within its hard TTL; "not found" never is. */
@@ -358,7 +358,7 @@ function decode(
  *   anything the loader throws (mapped later by {@link asStoreError}).
  */
 async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope> {
-  const { admission, table } = ctx;
+  const { admission, name: table } = ctx;
   const permit = await admission.acquire((retryAfterMs) => {
     ctx.counters.shed++;
     return new ShedError(
@@ -372,7 +372,7 @@ async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope
 }
 
 /**
- * Calls the loader under `loadTimeoutMs` (the one place `fills` is counted).
+ * Calls the loader under `loadTimeoutMs` (the one place `loads` is counted).
  * The signal belongs to the flight; a result that lands after the timeout is
  * discarded and counted.
  *
@@ -385,7 +385,7 @@ async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope
  */
 async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Promise<unknown> {
   const { policy, counters } = ctx;
-  counters.fills++;
+  counters.loads++;
   const started = performance.now();
   let timedOut = false;
   let timer: NodeJS.Timeout | undefined;
@@ -395,7 +395,7 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
     timer = setTimeout(() => {
       timedOut = true;
       const error = new LoadTimeoutError(`load took longer than ${policy.loadTimeoutMs} ms`, {
-        table: ctx.table,
+        table: ctx.name,
         id: flight.id,
       });
       flight.abort.abort(error);
@@ -403,7 +403,7 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
       // Its slot stays taken until the loader settles: say so if that takes as long again.
       stuck = setTimeout(() => {
         ctx.log.warn(
-          { table: ctx.table, id: flight.id },
+          { table: ctx.name, id: flight.id },
           `a load has not settled ${policy.loadTimeoutMs} ms after its timeout aborted its signal; it keeps its admission slot until it does (does the loader honour its signal?)`,
         );
       }, policy.loadTimeoutMs).unref();
@@ -452,7 +452,7 @@ function buildEnvelope(ctx: TableContext, id: string, result: unknown, deltaMs: 
   const json = negative ? 'null' : toJson(value);
   if (json === undefined) {
     throw new BadValueError('the loader returned a value that cannot be serialised as JSON', {
-      table: ctx.table,
+      table: ctx.name,
       id,
     });
   }

@@ -26,7 +26,7 @@ const firstWord = (text: string) => text.split(' ', 1)[0] ?? '';
 const TOMBSTONE_EXTRA_MS = 60_000;
 
 type Put = Extract<Message, { kind: 'put' }>;
-type Written = Extract<Message, { kind: 'written' }>;
+type WrittenMessage = Extract<Message, { kind: 'written' }>;
 type Invalidate = Extract<Message, { kind: 'invalidate' }>;
 type Invalidated = Extract<Message, { kind: 'invalidated' }>;
 
@@ -109,7 +109,7 @@ export class Writes {
   }
 
   /** Valkey answered a PUT. */
-  written(m: Written): void {
+  written(m: WrittenMessage): void {
     if (m.error === undefined) {
       // This instance's own acknowledged write goes into its L1, unless Valkey
       // already applied a later write of the id (its event arrived before this
@@ -203,7 +203,7 @@ export class Writes {
           ? `valkey refused the ${op} (${reason ?? firstWord(cause.message)}): nothing was written`
           : `valkey did not confirm the ${op}; it may or may not have been applied`;
     return new ValkeyUnavailableError(message, {
-      table: this.#ctx.table,
+      table: this.#ctx.name,
       id,
       cause,
       // A refused write wrote nothing, like one never sent.
@@ -215,7 +215,7 @@ export class Writes {
   #warnUnpublished(op: 'put' | 'delete', id: string, refusal: string | undefined): void {
     if (refusal === undefined) return;
     this.#ctx.log.warn(
-      { table: this.#ctx.table, id, op, refusal },
+      { table: this.#ctx.name, id, op, refusal },
       'written, but valkey refused the coherence message: other instances may serve the old row from L1 until its TTL',
     );
   }

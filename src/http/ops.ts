@@ -35,7 +35,7 @@ const tablesBody = {
             type: 'object',
             additionalProperties: { type: 'number' },
             description:
-              'Counters since start (`hits`, `misses`, `fills`, `l2_hits`, `coalesced`) and gauges now (`l1_entries`, `l1_bytes`, `flights`, `mailbox_depth`, `loads_active`, `loads_queued`, `load_limit`, `queue_delay_ms`).',
+              'Counters since start (`hits`, `misses`, `loads`, `l2_hits`, `coalesced`; `fills` is `loads` under its deprecated name) and gauges now (`l1_entries`, `l1_bytes`, `flights`, `mailbox_depth`, `loads_active`, `loads_queued`, `load_limit`, `queue_delay_ms`).',
           },
         },
       },

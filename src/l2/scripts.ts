@@ -13,7 +13,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import type { Circuit } from '../valkey/shard-breaker.js';
+import type { Breakers } from '../valkey/shard-breaker.js';
 import { type Envelope, LUA_ENVELOPE, writeArgs } from './format.js';
 
 /**
@@ -220,8 +220,8 @@ export type LeaseAnswer =
   /** Another loader holds the lease for `remainingMs` more. */
   | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number };
 
-/** What a write script stored: the version Valkey gave it, and Valkey's clock then. */
-export interface Written {
+/** Valkey's acknowledgement of a write script: the version it gave the value, and its clock then. */
+export interface WriteAck {
   version: number;
   valkeyNowMs: number;
   /** Why the coherence message was not sent (its PUBLISH was refused, e.g. by the ACL); the write itself happened. */
@@ -235,19 +235,19 @@ export type WriteKind = 'put' | 'del';
  * One table's view of Valkey: every command goes through the breaker
  * (`breaker.run`, per shard on a cluster: the key picks it), so a dead or sick
  * server is noticed in one place.
- * All methods throw what `Breaker.run` throws (`CircuitOpenError` when
+ * All methods throw what `Breaker.run` throws (`BreakerOpenError` when
  * nothing was sent; a timeout or reply error otherwise). Written envelopes
  * carry this process's clock (`now`); the scripts store them on Valkey's.
  */
 export class L2 {
   readonly #client: ScriptClient;
-  readonly #breaker: Circuit;
+  readonly #breaker: Breakers;
   readonly #table: string;
   readonly #channel: string;
   #corked = false;
 
   /** @param coherent false: the scripts publish nothing (coherence is off). */
-  constructor(client: Redis | Cluster, breaker: Circuit, table: string, coherent = true) {
+  constructor(client: Redis | Cluster, breaker: Breakers, table: string, coherent = true) {
     defineScripts(client);
     this.#client = client as ScriptClient;
     this.#breaker = breaker;
@@ -340,7 +340,7 @@ export class L2 {
     token: string,
     envelope: Envelope,
     now: number,
-  ): Promise<Written | undefined> {
+  ): Promise<WriteAck | undefined> {
     const args = writeArgs(envelope, now);
     return versionOf(
       await this.#call(
@@ -368,7 +368,7 @@ export class L2 {
     expected: string,
     envelope: Envelope,
     now: number,
-  ): Promise<Written | undefined> {
+  ): Promise<WriteAck | undefined> {
     const args = writeArgs(envelope, now);
     return versionOf(
       await this.#call(
@@ -396,7 +396,7 @@ export class L2 {
     now: number,
     pxMs: number,
     kind: WriteKind,
-  ): Promise<Written> {
+  ): Promise<WriteAck> {
     const v = versionOf(
       await this.#call(
         'writeAndCancel',
@@ -421,7 +421,7 @@ export class L2 {
    *
    * @returns the version the deletion was announced at.
    */
-  async forget(id: string): Promise<Written> {
+  async forget(id: string): Promise<WriteAck> {
     const command = commandOf('forget');
     const key = valueKey(this.#table, id);
     const reply = await this.#breaker.run(
@@ -449,7 +449,7 @@ export class L2 {
 }
 
 /** A write script's answer: `{version, valkeyNowMs, publishRefusal|nil}` written, or 0 when it refused. */
-function versionOf(reply: unknown): Written | undefined {
+function versionOf(reply: unknown): WriteAck | undefined {
   if (!Array.isArray(reply)) return undefined;
   const version = Number(reply[0]);
   if (!Number.isSafeInteger(version) || version <= 0) return undefined;

@@ -13,7 +13,7 @@ import type { ReadResult } from '../store/types.js';
 /**
  * A read waiting for its answer: settled once, by its answer, its error or
  * its deadline. `count` callers share it (and its `promise`): one, or the
- * callers that joined a fill message still in the mailbox.
+ * callers that coalesced onto a miss message still in the mailbox.
  */
 export class PendingRead implements Waiter {
   readonly id: string;

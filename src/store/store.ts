@@ -19,7 +19,7 @@ import {
   readEvictionPolicy,
   within,
 } from '../valkey/probe.js';
-import { type Circuit, circuitFor } from '../valkey/shard-breaker.js';
+import { type Breakers, breakersFor } from '../valkey/shard-breaker.js';
 import { checkTopology } from '../valkey/topology.js';
 import { batchingLoader } from './batch-load.js';
 import { coarseClock } from './clock.js';
@@ -175,7 +175,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       ? undefined
       : healthProbe(valkey, probed, coherence ? eventsChannel(probed) : '');
   // One breaker for a single server, one per primary for a cluster.
-  const breaker = circuitFor(valkey, log, { probe, ...options.breaker });
+  const breaker = breakersFor(valkey, log, { probe, ...options.breaker });
   metrics.watchDegraded(() => breaker.reason);
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = coherence ? new TableEvents(valkey, log) : undefined;
@@ -278,7 +278,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
 /** What every table of a store shares. */
 interface StoreDeps {
   valkey: Redis | Cluster;
-  breaker: Circuit;
+  breaker: Breakers;
   /** The subscriber; undefined with coherence off. */
   events: TableEvents | undefined;
   /** Each table's subscription, confirmed (true) or refused (false). */
@@ -332,7 +332,8 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
   const l1 = new L1(policy.l1, policy.jitter);
   let table: Table | undefined;
   const ctx: TableContext = {
-    table: name,
+    name,
+    coalesces: policy.coalescing !== 'none',
     policy,
     load,
     checkId,

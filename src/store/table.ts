@@ -5,7 +5,7 @@
  */
 
 import type { TableContext } from '../actor/flight.js';
-import type { Fill, RefreshReason } from '../actor/messages.js';
+import type { Miss, RefreshReason } from '../actor/messages.js';
 import type { TableOwner } from '../actor/owner.js';
 import {
   BadIdError,
@@ -83,7 +83,7 @@ export function assertId(
  * The facade callers use for one table (cache-aside with single-flight).
  *
  * A read runs in the caller: an L1 hit is answered here and never enters the
- * owner's mailbox; only a miss becomes a `fill` message.
+ * owner's mailbox; only a miss becomes a `miss` message.
  */
 export class Table {
   /** The table's name (`[a-z0-9_-]{1,64}`). */
@@ -98,10 +98,8 @@ export class Table {
   readonly #counters: TableContext['counters'];
   /** `earlyRefreshBeta` (XFetch), read once. */
   readonly #beta: number;
-  /** Chosen once: `coalescing: 'none'` (the drills' baseline) never lets a miss join another's fill. */
-  readonly #joins: boolean;
-  /** The last fill posted: misses of its id join it while the owner has not handled it. */
-  #open: Fill | undefined;
+  /** The last miss posted: misses of its id coalesce onto it while the owner has not handled it. */
+  #open: Miss | undefined;
   #closed = false;
 
   /**
@@ -109,7 +107,7 @@ export class Table {
    * @param hitNow the clock of the L1 hit path (`clock.ts`); `ctx.now` by default.
    */
   constructor(ctx: TableContext, l1: L1, owner: TableOwner, hitNow: () => number = ctx.now) {
-    this.name = ctx.table;
+    this.name = ctx.name;
     this.policy = ctx.policy;
     this.#ctx = ctx;
     this.#l1 = l1;
@@ -117,12 +115,11 @@ export class Table {
     this.#hitNow = hitNow;
     this.#counters = ctx.counters;
     this.#beta = ctx.policy.earlyRefreshBeta;
-    this.#joins = ctx.policy.coalescing !== 'none';
     this.#deadlines = new WaitDeadlines(
       ctx.policy.waitTimeoutMs,
       (id) =>
         new WaitTimeoutError(`no answer within waitTimeoutMs (${ctx.policy.waitTimeoutMs} ms)`, {
-          table: ctx.table,
+          table: ctx.name,
           id,
         }),
     );
@@ -165,25 +162,25 @@ export class Table {
   }
 
   /**
-   * A miss: the id rules, then a `fill` message; a miss of the id whose fill
-   * still waits in the mailbox joins it instead (one shared read for the
-   * joiners: a herd in one tick costs one message and two answers). No caller
+   * A miss: the id rules, then a `miss` message; a miss of the id whose
+   * message still waits in the mailbox coalesces onto it instead (one shared
+   * read: a herd in one tick costs one message and two answers). No caller
    * waits longer than waitTimeoutMs, whatever its flight is doing (one timer
    * per table keeps that bound); the flight itself goes on and fills the
    * cache for the next caller.
    */
   #miss(id: string): Promise<ReadResult> {
     const open = this.#open;
-    if (open?.open === true && open.id === id && this.#joins) {
+    if (open?.open === true && open.id === id && this.#ctx.coalesces) {
       this.#ctx.counters.misses++;
-      let joined = open.joined as PendingRead | undefined;
-      if (joined === undefined) {
-        joined = this.#deadlines.add(id);
-        open.joined = joined;
+      let coalesced = open.coalesced as PendingRead | undefined;
+      if (coalesced === undefined) {
+        coalesced = this.#deadlines.add(id);
+        open.coalesced = coalesced;
       } else {
-        joined.count++;
+        coalesced.count++;
       }
-      return joined.promise;
+      return coalesced.promise;
     }
     try {
       assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
@@ -192,9 +189,9 @@ export class Table {
     }
     this.#ctx.counters.misses++;
     const read = this.#deadlines.add(id);
-    const fill: Fill = { kind: 'fill', id, waiter: read, open: true };
-    this.#open = fill;
-    this.#owner.post(fill);
+    const miss: Miss = { kind: 'miss', id, waiter: read, open: true };
+    this.#open = miss;
+    this.#owner.post(miss);
     return read.promise;
   }
 
@@ -252,7 +249,7 @@ export class Table {
         new BadValueError('value cannot be serialised as JSON', { table: this.name, id }),
       );
     }
-    // A read after this write must not join a fill posted before it.
+    // A read after this write must not coalesce onto a miss posted before it.
     this.#open = undefined;
     return new Promise((resolve, reject) => {
       this.#owner.post({ kind: 'put', id, value, json, waiter: { resolve, reject } });
@@ -279,13 +276,14 @@ export class Table {
     });
   }
 
-  /** EchoStore's counters — hits, misses, fills, l2_hits, coalesced — and L1, flight and mailbox sizes. */
+  /** EchoStore's counters — hits, misses, loads, l2_hits, coalesced — and L1, flight and mailbox sizes. */
   stats(): TableStats {
     const c = this.#ctx.counters;
     return {
       hits: c.hits,
       misses: c.misses,
-      fills: c.fills,
+      loads: c.loads,
+      fills: c.loads,
       l2_hits: c.l2_hits,
       coalesced: c.coalesced,
       l1_entries: this.#l1.size,

@@ -99,10 +99,12 @@ export interface TableStats {
   /** Reads that went to the owner. */
   misses: number;
   /** Loader calls (source reads started by this process). */
+  loads: number;
+  /** @deprecated the same count as `loads`, under its old name (CHANGELOG.md, 0.2.0). */
   fills: number;
   /** Flights answered by Valkey (L2). */
   l2_hits: number;
-  /** Waiters that attached to a running flight. */
+  /** Callers that coalesced onto a running flight or an open miss message. */
   coalesced: number;
   /** Rows in L1 now. */
   l1_entries: number;

@@ -76,8 +76,8 @@ export const DEGRADED_REASONS: readonly DegradedReason[] = [
 ];
 
 /** Thrown by {@link Breaker.run} when the circuit is open: the command was not sent. */
-export class CircuitOpenError extends Error {
-  override readonly name = 'CircuitOpenError';
+export class BreakerOpenError extends Error {
+  override readonly name = 'BreakerOpenError';
   /** Why the circuit is open. */
   readonly reason: DegradedReason;
   constructor(reason: DegradedReason = 'unreachable') {
@@ -104,7 +104,7 @@ function refusalOf(text: string): DegradedReason | undefined {
  * fine), or `unsent` (the circuit was open).
  */
 export function classifyValkeyError(err: unknown): 'health' | 'data' | 'unsent' {
-  if (err instanceof CircuitOpenError) return 'unsent';
+  if (err instanceof BreakerOpenError) return 'unsent';
   return valkeyReason(err) === undefined ? 'data' : 'health';
 }
 
@@ -114,7 +114,7 @@ export function classifyValkeyError(err: unknown): 'health' | 'data' | 'unsent' 
  * a reply about the data.
  */
 export function valkeyReason(err: unknown): DegradedReason | undefined {
-  if (err instanceof CircuitOpenError) return err.reason;
+  if (err instanceof BreakerOpenError) return err.reason;
   if (!isReplyError(err)) return 'unreachable';
   return refusalOf(err.message);
 }
@@ -184,13 +184,13 @@ export class Breaker {
    * Runs one Valkey command through the circuit.
    *
    * @returns what `op` resolves with.
-   * @throws {CircuitOpenError} when the circuit is open or the client is not
+   * @throws {BreakerOpenError} when the circuit is open or the client is not
    *   connected (`op` was not called); otherwise whatever `op` throws, after
    *   counting it ({@link classifyValkeyError}).
    */
   async run<T>(op: () => Promise<T>, options: RunOptions = {}): Promise<T> {
     const admitted = this.#admit(op, options.whileRefused === true);
-    if (admitted === false) throw new CircuitOpenError(this.reason);
+    if (admitted === false) throw new BreakerOpenError(this.reason);
     try {
       const result = await op();
       if (admitted !== 'bypass') this.#answered();

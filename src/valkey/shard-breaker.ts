@@ -14,7 +14,7 @@ import { isCluster, primaryOf, slotOwners } from './slots.js';
  * for a single server (or a Sentinel-managed primary), {@link ShardBreakers}
  * for a cluster. `key` is the command's first key: it picks the shard.
  */
-export interface Circuit {
+export interface Breakers {
   run<T>(op: () => Promise<T>, options?: RunOptions): Promise<T>;
   /** True while some command would be refused or fail (some shard is unusable). */
   readonly degraded: boolean;
@@ -24,16 +24,16 @@ export interface Circuit {
 }
 
 /**
- * The circuit for `client`: one breaker per primary for a cluster, one for
+ * The breakers for `client`: one per primary for a cluster, one for
  * anything else. The store's own health probe (`options.probe`, a write to one
  * key) guards one breaker only: on a cluster the shards' breakers are probed by
  * the commands themselves.
  */
-export function circuitFor(
+export function breakersFor(
   client: Redis | Cluster,
   log: Logger,
   options: BreakerOptions = {},
-): Circuit {
+): Breakers {
   if (!isCluster(client)) return new Breaker(client, log, options);
   const { probe: _probe, ...perShard } = options;
   return new ShardBreakers(client, log, perShard);
@@ -52,7 +52,7 @@ const UNMAPPED = 'unmapped';
  * primary's slots once it is marked failed), or without a key, share one more
  * breaker.
  */
-export class ShardBreakers implements Circuit {
+export class ShardBreakers implements Breakers {
   readonly #cluster: Cluster;
   readonly #log: Logger;
   readonly #options: BreakerOptions | undefined;

@@ -44,7 +44,8 @@ export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {})
   let now = 1_000_000;
   const resolved = resolvePolicy(policy);
   const ctx: TableContext = {
-    table: 't',
+    name: 't',
+    coalesces: resolved.coalescing !== 'none',
     policy: resolved,
     load: () => undefined,
     checkId: undefined,
@@ -87,7 +88,7 @@ export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
   });
   /** Posts a fill and returns the caller's promise. */
   const fill = (id: string): Promise<ReadResult> =>
-    new Promise((resolve, reject) => owner.post({ kind: 'fill', id, waiter: { resolve, reject } }));
+    new Promise((resolve, reject) => owner.post({ kind: 'miss', id, waiter: { resolve, reject } }));
   return {
     owner,
     ctx,

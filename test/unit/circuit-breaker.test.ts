@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { ReplyError } from 'ioredis';
 import type { Logger } from 'pino';
 import { describe, expect, it, vi } from 'vitest';
-import { Breaker, CircuitOpenError, classifyValkeyError } from '../../src/valkey/breaker.js';
+import { Breaker, BreakerOpenError, classifyValkeyError } from '../../src/valkey/breaker.js';
 
 /** A reply error as ioredis raises it (`name` is 'ReplyError'). */
 const reply = (message: string): Error => new ReplyError(message) as Error;
@@ -49,7 +49,7 @@ function breaker(options: { failureThreshold?: number; coolDownMs?: number } = {
       try {
         await b.run(op);
       } catch (err) {
-        if (!(err instanceof CircuitOpenError)) throw err;
+        if (!(err instanceof BreakerOpenError)) throw err;
         expect(op).not.toHaveBeenCalled();
         return 'skipped';
       }
@@ -81,7 +81,7 @@ describe('circuit breaker in front of Valkey', () => {
     expect(t.b.degraded).toBe(true);
   });
 
-  it('while open, skips every command with CircuitOpenError without calling it', async () => {
+  it('while open, skips every command with BreakerOpenError without calling it', async () => {
     const t = breaker();
     await t.open();
     for (let i = 0; i < 5; i++) expect(await t.attempt()).toBe('skipped');
@@ -211,7 +211,7 @@ describe('circuit breaker in front of Valkey', () => {
 
 describe('classifyValkeyError', () => {
   it.each([
-    ['a command the open circuit did not send', new CircuitOpenError(), 'unsent'],
+    ['a command the open circuit did not send', new BreakerOpenError(), 'unsent'],
     ['a timeout', timeout(), 'health'],
     ['a lost connection', new Error('Connection is closed.'), 'health'],
     ['something that is not an Error', 'ECONNRESET', 'health'],

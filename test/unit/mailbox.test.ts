@@ -141,7 +141,7 @@ describe('message vocabulary', () => {
       negative: false,
     };
     const carrying: Message[] = [
-      { kind: 'fill', id: 'k', waiter },
+      { kind: 'miss', id: 'k', waiter },
       { kind: 'put', id: 'k', value: 1, json: '1', waiter },
       { kind: 'written', id: 'k', envelope, waiter },
       { kind: 'invalidate', id: 'k', waiter },

@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { LoadFailedError } from '../../src/errors.js';
 import type { TableEvent } from '../../src/l2/events.js';
 import type { Envelope } from '../../src/l2/format.js';
-import type { WriteKind, Written } from '../../src/l2/scripts.js';
+import type { WriteAck, WriteKind } from '../../src/l2/scripts.js';
 import type { TablePolicyInput } from '../../src/store/policy.js';
 import type { WriteResult } from '../../src/store/types.js';
 import { fakeOwner, fresh, settle } from '../helpers/fake-table.js';
@@ -14,7 +14,7 @@ function writingOwner(policy: TablePolicyInput = {}) {
   const sent: Array<{ id: string; kind: WriteKind; ack(version: number): void }> = [];
   const t = fakeOwner(policy, {
     write(id, _envelope, _now, _pxMs, kind) {
-      const answer = deferred<Written>();
+      const answer = deferred<WriteAck>();
       sent.push({
         id,
         kind,

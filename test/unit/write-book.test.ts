@@ -3,9 +3,9 @@ import type { Message } from '../../src/actor/messages.js';
 import { Writes } from '../../src/actor/writes.js';
 import type { EchoStoreError } from '../../src/errors.js';
 import type { Envelope } from '../../src/l2/format.js';
-import type { WriteKind, Written } from '../../src/l2/scripts.js';
+import type { WriteAck, WriteKind } from '../../src/l2/scripts.js';
 import type { WriteResult } from '../../src/store/types.js';
-import { CircuitOpenError } from '../../src/valkey/breaker.js';
+import { BreakerOpenError } from '../../src/valkey/breaker.js';
 import { fakeContext, fresh, settle } from '../helpers/fake-table.js';
 import { deferred } from '../helpers/store.js';
 
@@ -33,8 +33,8 @@ function book() {
       _now: number,
       pxMs: number,
       kind: WriteKind,
-    ): Promise<Written> {
-      const answer = deferred<Written>();
+    ): Promise<WriteAck> {
+      const answer = deferred<WriteAck>();
       sent.push({
         id,
         envelope,
@@ -191,12 +191,12 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     const { m, answer } = put('k', { v: 'new' });
     b.writes.put(m);
     b.writes.park('k', { kind: 'refresh', id: 'k', reason: 'stale' });
-    b.sent[0]?.fail(new CircuitOpenError());
+    b.sent[0]?.fail(new BreakerOpenError());
     await b.deliver();
     const err = await rejection(answer);
     expect(err.code).toBe('ECC_VALKEY_UNAVAILABLE');
     expect(err.message).toContain('not sent');
-    expect(err.cause).toBeInstanceOf(CircuitOpenError);
+    expect(err.cause).toBeInstanceOf(BreakerOpenError);
     expect(b.l1.peek('k')).toBeUndefined();
     // Nothing reached Valkey: no Valkey error is counted.
     expect(b.ctx.counters.valkeyErrors).toEqual({});
@@ -242,7 +242,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
   });
 
   it.each([
-    ['the open circuit did not send it', new CircuitOpenError(), 'not sent', {}],
+    ['the open circuit did not send it', new BreakerOpenError(), 'not sent', {}],
     ['it timed out', new Error('Command timed out'), 'may or may not', { del: 1 }],
   ])(
     'a DELETE that failed because %s answers ECC_VALKEY_UNAVAILABLE "%s"',
