@@ -1,18 +1,30 @@
 // Mutation testing (StrykerJS, vitest runner): `npm run mutation`. See docs/testing.md.
+import { readFileSync } from 'node:fs';
+
+/** The lines of `export function cacheStatus` in src/http/items.ts, found now so they cannot drift. */
+function cacheStatusLines() {
+  const lines = readFileSync(new URL('./src/http/items.ts', import.meta.url), 'utf8').split('\n');
+  const start = lines.findIndex((l) => l.startsWith('export function cacheStatus')) + 1;
+  const end = lines.findIndex((l, i) => i >= start && l === '}') + 1;
+  if (start === 0 || end === 0) throw new Error('stryker.config.mjs: cacheStatus() not found');
+  return `${start}-${end}`;
+}
+
 /** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
 export default {
   testRunner: 'vitest',
   vitest: { configFile: 'vitest.mutation.config.ts', related: false },
   mutate: [
-    'src/store/envelope.ts',
+    'src/l2/format.ts',
     'src/store/freshness.ts',
-    'src/store/admission.ts',
-    'src/store/messages.ts',
-    'src/store/owner.ts',
-    'src/store/writes.ts',
+    'src/protection/admission.ts',
+    'src/actor/messages.ts',
+    'src/actor/mailbox.ts',
+    'src/actor/owner.ts',
+    'src/actor/writes.ts',
     'src/store/l1.ts',
     // cacheStatus() only: the routes are covered by test/http-api.test.ts, not by unit tests.
-    'src/http/items.ts:112-127',
+    `src/http/items.ts:${cacheStatusLines()}`,
   ],
   coverageAnalysis: 'perTest',
   // The machine is shared (2 cores): two workers at most.

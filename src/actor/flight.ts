@@ -38,7 +38,7 @@ export type Outcome =
  * One in-flight load of one id. Who writes each field, and when:
  * - `id`, `abort`: fixed at creation.
  * - `waiters`, `callers`: appended to and emptied only by the owner (on
- *   `fill`, `serveStale`, `landed`, close); the runner only reads the length.
+ *   `miss`, `serveStale`, `landed`, close); the runner only reads the length.
  * - `background`: set at creation (no first waiter), and by the owner when it
  *   answered every waiter stale (`serveStale`).
  * - `superseded`: set only by the owner (a PUT, DELETE or newer event of the
