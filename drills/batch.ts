@@ -183,7 +183,7 @@ function render(r: Awaited<ReturnType<typeof main>>): string {
     ['distinct cold ids', r.ids],
     ['queries (counted at the pool)', `${r.queries}   (law: ≤ 2)`],
     ['rows the database answered', `${r.rows}   (law: ${r.ids})`],
-    ['fills (ids loaded) / loadMany calls', `${r.fills} / ${r.batches}`],
+    ['loads (ids loaded) / loadMany calls', `${r.fills} / ${r.batches}`],
     ['coalesced waiters', r.coalesced],
     ['readers given another row', `${r.wrongRows}   (law: 0)`],
     ['failed readers', `${r.failures}   (law: 0)`],

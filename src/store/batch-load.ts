@@ -5,6 +5,7 @@
  * waiters and timeout. The table's `load` *becomes* this batching function,
  * built once per table, so the flight runner does not know batches exist.
  */
+import DataLoader from 'dataloader';
 import type { LoadContext, LoadFn, LoadManyFn } from './types.js';
 
 /** Tuning of {@link batchingLoader}. */
@@ -21,18 +22,17 @@ export interface BatchOptions {
   onBatch?(size: number): void;
 }
 
-/** One id's call of the batching loader, waiting for its batch. */
-interface Pending {
+/** One id's call of the batching loader: DataLoader's key. */
+interface Call {
   id: string;
   signal: AbortSignal;
-  resolve(value: unknown): void;
-  reject(error: unknown): void;
 }
 
 /**
- * Builds a per-id loader over `loadMany`. Each call joins the open batch;
- * the batch is sent when `maxBatchSize` ids are in it or its window closes.
- * Its answer settles each id's call:
+ * Builds a per-id loader over `loadMany`, on Facebook's `dataloader` with its
+ * cache off (caching and coalescing are the store's): each call joins the
+ * open batch; the batch is sent when `maxBatchSize` ids are in it or its
+ * window closes. Its answer settles each id's call:
  *
  * - `loadMany` resolves with a `Map` from id to value: the id's value;
  *   an id absent from the map (or mapped to `undefined`) is "not found";
@@ -46,61 +46,38 @@ interface Pending {
  * every call in it is (each id's timeout still fails that id at once).
  */
 export function batchingLoader(loadMany: LoadManyFn, options: BatchOptions): LoadFn {
-  const { batchWindowMs, maxBatchSize } = options;
-  let open: Pending[] = [];
-  let cancelTimer: (() => void) | undefined;
-
-  const send = (): void => {
-    const batch = open;
-    open = [];
-    cancelTimer?.();
-    cancelTimer = undefined;
-    void runBatch(loadMany, batch, options.onBatch);
-  };
-
-  return (id: string, { signal }: LoadContext) =>
-    new Promise<unknown>((resolve, reject) => {
-      open.push({ id, signal, resolve, reject });
-      if (open.length >= maxBatchSize) send();
-      else if (cancelTimer === undefined) cancelTimer = schedule(send, batchWindowMs);
-    });
+  const { batchWindowMs, maxBatchSize, onBatch } = options;
+  const loader = new DataLoader<Call, unknown>((calls) => loadBatch(loadMany, calls, onBatch), {
+    cache: false,
+    maxBatchSize,
+    batchScheduleFn: (send) => schedule(send, batchWindowMs),
+  });
+  return (id: string, { signal }: LoadContext) => loader.load({ id, signal });
 }
 
-/** Runs `fn` after `ms` (0: on the next turn of the event loop); returns its cancel. */
-function schedule(fn: () => void, ms: number): () => void {
-  if (ms <= 0) {
-    const immediate = setImmediate(fn);
-    return () => clearImmediate(immediate);
-  }
-  const timer = setTimeout(fn, ms);
-  return () => clearTimeout(timer);
+/** Runs `fn` after `ms` (0: on the next turn of the event loop, gathering the misses of one I/O). */
+function schedule(fn: () => void, ms: number): void {
+  if (ms <= 0) setImmediate(fn);
+  else setTimeout(fn, ms);
 }
 
-async function runBatch(
+/** One `loadMany` call for a batch of calls: its values in the calls' order (an `Error` fails that call). */
+async function loadBatch(
   loadMany: LoadManyFn,
-  batch: Pending[],
+  calls: readonly Call[],
   onBatch: ((size: number) => void) | undefined,
-): Promise<void> {
-  const ids = [...new Set(batch.map((p) => p.id))];
+): Promise<unknown[]> {
+  const ids = [...new Set(calls.map((c) => c.id))];
   onBatch?.(ids.length);
-  const abort = abortedByAll(batch.map((p) => p.signal));
-  let answer: unknown;
+  const abort = abortedByAll(calls.map((c) => c.signal));
   try {
-    answer = await loadMany(ids, { signal: abort.signal });
+    const answer: unknown = await loadMany(ids, { signal: abort.signal });
     if (!(answer instanceof Map)) {
       throw new TypeError('loadMany must resolve with a Map from id to value');
     }
-  } catch (err) {
-    for (const p of batch) p.reject(err);
-    return;
+    return calls.map((c) => answer.get(c.id));
   } finally {
     abort.dispose();
-  }
-  const values = answer as ReadonlyMap<string, unknown>;
-  for (const p of batch) {
-    const value = values.get(p.id);
-    if (value instanceof Error) p.reject(value);
-    else p.resolve(value);
   }
 }
 
