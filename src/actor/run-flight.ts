@@ -5,6 +5,7 @@
  * straight from the source. Every path ends in one {@link Outcome}; the
  * owner learns it from its `landed` message.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   BadIdError,
   BadValueError,
@@ -181,7 +182,7 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
       }
       const pauseMs = Math.min(leftMs, Math.max(MIN_POLL_MS, answer.remainingMs + 2), POLL_MS);
       if (watch !== undefined) await watch.wait(pauseMs);
-      else await new Promise((r) => setTimeout(r, pauseMs));
+      else await sleep(pauseMs);
     }
   } finally {
     watch?.close();
