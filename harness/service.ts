@@ -25,10 +25,11 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const MAIN = existsSync(resolve(HERE, '../src/main.js'))
   ? resolve(HERE, '../src/main.js')
   : resolve(HERE, '../dist/src/main.js');
-/** The clock-skew preload, built. */
-export const SKEW_CLOCK = existsSync(resolve(HERE, 'skew-clock.js'))
-  ? resolve(HERE, 'skew-clock.js')
-  : resolve(HERE, '../dist/harness/skew-clock.js');
+/** The clock-skew preload (plain JavaScript in harness/, whether this file runs from harness/ or dist/harness/). */
+export const SKEW_CLOCK = [
+  resolve(HERE, 'skew-clock.mjs'),
+  resolve(HERE, '../../harness/skew-clock.mjs'),
+].find((f) => existsSync(f)) as string;
 
 /** How to start one instance beyond its config. */
 export interface StartOptions {

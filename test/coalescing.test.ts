@@ -1,3 +1,4 @@
+// @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { valueKey } from '../src/index.js';

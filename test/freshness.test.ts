@@ -1,3 +1,4 @@
+// @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 /**
  * Freshness: soft and hard TTL, stale-while-revalidate, stale-if-error,
  * XFetch, per-row policy, invalidation races, coherent L1s, refresh

@@ -1,3 +1,4 @@
+// @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';

@@ -1,3 +1,4 @@
+// @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 import { spawn } from 'node:child_process';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { freePort } from '../harness/free-port.js';

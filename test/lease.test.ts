@@ -1,3 +1,4 @@
+// @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';

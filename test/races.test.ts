@@ -1,3 +1,4 @@
+// @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { errorOf, openStore, plantEnvelope, scopedValkey, storedValue } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
