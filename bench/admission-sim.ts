@@ -1,18 +1,7 @@
 /**
- * Admission on a virtual clock: the real `Admission` class (src/store/admission.ts)
- * fed bursts of distinct loads whose durations come from a chosen distribution,
- * with no Valkey, no HTTP and no timing of this machine in the figures. What
- * it prints is decided by the algorithm alone, so it is the place to compare
- * admission rules side by side.
- *
- *   npm run bench:admission -- [--seconds 30] [--seed 42] [--json file]
- *
- * Scenarios: a steady source (fixed 100 ms), a source whose latency varies
- * (exponential, mean 100 ms) at two sizes, and a source that slows from 20 to
- * 500 ms half-way. Printed per scenario: loads asked, the share shed, and the
- * loads that would have waited longer than `maxQueueDelayMs` (shed late by the
- * queue's own timer in the service). A healthy source should shed ~nothing; a
- * slowed one sheds, and few of its sheds should be late.
+ * Admission on a virtual clock: the real `Admission` class fed bursts of loads whose
+ * durations follow a chosen distribution, with no Valkey, HTTP or machine timing in the figures.
+ * Usage and scenarios: docs/benchmarks.md#benchadmission.
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';

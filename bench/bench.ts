@@ -1,15 +1,7 @@
 /**
- * Benchmarks, each measured side by side in one run so the figure that
- * matters is a ratio, not an absolute number on a noisy shared machine:
- *
- * 1. warm `Table.get()` (L1 hit) ops/s against a raw lru-cache `get` on the
- *    same keys and values;
- * 2. HTTP L1-hit req/s through the service's route against a bare fastify
- *    route returning the same body, both driven by autocannon.
- *
- *   npm run bench -- [--seconds 3] [--connections 50] [--only inproc,fleet,http] [--valkey redis://…]
- *
- * Prints figures; nothing here asserts a timing.
+ * Benchmark: warm `Table.get` against a raw lru-cache `get`, a fleet herd's p99 − loader
+ * time, and HTTP L1 hits against a bare fastify route; ratios measured side by side in one run.
+ * Prints figures, asserts nothing. Usage: drills/README.md#bench.
  */
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';

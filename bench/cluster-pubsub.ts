@@ -1,17 +1,7 @@
 /**
- * Pub/Sub on a cluster, measured: the store's design (plain PUBLISH, which the
- * cluster broadcasts to every node, heard by one SUBSCRIBE on any node)
- * against sharded Pub/Sub (SPUBLISH to a channel per slot, which stays inside
- * the shard, heard only by an SSUBSCRIBE of every slot's channel on the node
- * that owns it).
- *
- *   npm run bench:pubsub -- [--messages 20000]
- *
- * Starts its own 3+3 cluster. For each design it prints what an instance
- * needs to hear every event of one table (connections, subscriptions, time
- * to subscribe), and per message: cluster-bus messages sent, server CPU (all
- * six nodes, from INFO), publisher throughput, and end-to-end latency.
- * Nothing is asserted.
+ * Pub/Sub on a local 3+3 cluster: plain PUBLISH (the store's design) against sharded
+ * SPUBLISH per slot: connections, subscriptions, bus messages and server CPU per message,
+ * throughput, latency. Asserts nothing. Usage: drills/README.md#benchpubsub.
  */
 import { Redis } from 'ioredis';
 import { drillArgs, int, runDrill } from '../drills/lib/cli.js';

@@ -1,23 +1,8 @@
 /**
- * Does `l1.maxBytes` bound real memory? Two parts, both with a full GC
- * (`--expose-gc`, which `npm run bench:memory` passes) before every reading:
- *
- * 1. Calibration (run last): N rows of small, medium and large values set into a bare
- *    L1, both as a loader's value (flat JSON text) and as an L2 value (JSON
- *    text sliced from the stored envelope): heap bytes per row measured
- *    against what L1 counts for it.
- * 2. Streaming (run first, in a fresh process): `--ids` distinct ids (1 M by default) read through a real
- *    store on Valkey with `l1.maxBytes` = `--max-mib` (64 MiB) and no row
- *    limit, `--lanes` reads at a time. Heap after GC and RSS are sampled at
- *    every tenth of the run. Targets: heap growth ≤ 1.25 × maxBytes, RSS
- *    growth ≤ 2 × maxBytes, and flat (±10 %) once L1 is full.
- *
- *   npm run bench:memory -- [--ids 1000000] [--max-mib 64] [--lanes 64] [--check] [--valkey …]
- *
- * The run's keys live 60 s in Valkey and are deleted at the end. Prints
- * figures and whether each target was met. With `--check` (CI's smoke) it
- * exits 1 when the heap target or the heap's flatness is missed; RSS depends
- * on the machine (V8's young generation, the allocator) and is only printed.
+ * Does `l1.maxBytes` bound real memory? Streams `--ids` distinct ids through a store (heap
+ * after GC and RSS sampled), then calibrates heap per row against what L1 counts; needs
+ * `--expose-gc`. With `--check`, exits 1 when the heap bound or its flatness is missed. Usage:
+ * drills/README.md#benchmemory.
  */
 import { randomBytes } from 'node:crypto';
 import { cpus } from 'node:os';

@@ -1,24 +1,8 @@
 /**
- * echostore beside its peers (async-cache-dedupe, bentocache), every figure
- * measured in one run on one machine, with the same loader (a sleep of
- * `--latency-ms`) and the same Redis, so the figures to read are ratios.
- * Nothing here asserts a timing: it prints each target and whether this run
- * met it.
- *
- *   npm run bench:peers -- [--rounds 3] [--latency-ms 20] [--seconds 1]
- *     [--only warm,herd,fleet,storm,hot] [--valkey redis://…] [--json file]
- *
- * Shapes (each cold measurement in freshly forked processes, peers
- * interleaved round by round so drift on the machine hits all of them):
- * - warm: awaited `get` of 1 000 warm keys in a loop, ops/s, against an
- *   awaited lru-cache `get` (the floor of any promise-returning API);
- * - herd: 200 concurrent cold readers of one id in a fresh process;
- * - fleet: 6 processes × 200 cold readers of one id;
- * - storm: 4 processes × 4 000 reads, 128 at a time per process, ids drawn
- *   from Zipf(1.2) over 1 000 cold keys;
- * - hot: 2 000 and 20 000 concurrent readers of one cold id in one process.
- * "p99 − loader" is a round's p99 latency minus the loader's own median
- * duration in that round: what the cache adds to the source.
+ * echostore beside async-cache-dedupe and bentocache, one run, one machine, the same loader
+ * and Redis: warm gets, herds, a fleet herd, a storm and a hot key, each cold figure in fresh
+ * processes, peers interleaved round by round. Prints figures and targets; asserts nothing. Usage:
+ * drills/README.md#benchpeers.
  */
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';

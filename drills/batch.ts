@@ -1,18 +1,7 @@
 /**
- * Batch-loading drill: R concurrent readers over N distinct cold ids of a
- * table on a real SQL database → the database sees at most 2 queries and
- * exactly N rows, and every reader gets its own row.
- *
- *   npm run drill:batch -- [--readers 200] [--ids 50] [--source postgres|mysql]
- *     [--latency-ms 20] [--postgres-url …] [--mysql-url …] [--json [file]]
- *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` and the database
- * (PostgreSQL at 127.0.0.1:5432 user postgres, or MariaDB/MySQL at
- * 127.0.0.1:3306 root, database test, unless the URL options say otherwise).
- * The drill makes its own schema (a database on MySQL) and drops it. Queries
- * and rows are counted in a wrapper around the source's pool: what the
- * database was asked and answered, not the cache's counters. Exits 1 when
- * the law does not hold.
+ * Batch-loading drill: R concurrent readers over N cold ids of a real PostgreSQL or MySQL
+ * table → at most 2 queries and exactly N rows (counted at the pool). Usage and laws:
+ * drills/README.md#batch.
  */
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';

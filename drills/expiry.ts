@@ -1,28 +1,8 @@
 /**
- * Expiry drill: one hot key, read back to back by `--clients` loops in each of
- * `--instances` real processes, while its soft TTL runs out `--expiries` times.
- *
- *   npm run drill:expiry -- [--instances 3] [--clients 50] [--expiries 4]
- *     [--ttl-ms 1500] [--stale-ms 3000] [--beta 0] [--latency-ms 100]
- *     [--pause-ms 1] [--json [file]]
- *
- * XFetch is off by default (`--beta 0`) so the TTL really runs out and the
- * stale path is what is judged; `--beta 1` shows XFetch replacing the value
- * before it goes stale instead (at this read rate, about a second early).
- *
- * Policy: `ttlMs`, `staleMs`, `earlyRefreshBeta` as given, `jitter: 0`,
- * `l1.ttlMs: 60000` (so L1 rows live until their hard TTL). The parent warms
- * the key once, then the clients run for (expiries + 0.5) × ttlMs from that
- * fill. Law, per expiry across the fleet: at most one source read (counted by
- * the origin, which stamps each read) and, with `staleMs` > 0, no read waited
- * on the loader: a stale read answers at once and starts one background
- * refresh, and XFetch may refresh before the expiry. A read *waited* when its
- * answer came from the source for that caller or took at least the source's
- * latency. `--stale-ms 0` shows the contrast: waits are reported, not judged.
- *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default
- * redis://127.0.0.1:6379); the run's keys are deleted at the end. Exits 1 when
- * the law is broken or a read failed, 2 when the drill cannot run.
+ * Expiry drill: one hot key read back to back by every instance while its soft TTL runs out
+ * → at most one source read per expiry, and (stale on) no reader waits on the loader. The parent
+ * warms the key; the workers read until (expiries + 0.5) × ttlMs after that fill. Usage and laws:
+ * drills/README.md#expiry.
  */
 import { randomBytes } from 'node:crypto';
 import { dirname, resolve } from 'node:path';

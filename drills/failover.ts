@@ -1,29 +1,7 @@
 /**
- * Failover drill: two real service instances under a steady mixed load over
- * a local 3+3 cluster (or a Sentinel set) while one primary is SIGKILLed and
- * its replica is promoted.
- *
- *   npm run drill:failover -- [--mode cluster|sentinel] [--baseline-s 5] [--after-s 8]
- *     [--loops 16] [--pause-ms 10] [--latency-ms 20] [--json [file]]
- *
- * Starts everything it uses on 127.0.0.1: the servers (harness/cluster.ts or
- * harness/sentinel.ts), an origin that counts its own reads, and two services
- * (`dist/src/main.js`). The loops GET hot ids (warmed into both L1s), GET
- * fresh cold ids and PUT write ids, each on a random instance. Phases:
- *
- *   1 baseline (`--baseline-s`)
- *   2 failover: from the SIGKILL of the primary until 3 s after a replica
- *     serves its slots (the instances learn the new primary meanwhile)
- *   3 after (`--after-s`)
- *
- * Laws: requests for the other shards never fail, their p99 during the failover
- * stays within 2× of the baseline's, and their cold GETs still reach L2
- * (cluster only: a Sentinel set is one shard); GETs for the lost shard are
- * always answered 200 (from L1 or the source); a PUT fails only with
- * ECC_VALKEY_UNAVAILABLE; no request waits past waitTimeoutMs + loadTimeoutMs
- * + commandTimeoutMs + 1 s; after the failover every cold GET of the lost
- * shard reaches L2, counted at the source: its id read again on the other
- * instance costs no second source read. Exits 1 when a law does not hold, 2 when the drill cannot run.
+ * Failover drill: two services under mixed load while a cluster primary (or the Sentinel
+ * primary) is SIGKILLed → the other shards never fail, GETs keep answering, fills resume after the
+ * promotion (counted at the source). Usage and laws: drills/README.md#failover.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';

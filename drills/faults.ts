@@ -1,33 +1,7 @@
 /**
- * Fault drill: two real service instances under steady load while Valkey is
- * killed, paused, refuses (out of memory, read-only, an ACL without
- * channels), while their subscribers freeze, and while a lease holder dies
- * mid-load.
- *
- *   npm run drill:faults -- [--loops 20] [--pause-ms 20] [--latency-ms 20] [--hot 20] [--json [file]]
- *
- * Starts everything it uses on 127.0.0.1: its own redis-server/valkey-server
- * (free port, no persistence) behind a TCP proxy the instances connect
- * through, an origin that counts its own reads and can hold `hold-` ids open,
- * and two services (`dist/src/main.js`). Phases:
- *
- *   1 baseline (3 s)
- *   2 Valkey SIGKILLed for 10 s, restarted on the same port, 5 s more
- *   3 Valkey SIGSTOPped for 5 s, SIGCONT, 3 s more
- *   4 OOM with a probe in flight: paused until the circuit opens, back at
- *     maxmemory (noeviction), then maxmemory raised
- *   5 OOM delete: a DELETE at maxmemory answers 204 and no instance serves the old row
- *   6 read-only: Valkey demoted to a replica (REPLICAOF), then promoted back
- *   7 ACL without channels: a third instance is refused at start, then runs with coherence off
- *   8 frozen subscribers: a PUT on A is served by B once the heartbeat replaces B's subscriber
- *   9 instance A dies holding a lease: 50 readers of the id on B are answered
- *     by one takeover after `leaseMs`; the origin counts exactly 2 reads of it
- *
- * Laws: L1 hits never fail; no request waits past waitTimeoutMs +
- * loadTimeoutMs + commandTimeoutMs + 1 s; after phases 2 to 6 both instances
- * report `/readyz` "ready" within 5 s without a restart (2 s after a refusal
- * ends), and a PUT then GET round-trips through Valkey; phases 4 to 9 as
- * above. Exits 1 when a law does not hold, 2 when the drill cannot run.
+ * Fault drill: two services under load while their own Valkey is killed, paused, refuses
+ * (OOM, read-only, an ACL without channels), their subscribers freeze, and a lease holder dies.
+ * Phases 1–9 and their laws: drills/README.md#faults.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -1,29 +1,7 @@
 /**
- * Fleet drill: three behaviours of a fleet of real service processes, each
- * judged by what the source (the origin started here) counted.
- *
- *   npm run drill:fleet -- [--scenario all|skew|holder|admission] [--json [file]]
- *
- * - **skew**: three instances on one Valkey, one host's clock ten minutes
- *   ahead and one ten minutes behind (a `--import` preload). Each fills keys
- *   the others read. Law: source reads = distinct keys; no served
- *   `Cache-Status` ttl above ttlMs × (1 + jitter); after the TTL no host
- *   answers the old value.
- * - **holder**: three instances, default policy. The holder of a lease is
- *   SIGKILLed 0.3 s into a 2 s load; the other two get 100 readers of that id;
- *   the takeover load takes 300 ms. Law: 2 source reads, 100 × 200, p99 ≤ 3 s.
- * - **admission**: one fresh instance, default policy. 400 concurrent GETs of
- *   distinct cold ids on a healthy source (20 ms): law 0 shed. The source
- *   slows to 500 ms, a trickle of reads lets the instance see it, then three
- *   rounds of 400 new cold ids sent together with 200 ids that a second
- *   instance put in L2: the excess is shed fast (the median over the rounds
- *   of the shed p99 minus the L2 hits' p99 — the transport plus the one
- *   Valkey round trip a shed makes too, under the same burst — at most
- *   50 ms), the L2 hits cost the source nothing, and the source never sees
- *   more loads at once than `maxConcurrentLoads`.
- *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL`. Exits 1 when a law
- * does not hold, 2 when the drill could not run.
+ * Fleet drill: clock skew, a dead lease holder, and admission by queueing delay, each on
+ * real service processes and judged by what the origin counted. Usage and laws:
+ * drills/README.md#fleet.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -1,13 +1,6 @@
 /**
- * Herd drill: N concurrent cold readers of one id → the source counts 1 read,
- * N−1 readers coalesced, 1 distinct answer.
- *
- *   npm run drill:herd -- [--readers 200] [--latency-ms 50] [--via inproc|http] [--cluster] [--json [file]]
- *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default
- * redis://127.0.0.1:6379), or with `--cluster` starts its own 3+3 cluster.
- * The source is an HTTP origin started here that counts its own reads; the
- * law is judged by that count. Exits 1 when the law does not hold.
+ * Herd drill: N concurrent cold readers of one id, in-process or over HTTP → 1 source read
+ * (counted by the origin), N−1 coalesced, 1 distinct answer. Usage and laws: drills/README.md#herd.
  */
 import { randomBytes } from 'node:crypto';
 import { type Origin, startOrigin } from '../harness/origin.js';

@@ -1,23 +1,6 @@
 /**
- * Regimes drill: B concurrent cold readers in each of I real processes, all at
- * one id at the same moment, in three coalescing regimes run one after another:
- *
- *   none     every miss loads                         → source reads B·I
- *   process  single-flight in each process            → source reads I
- *   fleet    single-flight + the Valkey lease         → source reads 1
- *
- *   npm run drill:regimes -- [--instances 6] [--readers 200] [--latency-ms 50]
- *     [--via inproc|http] [--cluster] [--json [file]] [--svg drills/out/regimes.svg]
- *
- * `inproc`: each instance is a forked `regimes-worker` holding its own store.
- * `http`: each instance is a real service (`dist/src/main.js`); a forked
- * worker per service fires the burst at it over HTTP.
- *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default
- * redis://127.0.0.1:6379), or with `--cluster` starts its own 3+3 cluster. The source is an HTTP origin started here that
- * counts its own reads; the laws are judged by that count, never by the
- * cache's counters. Each regime uses its own table and a fresh id, so nothing
- * is warm. Exits 1 when a regime breaks its law, 2 when the drill cannot run.
+ * Regimes drill: B cold readers in each of I processes fire at one id under coalescing
+ * none / process / fleet → B·I, I and 1 source reads. Usage and laws: drills/README.md#regimes.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';

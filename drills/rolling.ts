@@ -1,23 +1,7 @@
 /**
- * Rolling-deploy drill: two real service instances behind a round-robin
- * client that honours readiness; instance A is SIGTERMed and started again on
- * the same port (warming its hot ids from Valkey) while the client keeps
- * sending.
- *
- *   npm run drill:rolling -- [--loops 16] [--pause-ms 5] [--latency-ms 20] [--hot 50]
- *                            [--delay-ms 5000] [--probe-ms 100] [--json [file]]
- *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default redis://127.0.0.1:6379).
- * The source is an origin started here that counts its own reads. Phases:
- * baseline (2 s), drain (SIGTERM A until it exits), restart (A started again,
- * until the client sees it ready), after (2 s).
- *
- * Laws: zero requests lost (sent and never answered: a refused connection, a
- * reset, a timeout) and every answer 200; the origin reads each id at most once
- * (the restart costs no source read: A warms its hot ids from Valkey). Reported:
- * how soon the client saw A not ready, how long A went on serving (law: at
- * least `--delay-ms`), and how long the restart took. Exits 1 when a law does
- * not hold, 2 when the drill cannot run.
+ * Rolling-deploy drill: instance A of two is SIGTERMed and restarted on its port while a
+ * readiness-honouring round-robin client keeps sending → zero requests lost, every answer 200, no id
+ * read twice from the source. Usage and laws: drills/README.md#rolling.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -1,25 +1,7 @@
 /**
- * Soak drill: mixed load through the real service over HTTP for a bounded
- * time, then checks that nothing failed, nothing is left in flight at rest and
- * memory stayed bounded.
- *
- *   npm run soak -- [--seconds 120] [--connections 32] [--hot-ids 1000]
- *     [--latency-ms 5] [--l1-mib 16] [--json [file]]
- *
- * One service instance (`dist/src/main.js`, no admin token) with one table on
- * an `http` source (an origin started here, `--latency-ms` per read) and
- * `maxConcurrentLoads: 32`. The hot ids are warmed first; then autocannon
- * drives `--connections` keep-alive connections, each request drawn at random:
- * 70% GET of a hot id (L1 hits, except after a DELETE), 20% GET of a new cold
- * id (a miss: one source read), 5% PUT of a hot id (JSON body), 5% DELETE of a
- * hot id.
- *
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL` (default
- * redis://127.0.0.1:6379); the run's keys are deleted at the end. Exits 1 when
- * a 5xx other than `ECC_SHED` appears, a request timed out, errored or went
- * unanswered, `flights` or `mailbox_depth` is not 0 at rest, or RSS grew more
- * than {@link MAX_RSS_GROWTH}×, or memory is not flat with L1 full (at
- * `--l1-mib`): see `flatness` in lib/soak-report.ts; 2 when the drill cannot run.
+ * Soak drill: mixed load (autocannon) through one service for a bounded time → no 5xx but
+ * `ECC_SHED`, nothing unanswered, nothing in flight at rest, memory bounded and flat with L1 full.
+ * Usage and laws: drills/README.md#soak.
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -1,17 +1,6 @@
 /**
- * Cold storm drill: P real processes, each firing N reads of Zipf-distributed
- * keys (most reads go to a few hot keys, many keys are read once) at a cold
- * table, all starting at the same moment.
- *
- *   npm run drill:storm -- [--instances 4] [--reads 2000] [--keys 1000] [--zipf 1.1]
- *     [--concurrency 64] [--latency-ms 20] [--cluster] [--json [file]]
- *
- * Law (the fleet lease, key by key): the source counts exactly one read per
- * distinct key read (source reads ÷ distinct keys = 1.00), every reader of a
- * key gets the same answer, and no read fails. Needs a live Valkey/Redis at
- * `--valkey` or `VALKEY_URL` (default redis://127.0.0.1:6379), or with
- * `--cluster` starts its own 3+3 cluster (the keys then spread over three
- * shards). Exits 1 when the law does not hold, 2 when the drill cannot run.
+ * Storm drill: P processes read Zipf-distributed keys of a cold table at one moment → one
+ * source read per distinct key across the fleet. Usage and laws: drills/README.md#storm.
  */
 import { randomBytes } from 'node:crypto';
 import { dirname, resolve } from 'node:path';
