@@ -4,19 +4,13 @@
  * Usage and scenarios: docs/benchmarks.md#benchadmission.
  */
 import { writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
+import { drillArgs, int } from '../drills/lib/cli.js';
 import { columns } from '../drills/lib/report.js';
 import { ShedError } from '../src/errors.js';
 import { Admission } from '../src/protection/admission.js';
 import { mulberry32 } from '../src/random.js';
 
-const { values: args } = parseArgs({
-  options: {
-    seconds: { type: 'string', default: '30' },
-    seed: { type: 'string', default: '42' },
-    json: { type: 'string' },
-  },
-});
+const args = drillArgs({ seconds: int(30, 1, 3_600), seed: int(42, 0) });
 
 interface Scenario {
   name: string;
@@ -118,9 +112,9 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
   };
 }
 
-const runMs = Number(args.seconds) * 1000;
+const runMs = args.seconds * 1000;
 const results = [];
-for (const s of SCENARIOS) results.push(await simulate(s, runMs, Number(args.seed)));
+for (const s of SCENARIOS) results.push(await simulate(s, runMs, args.seed));
 process.stdout.write(
   `admission on a virtual clock, ${args.seconds} s per scenario (seed ${args.seed})\n${columns(
     results.map((r) => [r.scenario, r.asked, `${r.shedPct} %`, r.late, r.longestWaitMs]),

@@ -5,24 +5,22 @@
  */
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { parseArgs } from 'node:util';
 import type autocannon from 'autocannon';
 import Fastify from 'fastify';
 import { LRUCache } from 'lru-cache';
 import { pino } from 'pino';
-import { columns, median, percentile } from '../drills/lib/report.js';
+import { drillArgs, int, text, valkeyOption } from '../drills/lib/cli.js';
+import { columns, median, opsPerSecond, percentile } from '../drills/lib/report.js';
 import { buildServer } from '../src/http/server.js';
 import { createStore } from '../src/store/store.js';
 
-const { values: args } = parseArgs({
-  options: {
-    seconds: { type: 'string', default: '3' },
-    connections: { type: 'string', default: '50' },
-    only: { type: 'string', default: 'inproc,fleet,http' },
-    valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
-  },
+const args = drillArgs({
+  seconds: int(3, 1, 3_600),
+  connections: int(50, 1, 10_000),
+  only: text('inproc,fleet,http'),
+  valkey: valkeyOption(),
 });
-const seconds = Number(args.seconds);
+const { seconds, valkey } = args;
 const KEYS = 1_000;
 const value = (i: number) => ({
   id: String(i),
@@ -31,26 +29,10 @@ const value = (i: number) => ({
   tags: ['a', 'b'],
 });
 
-/** Runs `op` in batches for `ms` milliseconds; returns operations per second. */
-async function opsPerSecond(
-  ms: number,
-  op: (i: number) => unknown | Promise<unknown>,
-  isAsync: boolean,
-): Promise<number> {
-  let n = 0;
-  const end = performance.now() + ms;
-  const started = performance.now();
-  while (performance.now() < end) {
-    if (isAsync) for (let i = 0; i < 1_000; i++) await op(n++);
-    else for (let i = 0; i < 1_000; i++) op(n++);
-  }
-  return n / ((performance.now() - started) / 1000);
-}
-
 async function inProcess(): Promise<Array<[string, string]>> {
   const tableName = `bench-${process.pid}`;
   const store = await createStore({
-    valkey: args.valkey as string,
+    valkey: valkey,
     tables: {
       [tableName]: {
         load: (id) => value(Number(id)),
@@ -66,11 +48,11 @@ async function inProcess(): Promise<Array<[string, string]>> {
 
   const ms = seconds * 1000;
   // Warm-up, then measure alternately so drift on the machine hits both.
-  await opsPerSecond(300, (i) => t.get(ids[i % KEYS] as string), true);
-  await opsPerSecond(300, (i) => lru.get(ids[i % KEYS] as string), false);
-  const raw = await opsPerSecond(ms, (i) => lru.get(ids[i % KEYS] as string), false);
-  const rawAwait = await opsPerSecond(ms, async (i) => lru.get(ids[i % KEYS] as string), true);
-  const warm = await opsPerSecond(ms, (i) => t.get(ids[i % KEYS] as string), true);
+  await opsPerSecond(300, (i) => t.get(ids[i % KEYS] as string));
+  await opsPerSecond(300, (i) => lru.get(ids[i % KEYS] as string), true);
+  const raw = await opsPerSecond(ms, (i) => lru.get(ids[i % KEYS] as string), true);
+  const rawAwait = await opsPerSecond(ms, async (i) => lru.get(ids[i % KEYS] as string));
+  const warm = await opsPerSecond(ms, (i) => t.get(ids[i % KEYS] as string));
   const stats = t.stats();
   for (const id of ids) await t.invalidate(id);
   await store.close();
@@ -87,7 +69,7 @@ async function inProcess(): Promise<Array<[string, string]>> {
 async function http(): Promise<Array<[string, string]>> {
   const tableName = `bench-http-${process.pid}`;
   const store = await createStore({
-    valkey: args.valkey as string,
+    valkey: valkey,
     tables: { [tableName]: { load: () => value(42), l1: { ttlMs: 600_000 } } },
   });
   const app = buildServer({ store, logger: pino({ level: 'silent' }) });
@@ -113,7 +95,7 @@ async function http(): Promise<Array<[string, string]>> {
   // the servers' own CPU time per request: this process runs nothing else meanwhile.
   const run = async (url: string, duration: number) => {
     const cpu = process.cpuUsage();
-    const r = await loadFrom(url, Number(args.connections), duration);
+    const r = await loadFrom(url, args.connections, duration);
     const used = process.cpuUsage(cpu);
     return {
       rps: r.requests.average,
@@ -191,7 +173,7 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
   };
   const all = await Promise.all(
     Array.from({ length: stores }, () =>
-      createStore({ valkey: args.valkey as string, tables: { [tableName]: { load } } }),
+      createStore({ valkey: valkey, tables: { [tableName]: { load } } }),
     ),
   );
   const overheads: number[] = [];
@@ -248,7 +230,7 @@ function fmt(n: number): string {
   return Math.round(n).toLocaleString('en-US');
 }
 
-const only = new Set((args.only as string).split(','));
+const only = new Set(args.only.split(','));
 if (only.has('inproc')) {
   const ip = await inProcess();
   process.stdout.write(`in-process, ${KEYS} warm keys, ${seconds} s each\n${columns(ip)}\n\n`);

@@ -5,24 +5,21 @@
  * drills/README.md#benchmemory.
  */
 import { randomBytes } from 'node:crypto';
-import { cpus } from 'node:os';
-import { parseArgs } from 'node:util';
 import { getHeapSpaceStatistics } from 'node:v8';
-import { columns } from '../drills/lib/report.js';
+import { drillArgs, flag, int, valkeyOption } from '../drills/lib/cli.js';
+import { columns, machineLine } from '../drills/lib/report.js';
 import { connectAdmin, dropTable } from '../drills/lib/store.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../src/l2/format.js';
 import { L1 } from '../src/store/l1.js';
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { createStore } from '../src/store/store.js';
 
-const { values: args } = parseArgs({
-  options: {
-    ids: { type: 'string', default: '1000000' },
-    'max-mib': { type: 'string', default: '64' },
-    lanes: { type: 'string', default: '64' },
-    check: { type: 'boolean', default: false },
-    valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
-  },
+const args = drillArgs({
+  ids: int(1_000_000, 1),
+  'max-mib': int(64, 1),
+  lanes: int(64, 1, 10_000),
+  check: flag(),
+  valkey: valkeyOption(),
 });
 const gc = (globalThis as { gc?: () => void }).gc;
 if (gc === undefined) {
@@ -96,10 +93,8 @@ function calibrate(): Array<Array<string | number>> {
 
 /** @returns whether the heap stayed within its targets (bound and flat). */
 async function stream(): Promise<boolean> {
-  const ids = Number(args.ids);
-  const maxBytes = Number(args['max-mib']) * MiB;
-  const lanes = Number(args.lanes);
-  const valkey = args.valkey as string;
+  const { ids, lanes, valkey } = args;
+  const maxBytes = args['max-mib'] * MiB;
   const table = `bm-${randomBytes(4).toString('hex')}`;
   const store = await createStore({
     valkey,
@@ -208,9 +203,7 @@ async function stream(): Promise<boolean> {
   return heapGrowth <= 1.25 * maxBytes && flat(heaps);
 }
 
-process.stdout.write(
-  `bench:memory ${new Date().toISOString()}\nmachine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, node ${process.version}, ${process.platform}\n\n`,
-);
+process.stdout.write(`bench:memory ${new Date().toISOString()}\n${machineLine()}\n\n`);
 // The stream first, in a fresh process: the calibration's garbage would leave
 // pages behind and flatter the stream's RSS growth.
 const heapHeld = await stream();

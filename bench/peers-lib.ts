@@ -13,13 +13,11 @@
  */
 
 import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { createCache } from 'async-cache-dedupe';
 import { BentoCache, bentostore } from 'bentocache';
 import { memoryDriver } from 'bentocache/drivers/memory';
 import { redisBusDriver, redisDriver } from 'bentocache/drivers/redis';
 import { Redis } from 'ioredis';
-import { mulberry32 } from '../src/random.js';
 import { createStore } from '../src/store/store.js';
 
 export type PeerName = 'echostore' | 'async-cache-dedupe' | 'bentocache';
@@ -91,24 +89,13 @@ export async function makePeer(name: PeerName, options: PeerOptions): Promise<Pe
   };
 }
 
-/** `name@version` as installed. */
+/** `name@version` as installed (in the repository's node_modules; `name@?` when it cannot be read). */
 export function versionOf(name: string): string {
-  const require = createRequire(import.meta.url);
-  let dir = require.resolve(name);
-  // Walk up to the package's own package.json.
-  for (;;) {
-    const parent = dir.slice(0, dir.lastIndexOf('/'));
-    if (parent === dir || parent === '') return `${name}@?`;
-    dir = parent;
-    try {
-      const pkg = JSON.parse(readFileSync(`${dir}/package.json`, 'utf8')) as {
-        name?: string;
-        version?: string;
-      };
-      if (pkg.name === name) return `${name}@${pkg.version}`;
-    } catch {
-      // not here
-    }
+  const file = new URL(`../../node_modules/${name}/package.json`, import.meta.url);
+  try {
+    return `${name}@${(JSON.parse(readFileSync(file, 'utf8')) as { version?: string }).version}`;
+  } catch {
+    return `${name}@?`;
   }
 }
 
@@ -127,30 +114,4 @@ export function sleepLoader(latencyMs: number) {
       return { id, name: `product ${id}`, price_cents: 1234, tags: ['a', 'b'] };
     },
   };
-}
-
-/** Deterministic uniform randoms in [0, 1) (mulberry32), so every peer reads the same sequence. */
-export const seededRandom = mulberry32;
-
-/** `n` key indices in [0, keys) drawn from Zipf(`s`) with `random`. */
-export function zipfSequence(n: number, keys: number, s: number, random: () => number): number[] {
-  const cdf: number[] = [];
-  let sum = 0;
-  for (let k = 1; k <= keys; k++) {
-    sum += 1 / k ** s;
-    cdf.push(sum);
-  }
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const u = random() * sum;
-    let lo = 0;
-    let hi = keys - 1;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if ((cdf[mid] as number) < u) lo = mid + 1;
-      else hi = mid;
-    }
-    out.push(lo);
-  }
-  return out;
 }

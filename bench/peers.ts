@@ -6,38 +6,26 @@
  */
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { LRUCache } from 'lru-cache';
+import { drillArgs, float, int, text, valkeyOption } from '../drills/lib/cli.js';
 import { Reaper } from '../drills/lib/reaper.js';
-import { columns, median, percentile } from '../drills/lib/report.js';
+import { columns, machineLine, median, opsPerSecond, percentile } from '../drills/lib/report.js';
 import { runWorkers } from '../drills/lib/workers.js';
-import {
-  makePeer,
-  PEERS,
-  type PeerName,
-  seededRandom,
-  sleepLoader,
-  versionOf,
-  zipfSequence,
-} from './peers-lib.js';
+import { zipfSampler } from '../drills/lib/zipf.js';
+import { makePeer, PEERS, type PeerName, sleepLoader, versionOf } from './peers-lib.js';
 import type { Result, Setup } from './peers-worker.js';
 
-const { values: args } = parseArgs({
-  options: {
-    rounds: { type: 'string', default: '3' },
-    'latency-ms': { type: 'string', default: '20' },
-    seconds: { type: 'string', default: '1' },
-    only: { type: 'string', default: 'warm,herd,fleet,storm,hot' },
-    valkey: { type: 'string', default: process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379' },
-    json: { type: 'string' },
-  },
+const args = drillArgs({
+  rounds: int(3, 1, 100),
+  'latency-ms': float(20, 0, 2_000),
+  seconds: float(1, 0.1, 600),
+  only: text('warm,herd,fleet,storm,hot'),
+  valkey: valkeyOption(),
 });
-const rounds = Number(args.rounds);
-const latencyMs = Number(args['latency-ms']);
-const valkey = args.valkey as string;
-const only = new Set((args.only as string).split(','));
+const { rounds, valkey } = args;
+const latencyMs = args['latency-ms'];
+const only = new Set(args.only.split(','));
 const WORKER = fileURLToPath(new URL('./peers-worker.js', import.meta.url));
 const reaper = new Reaper();
 const report: Record<string, unknown> = {};
@@ -137,15 +125,6 @@ async function coldRounds(
   ) as Record<PeerName, ColdFigures>;
 }
 
-/** Runs `op` in batches of 1 000 awaited calls for `ms`; operations per second. */
-async function opsPerSecond(ms: number, op: (i: number) => Promise<unknown>): Promise<number> {
-  let n = 0;
-  const started = performance.now();
-  const end = started + ms;
-  while (performance.now() < end) for (let i = 0; i < 1_000; i++) await op(n++);
-  return n / ((performance.now() - started) / 1000);
-}
-
 async function warm(): Promise<void> {
   const KEYS = 1_000;
   const ids = Array.from({ length: KEYS }, (_, i) => String(i + 1));
@@ -173,7 +152,7 @@ async function warm(): Promise<void> {
       peers['async-cache-dedupe'].get(ids[i % KEYS] as string),
     'bentocache (L1 + L2)': (i) => peers.bentocache.get(ids[i % KEYS] as string),
   };
-  const ms = Number(args.seconds) * 1000;
+  const ms = args.seconds * 1000;
   for (const op of Object.values(ops)) await opsPerSecond(200, op);
   const samples: Record<string, number[]> = Object.fromEntries(
     Object.keys(ops).map((k) => [k, []]),
@@ -268,7 +247,7 @@ async function storm(): Promise<void> {
   const READS = 4_000;
   const KEYS = 1_000;
   const sequences = Array.from({ length: PROCS }, (_, i) =>
-    zipfSequence(READS, KEYS, 1.2, seededRandom(1_000 + i)),
+    Array.from({ length: READS }, zipfSampler(KEYS, 1.2, 1_000 + i)).map((k) => k - 1),
   );
   const distinct = new Set(sequences.flat()).size;
   const f = await coldRounds(
@@ -348,7 +327,7 @@ async function hot(): Promise<void> {
 
 const header = [
   `bench:peers ${new Date().toISOString()}`,
-  `machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, node ${process.version}, ${process.platform}`,
+  machineLine(),
   `peers: echostore (this tree), ${versionOf('async-cache-dedupe')}, ${versionOf('bentocache')}`,
   `loader: sleep ${latencyMs} ms; redis: ${valkey}`,
 ].join('\n');

@@ -10,7 +10,9 @@ import { type Service, startServices } from '../harness/service.js';
 import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
 import {
   type FailoverReport,
+  type RequestKind,
   renderFailover,
+  type ShardSample,
   type SideRow,
   sideRow,
 } from './lib/failover-report.js';
@@ -25,9 +27,10 @@ import {
   FAULT_VALKEY as VALKEY,
 } from './lib/fault-policy.js';
 import type { Check } from './lib/fault-report.js';
+import { itemUrl, timed } from './lib/http.js';
+import { Loops, pick } from './lib/load.js';
 import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
-import { request, ShardLoad, type ShardSample } from './lib/shard-load.js';
 
 const args = drillArgs({
   mode: oneOf('cluster', 'sentinel'),
@@ -52,7 +55,7 @@ async function main(): Promise<FailoverReport> {
   let topology: FailoverTopology | undefined;
   let origin: Origin | undefined;
   let services: Service[] = [];
-  let load: ShardLoad | undefined;
+  let load: Loops<ShardSample> | undefined;
   let promotionMs = Number.NaN;
   let killedAt = Number.NaN;
   let promotedAt = Number.NaN;
@@ -70,21 +73,33 @@ async function main(): Promise<FailoverReport> {
     const ids = (kind: string, n: number) =>
       Array.from({ length: n }, (_, i) => `${kind}-${run}-${i}`);
     const [hotIds, writeIds] = [ids('hot', 30), ids('w', 30)];
-    for (const base of targets) {
-      for (const id of hotIds) await request(base, TABLE, id, undefined, REQUEST_TIMEOUT_MS);
-    }
-    const gen = new ShardLoad({
-      table: TABLE,
-      targets,
+    const get = (base: string, id: string) => timed(itemUrl(base, TABLE, id), REQUEST_TIMEOUT_MS);
+    for (const base of targets) for (const id of hotIds) await get(base, id);
+    // Half hot GETs (L1), 40 % cold GETs (fresh ids, misses), 10 % PUTs, each to a random instance.
+    let [cold, writes] = [0, 0];
+    const gen: Loops<ShardSample> = new Loops({
       loops: args.loops,
       pauseMs: args['pause-ms'],
-      hotIds,
-      writeIds,
-      coldPrefix: `cold-${run}-`,
-      sideOf: (id) => t.sideOf(TABLE, id),
-      hotShare: 0.5,
-      coldShare: 0.4,
-      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+      async step(phase) {
+        const r = Math.random();
+        const kind: RequestKind = r < 0.5 ? 'hot GET' : r < 0.9 ? 'cold GET' : 'PUT';
+        const id =
+          kind === 'hot GET'
+            ? (pick(hotIds) as string)
+            : kind === 'cold GET'
+              ? `cold-${run}-${++cold}`
+              : (pick(writeIds) as string);
+        const target = Math.floor(Math.random() * targets.length);
+        const atMs = gen.now();
+        const put = kind === 'PUT' ? { id, write: ++writes } : undefined;
+        const url = itemUrl(targets[target] as string, TABLE, id);
+        const {
+          body: _,
+          cacheStatus: __,
+          ...answer
+        } = await timed(url, REQUEST_TIMEOUT_MS, put && 'PUT', put);
+        return { phase, kind, side: t.sideOf(TABLE, id), id, target, atMs, ...answer };
+      },
     });
     load = gen;
     gen.phase = '1 baseline';
@@ -150,7 +165,7 @@ async function judgeFills(samples: ShardSample[], targets: string[], origin: Ori
   let next = 0;
   const worker = async () => {
     for (let s = cold[next++]; s !== undefined; s = cold[next++]) {
-      await request(targets[1 - s.target] as string, TABLE, s.id, undefined, REQUEST_TIMEOUT_MS);
+      await timed(itemUrl(targets[1 - s.target] as string, TABLE, s.id), REQUEST_TIMEOUT_MS);
       s.inL2 = origin.readsOf(s.id) === 1;
     }
   };

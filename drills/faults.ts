@@ -22,9 +22,10 @@ import {
   type PhaseRow,
   phaseRow,
   renderFaults,
+  type Sample,
 } from './lib/fault-report.js';
 import { itemUrl, timedGet } from './lib/http.js';
-import { LoadGenerator, type Target } from './lib/load.js';
+import { Loops, pick } from './lib/load.js';
 import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 import { readyAgain, recovery } from './lib/recovery.js';
@@ -116,7 +117,7 @@ async function main(): Promise<FaultReport> {
   let admin: Redis | undefined;
   let origin: Origin | undefined;
   let services: Service[] = [];
-  let load: LoadGenerator | undefined;
+  let load: Loops<Sample> | undefined;
   try {
     valkey = await spawnValkey({ track: (c) => reaper.track(c) });
     // The instances reach Valkey through a proxy, so phase 8 can freeze their subscribers.
@@ -132,7 +133,7 @@ async function main(): Promise<FaultReport> {
     const config = configFor(proxy.url, true);
     services = await startServices(2, config, (c) => reaper.track(c), 3_000);
     const [a, b] = services as [Service, Service];
-    const targets: Target[] = [
+    let targets = [
       { label: 'A', url: a.url },
       { label: 'B', url: b.url },
     ];
@@ -145,19 +146,23 @@ async function main(): Promise<FaultReport> {
       }
     }
 
-    const gen = new LoadGenerator({
-      table: TABLE,
+    // Half hot ids (L1 hits), half fresh cold ids (misses), each to a random current target.
+    let cold = 0;
+    const gen = new Loops<Sample>({
       loops: args.loops,
       pauseMs: args['pause-ms'],
-      hotIds,
-      hotShare: 0.5,
-      coldPrefix: `cold-${run}-`,
-      requestTimeoutMs: REQUEST_TIMEOUT_MS,
-      maxRequests: 200_000,
+      maxSteps: 200_000,
       maxDurationMs: 90_000,
+      async step(phase) {
+        const target = pick(targets);
+        if (target === undefined) return undefined;
+        const hot = Math.random() < 0.5;
+        const id = hot ? (pick(hotIds) as string) : `cold-${run}-${++cold}`;
+        const { body: _, ...r } = await get(target, id);
+        return { phase, target: target.label, hot, ...r };
+      },
     });
     load = gen;
-    gen.targets = targets;
     gen.start();
     const [o, v] = [origin, valkey];
     const phase = async (name: string, body: (notes: string[]) => Promise<void>) => {
@@ -215,7 +220,7 @@ async function main(): Promise<FaultReport> {
     await refusal('7', 'ACL without channels', aclWithoutChannels);
     await refusal('8', 'frozen subscribers', frozenSubscriber);
     await phase('9 lease holder A SIGKILL', async (notes) => {
-      gen.targets = [targets[1] as Target];
+      targets = targets.slice(1);
       const p4 = await leaseHolderDies(a, b, o);
       for (const { body: _, ...r } of p4.answers)
         gen.samples.push({ phase: gen.phase, target: 'B', hot: false, ...r });

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
-import { type Service, SKEW_CLOCK, startService } from '../harness/service.js';
+import { type Service, SKEW_CLOCK, startAll, startService } from '../harness/service.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
 import { metric, scrape } from './lib/metrics.js';
@@ -34,15 +34,13 @@ async function get(s: Service, table: string, id: string, timeoutMs = 10_000) {
   return { ...t, read: body?.read };
 }
 
+/** Runs `body` on the services `starts` start (all, or none), and stops them after it. */
 async function withServices<T>(
   starts: Array<Promise<Service>>,
   body: (s: Service[]) => Promise<T>,
 ): Promise<T> {
-  const settled = await Promise.allSettled(starts);
-  const services = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const services = await startAll(starts);
   try {
-    const failed = settled.find((r) => r.status === 'rejected');
-    if (failed !== undefined) throw failed.reason;
     return await body(services);
   } finally {
     await Promise.all(services.map((s) => s.stop()));

@@ -9,6 +9,7 @@ import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
+import { Loops } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
 import { bump, columns, listCounts, p50p99 } from './lib/report.js';
 import { connectAdmin, dropTable } from './lib/store.js';
@@ -45,71 +46,40 @@ interface Sent {
 }
 
 /**
- * The client: `loops` request loops sharing one round-robin over the backends
- * whose last `/readyz` probe (every `probeMs`, each backend) answered 200. A
- * loop that finds no backend ready waits for the next probe; it never sends to
- * one that is not ready.
+ * The client: `--loops` request loops sharing one round-robin over the
+ * backends whose last `/readyz` probe (every `--probe-ms`, each backend)
+ * answered 200. It never sends to a backend that is not ready. Started.
  */
-class RoundRobinClient {
-  readonly sent: Sent[] = [];
-  phase = 'baseline';
-  #next = 0;
-  #running = true;
-  readonly #tasks: Promise<void>[] = [];
-
-  constructor(
-    readonly backends: Backend[],
-    readonly ids: () => string,
-  ) {}
-
-  start(): void {
-    for (const b of this.backends) this.#tasks.push(this.#probe(b));
-    for (let i = 0; i < args.loops; i++) this.#tasks.push(this.#loop());
-  }
-
-  async stop(): Promise<void> {
-    this.#running = false;
-    await Promise.all(this.#tasks);
-  }
-
-  async #probe(b: Backend): Promise<void> {
-    while (this.#running) {
-      b.ready = await fetch(`${b.url}/readyz`, { signal: AbortSignal.timeout(args['probe-ms']) })
-        .then(async (r) => {
+function roundRobin(backends: Backend[], ids: () => string): Loops<Sent> {
+  let next = 0;
+  const client: Loops<Sent> = new Loops({
+    loops: args.loops,
+    pauseMs: args['pause-ms'],
+    async step(phase) {
+      const ready = backends.filter((b) => b.ready);
+      const b = ready[next++ % ready.length];
+      if (b === undefined) return undefined;
+      const at = performance.now();
+      const r = await timedGet(itemUrl(b.url, TABLE, ids()), REQUEST_TIMEOUT_MS);
+      return { phase, backend: b.label, status: r.status, code: r.code, ms: r.ms, at };
+    },
+  });
+  client.phase = 'baseline';
+  const probe = (b: Backend) => async () => {
+    while (client.running) {
+      const signal = AbortSignal.timeout(args['probe-ms']);
+      b.ready = await fetch(`${b.url}/readyz`, { signal }).then(
+        async (r) => {
           await r.body?.cancel();
           return r.status === 200;
-        })
-        .catch(() => false);
+        },
+        () => false,
+      );
       await sleep(args['probe-ms']);
     }
-  }
-
-  #pick(): Backend | undefined {
-    const ready = this.backends.filter((b) => b.ready);
-    if (ready.length === 0) return undefined;
-    return ready[this.#next++ % ready.length];
-  }
-
-  async #loop(): Promise<void> {
-    while (this.#running) {
-      const b = this.#pick();
-      if (b === undefined) {
-        await sleep(10);
-        continue;
-      }
-      const at = performance.now();
-      const r = await timedGet(itemUrl(b.url, TABLE, this.ids()), REQUEST_TIMEOUT_MS);
-      this.sent.push({
-        phase: this.phase,
-        backend: b.label,
-        status: r.status,
-        code: r.code,
-        ms: r.ms,
-        at,
-      });
-      if (args['pause-ms'] > 0) await sleep(args['pause-ms']);
-    }
-  }
+  };
+  client.start(...backends.map(probe));
+  return client;
 }
 
 async function main() {
@@ -128,7 +98,7 @@ async function main() {
   };
   let origin: Origin | undefined;
   const services: Service[] = [];
-  let client: RoundRobinClient | undefined;
+  let client: Loops<Sent> | undefined;
   const admin = await connectAdmin(args.valkey);
   const t = {
     signalled: 0,
@@ -160,9 +130,8 @@ async function main() {
       { label: 'A', url: a.url, ready: true },
       { label: 'B', url: b.url, ready: true },
     ];
-    client = new RoundRobinClient(backends, nextId);
-    const c = client;
-    c.start();
+    const c = roundRobin(backends, nextId);
+    client = c;
     await sleep(PHASE_MS);
 
     c.phase = 'drain';
@@ -173,7 +142,7 @@ async function main() {
     t.notReadySeenMs = Math.round(performance.now() - t.signalled);
     await exited;
     t.exitedMs = Math.round(performance.now() - t.signalled);
-    const byA = c.sent.filter((s) => s.backend === 'A' && s.at >= t.signalled);
+    const byA = c.samples.filter((s) => s.backend === 'A' && s.at >= t.signalled);
     t.lastAnswerByAMs = Math.round(Math.max(-1, ...byA.map((s) => s.at + s.ms - t.signalled)));
 
     c.phase = 'restart';
@@ -199,7 +168,7 @@ async function main() {
 }
 
 function report(
-  client: RoundRobinClient,
+  client: Loops<Sent>,
   origin: Origin,
   requested: Set<string>,
   hotIds: string[],
@@ -212,7 +181,7 @@ function report(
   },
 ) {
   const phases = ['baseline', 'drain', 'restart', 'after'].map((phase) => {
-    const s = client.sent.filter((x) => x.phase === phase);
+    const s = client.samples.filter((x) => x.phase === phase);
     const codes: Record<string, number> = {};
     for (const x of s.filter((x) => x.status !== 200)) bump(codes, x.code ?? String(x.status));
     return {

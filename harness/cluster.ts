@@ -11,7 +11,7 @@
  * 15 s. `replica-validity-factor 0` lets a replica be promoted however long
  * it was cut off.
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -20,6 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import {
   ask,
+  firstOnPath,
   isRunning,
   spawnValkey,
   type ValkeyServer,
@@ -94,15 +95,11 @@ export async function freeClusterPort(taken: ReadonlySet<number> = new Set()): P
 
 /** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
 function cliBinary(): string {
-  for (const bin of ['valkey-cli', 'redis-cli']) {
-    try {
-      execFileSync('sh', ['-c', `command -v ${bin}`], { stdio: 'pipe' });
-      return bin;
-    } catch {
-      // not installed
-    }
+  const bin = firstOnPath(['valkey-cli', 'redis-cli']);
+  if (bin === undefined) {
+    throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
   }
-  throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
+  return bin;
 }
 
 /**

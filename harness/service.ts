@@ -2,7 +2,7 @@
  * Runs the real service (`dist/src/main.js`) as child processes for drills
  * that go through the HTTP API.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, type StdioOptions, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -40,26 +40,28 @@ export interface StartOptions {
   readyTimeoutMs?: number;
   /** The port to listen on (a restart on the same address); default a free one. */
   port?: number;
+  /** The child's stdio; default `['ignore', 'inherit', 'inherit']`. */
+  stdio?: StdioOptions;
 }
 
 /**
- * Writes `config` (the service's config file shape) to a temporary YAML file,
- * starts the service on `port` (default: a free one), and waits until
- * `/readyz` answers 200. Unless `config` sets `http.shutdownDelayMs`, it is 0:
- * a drill's `stop()` does not wait out the drain delay of a rolling deploy.
- *
- * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
+ * Writes `config` (the service's config file shape) to a temporary YAML file
+ * and spawns the service on it, on `port`, without waiting: for a start that
+ * should fail, to read its exit code and (`stdio`) its stderr. Unless `config` sets
+ * `http.shutdownDelayMs`, it is 0: a drill's stop does not wait out the drain
+ * delay of a rolling deploy.
  */
-export async function startService(config: object, options: StartOptions = {}): Promise<Service> {
-  const readyTimeoutMs = options.readyTimeoutMs ?? 15_000;
-  const port = options.port ?? (await freePort());
+export function spawnService(
+  config: object,
+  port: number,
+  options: StartOptions = {},
+): ChildProcess {
   const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
-  // No shutdown delay unless the config asks for one: drills stop many instances.
   const http = { shutdownDelayMs: 0, ...(config as { http?: object }).http };
   writeFileSync(file, stringify({ ...config, http }));
   // The config file says where Valkey is: an inherited VALKEY_URL or VALKEY_CLUSTER_NODES would override it.
   const { VALKEY_URL: _u, VALKEY_CLUSTER_NODES: _n, ...env } = process.env;
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
+  return spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
     env: {
       ...env,
       ...options.env,
@@ -67,8 +69,20 @@ export async function startService(config: object, options: StartOptions = {}): 
       HOST: '127.0.0.1',
       LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
     },
-    stdio: ['ignore', 'inherit', 'inherit'],
+    stdio: options.stdio ?? ['ignore', 'inherit', 'inherit'],
   });
+}
+
+/**
+ * Starts the service ({@link spawnService}) on `port` (default: a free one)
+ * and waits until `/readyz` answers 200.
+ *
+ * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
+ */
+export async function startService(config: object, options: StartOptions = {}): Promise<Service> {
+  const readyTimeoutMs = options.readyTimeoutMs ?? 15_000;
+  const port = options.port ?? (await freePort());
+  const child = spawnService(config, port, options);
   const url = `http://127.0.0.1:${port}`;
   const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
   const deadline = Date.now() + readyTimeoutMs;
@@ -104,15 +118,26 @@ export async function startService(config: object, options: StartOptions = {}): 
  * Starts `count` services on `config`, or none: a failed start stops those
  * that did start (within `graceMs`) and rethrows. `track` sees every process.
  */
-export async function startServices(
+export function startServices(
   count: number,
   config: object,
   track: (child: ChildProcess) => void = () => {},
   graceMs?: number,
 ): Promise<Service[]> {
-  const started = await Promise.allSettled(
+  return startAll(
     Array.from({ length: count }, () => startService(config)),
+    track,
+    graceMs,
   );
+}
+
+/** {@link startServices} of starts already under way (e.g. on different options): all, or none. */
+export async function startAll(
+  starts: Array<Promise<Service>>,
+  track: (child: ChildProcess) => void = () => {},
+  graceMs?: number,
+): Promise<Service[]> {
+  const started = await Promise.allSettled(starts);
   const services = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
   for (const s of services) track(s.process);
   const failed = started.find((s) => s.status === 'rejected');

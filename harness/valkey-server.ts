@@ -46,16 +46,19 @@ export interface ValkeyServer {
 }
 
 /** The first of `valkey-server`, `redis-server` on the PATH, or undefined. */
-export function serverBinary(): string | undefined {
-  for (const bin of ['valkey-server', 'redis-server']) {
+export const serverBinary = (): string | undefined =>
+  firstOnPath(['valkey-server', 'redis-server']);
+
+/** The first of `bins` that is on the PATH, or undefined. */
+export function firstOnPath(bins: string[]): string | undefined {
+  return bins.find((bin) => {
     try {
       execFileSync('sh', ['-c', `command -v ${bin}`], { stdio: 'pipe' });
-      return bin;
+      return true;
     } catch {
-      // not installed
+      return false; // not installed
     }
-  }
-  return undefined;
+  });
 }
 
 /**

@@ -1,7 +1,27 @@
 /** The failover drill's figures per phase and side, its checks, and its table. */
 import type { Check } from './fault-report.js';
+import type { Timed } from './http.js';
 import { bump, columns, listCounts, p50p99 } from './report.js';
-import type { ShardSample, Side } from './shard-load.js';
+
+/** What a request of the failover drill's mix does. */
+export type RequestKind = 'hot GET' | 'cold GET' | 'PUT';
+
+/** Which side of the failover an id's keys live on. */
+export type Side = 'lost' | 'other';
+
+/** One request as the client saw it. */
+export interface ShardSample extends Omit<Timed, 'body' | 'cacheStatus'> {
+  phase: string;
+  kind: RequestKind;
+  side: Side;
+  id: string;
+  /** Instance asked (its index). */
+  target: number;
+  /** For a cold GET, judged after the run: a second read on the other instance cost the source nothing. */
+  inL2?: boolean;
+  /** When it started, ms since the load began. */
+  atMs: number;
+}
 
 /** What the clients saw of one side during one phase. */
 export function sideRow(samples: ShardSample[], phase: string, side: Side) {

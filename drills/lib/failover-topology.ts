@@ -8,8 +8,8 @@ import { spawnCluster } from '../../harness/cluster.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
 import { valueKey } from '../../src/l2/scripts.js';
 import { keySlot } from '../../src/valkey/slots.js';
+import type { Side } from './failover-report.js';
 import type { Reaper } from './reaper.js';
-import type { Side } from './shard-load.js';
 
 /** A topology with a victim chosen. */
 export interface FailoverTopology {

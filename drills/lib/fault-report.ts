@@ -1,6 +1,16 @@
 /** Rows and checks of the fault drill: what each phase did to the clients, and what was judged. */
-import type { Sample } from './load.js';
+import type { Timed } from './http.js';
 import { bump, columns, listCounts } from './report.js';
+
+/** One request of the fault drill's load. */
+export interface Sample extends Omit<Timed, 'body'> {
+  /** The drill phase in effect when the request started. */
+  phase: string;
+  /** Label of the instance asked. */
+  target: string;
+  /** A hot id (warmed into that instance's L1 beforehand). */
+  hot: boolean;
+}
 
 /** One judged law. */
 export interface Check {

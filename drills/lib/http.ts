@@ -1,4 +1,4 @@
-/** Talking to a service instance over HTTP: item URLs, timed GETs, readiness, and error codes. */
+/** Talking to a service instance over HTTP: item URLs, timed requests, readiness, error codes. */
 import { setTimeout as sleep } from 'node:timers/promises';
 
 /** The item URL of `id` in `table` on the service at `base` (`''`: just the path). */
@@ -24,7 +24,7 @@ export function errorCode(failure: unknown): string | undefined {
   return typeof f?.cause?.code === 'string' ? f.cause.code : undefined;
 }
 
-/** A GET as the client saw it. */
+/** A request as the client saw it. */
 export interface Timed {
   /** HTTP status; 0 when no answer arrived (connection error or client timeout). */
   status: number;
@@ -32,48 +32,75 @@ export interface Timed {
   code: string | undefined;
   /** `Cache-Status` said `detail=l1`. */
   l1: boolean;
+  /** `Cache-Status` said `stored`: the answer was loaded and kept (in L1 at least). */
+  stored: boolean;
   /** The `Cache-Status` header, if any. */
   cacheStatus: string | undefined;
   ms: number;
   body: string;
 }
 
-/** One timed GET, bounded by `timeoutMs`; never rejects. */
-export async function timedGet(url: string, timeoutMs: number): Promise<Timed> {
+/** One timed request (`json`: the body of a PUT, as JSON), bounded by `timeoutMs`; never rejects. */
+export async function timed(
+  url: string,
+  timeoutMs: number,
+  method: 'GET' | 'PUT' | 'DELETE' = 'GET',
+  json?: unknown,
+): Promise<Timed> {
   const started = performance.now();
+  const init =
+    json === undefined ? { method } : { method, body: JSON.stringify(json), headers: JSON_BODY };
   try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    const res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
     const body = await res.text();
-    const ms = performance.now() - started;
     const cacheStatus = res.headers.get('cache-status') ?? undefined;
-    const l1 = /detail=l1(;|$)/.test(cacheStatus ?? '');
     const code = res.ok ? undefined : (errorCode(body) ?? 'NO_CODE');
-    return { status: res.status, code, l1, cacheStatus, ms, body };
+    const l1 = /detail=l1(;|$)/.test(cacheStatus ?? '');
+    const stored = /;\s*stored(;|$)/.test(cacheStatus ?? '');
+    return {
+      status: res.status,
+      code,
+      l1,
+      stored,
+      cacheStatus,
+      ms: performance.now() - started,
+      body,
+    };
   } catch (err) {
     const e = err as Error;
     const code = e.name === 'TimeoutError' ? 'CLIENT_TIMEOUT' : (errorCode(e) ?? e.name);
-    return {
-      status: 0,
-      code,
-      l1: false,
-      cacheStatus: undefined,
-      ms: performance.now() - started,
-      body: '',
-    };
+    const ms = performance.now() - started;
+    return { status: 0, code, l1: false, stored: false, cacheStatus: undefined, ms, body: '' };
   }
 }
 
-/** Polls `/readyz` until it says "ready"; the ms it took, or undefined after `withinMs`. */
+/** One timed GET, bounded by `timeoutMs`; never rejects. */
+export const timedGet = (url: string, timeoutMs: number): Promise<Timed> => timed(url, timeoutMs);
+
+const JSON_BODY = { 'content-type': 'application/json' };
+
+/** What `/readyz` says (empty when it does not answer within 1 s). */
+export interface Readyz {
+  status?: string;
+  reason?: string;
+  details?: { coherence?: boolean };
+}
+
+/** The service's `/readyz` body, or `{}` when it does not answer within 1 s. */
+export async function readyz(url: string): Promise<Readyz> {
+  try {
+    const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(1_000) });
+    return (await r.json()) as Readyz;
+  } catch {
+    return {};
+  }
+}
+
+/** Polls `/readyz` (every 100 ms) until it says "ready"; the ms it took, or undefined after `withinMs`. */
 export async function readyWithin(url: string, withinMs: number): Promise<number | undefined> {
   const started = performance.now();
   while (performance.now() - started < withinMs) {
-    try {
-      const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(1_000) });
-      if (((await r.json()) as { status?: string }).status === 'ready')
-        return Math.round(performance.now() - started);
-    } catch {
-      // not answering: keep polling
-    }
+    if ((await readyz(url)).status === 'ready') return Math.round(performance.now() - started);
     await sleep(100);
   }
   return undefined;

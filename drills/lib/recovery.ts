@@ -2,7 +2,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Service } from '../../harness/service.js';
 import type { Check } from './fault-report.js';
-import { itemUrl, readyWithin, timedGet } from './http.js';
+import { itemUrl, readyWithin, timed } from './http.js';
 
 /** `12 ms / <never>`: how long each instance took to say ready. */
 const readyText = (ms: Array<number | undefined>, never: string) =>
@@ -37,15 +37,10 @@ export async function recovery(
   const nonce = randomUUID();
   const [first] = services as [Service];
   try {
-    const put = await fetch(itemUrl(first.url, table, id), {
-      method: 'PUT',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ nonce }),
-      signal: AbortSignal.timeout(requestTimeoutMs),
-    });
-    if (put.status !== 200) return check(false, `PUT ${put.status} ${await put.text()}`);
+    const put = await timed(itemUrl(first.url, table, id), requestTimeoutMs, 'PUT', { nonce });
+    if (put.status !== 200) return check(false, `PUT ${put.status} ${put.body}`);
     const gets = await Promise.all(
-      services.map((s) => timedGet(itemUrl(s.url, table, id), requestTimeoutMs)),
+      services.map((s) => timed(itemUrl(s.url, table, id), requestTimeoutMs)),
     );
     const ok = gets.every((g) => g.status === 200 && JSON.parse(g.body).nonce === nonce);
     const detail = `PUT 200, GET ${gets.map((g) => g.status).join('/')}`;

@@ -5,21 +5,15 @@
  * instances took to come back ("recovered in N ms"), counts the reads of its
  * own ids at the origin, and returns its checks.
  */
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { stringify } from 'yaml';
 import type { Origin } from '../../harness/origin.js';
-import { type Service, startService } from '../../harness/service.js';
+import { type Service, spawnService, startService } from '../../harness/service.js';
 import type { TcpProxy } from '../../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../../harness/valkey-server.js';
 import type { Check } from './fault-report.js';
-import { itemUrl, timedGet } from './http.js';
+import { itemUrl, type Readyz, readyz, timed } from './http.js';
 import { bump, listCounts } from './report.js';
 
 /** What every refusal phase works with. */
@@ -46,21 +40,6 @@ export const RECOVER_WITHIN_MS = 2_000;
 /** How long a frozen subscriber may go unnoticed (and L1 unflushed). */
 export const SUBSCRIBER_WITHIN_MS = 5_000;
 
-interface Readyz {
-  status?: string;
-  reason?: string;
-  details?: { coherence?: boolean };
-}
-
-async function readyz(url: string): Promise<Readyz> {
-  try {
-    const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(1_000) });
-    return (await r.json()) as Readyz;
-  } catch {
-    return {};
-  }
-}
-
 /** Ms until every instance's `/readyz` satisfies `ok` (polled every 25 ms), or undefined after `withinMs`. */
 async function untilAll(
   services: Service[],
@@ -79,7 +58,7 @@ async function untilAll(
 const ready = (r: Readyz) => r.status === 'ready';
 const ms = (x: number | undefined) => (x === undefined ? 'never' : `${x} ms`);
 
-/** A write's HTTP status and error code, tallied as `204`, `503 ECC_VALKEY_UNAVAILABLE`, … */
+/** A write's HTTP status, tallied with its error code as `PUT 200`, `DELETE 503 ECC_VALKEY_UNAVAILABLE`, … */
 async function write(
   method: 'PUT' | 'DELETE',
   d: RefusalDrill,
@@ -87,27 +66,18 @@ async function write(
   id: string,
   tally: Record<string, number>,
 ): Promise<number> {
-  try {
-    const r = await fetch(itemUrl(service.url, d.table, id), {
-      method,
-      ...(method === 'PUT'
-        ? { headers: { 'content-type': 'application/json' }, body: JSON.stringify({ id }) }
-        : {}),
-      signal: AbortSignal.timeout(d.requestTimeoutMs),
-    });
-    const body = await r.text();
-    const code = r.ok ? '' : ` ${(JSON.parse(body) as { error?: { code?: string } }).error?.code}`;
-    bump(tally, `${method} ${r.status}${code}`);
-    return r.status;
-  } catch {
-    bump(tally, `${method} no answer`);
-    return 0;
-  }
+  const json = method === 'PUT' ? { id } : undefined;
+  const r = await timed(itemUrl(service.url, d.table, id), d.requestTimeoutMs, method, json);
+  bump(
+    tally,
+    r.status === 0 ? `${method} no answer` : `${method} ${r.status}${r.code ? ` ${r.code}` : ''}`,
+  );
+  return r.status;
 }
 
 /** GETs `id` on `service`; the body, or '' when not 200. */
 async function body(d: RefusalDrill, service: Service, id: string): Promise<string> {
-  const r = await timedGet(itemUrl(service.url, d.table, id), d.requestTimeoutMs);
+  const r = await timed(itemUrl(service.url, d.table, id), d.requestTimeoutMs);
   return r.status === 200 ? r.body : '';
 }
 
@@ -222,23 +192,13 @@ export async function readOnlyAndBack(d: RefusalDrill, notes: string[]): Promise
   }
 }
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const MAIN = [resolve(HERE, '../../src/main.js'), resolve(HERE, '../../dist/src/main.js')].find(
-  (f) => existsSync(f),
-) as string;
-
 /** Starts the service on `config` expecting it to refuse: its exit code and stderr, within 15 s. */
 async function refusedStart(
   config: object,
   track: RefusalDrill['track'],
 ): Promise<{ code: number | null; stderr: string; ms: number }> {
-  const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
-  writeFileSync(file, stringify(config));
   const started = performance.now();
-  const child = spawn(process.execPath, [MAIN, '--config', file], {
-    env: { ...process.env, PORT: '0', LOG_LEVEL: 'error' },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawnService(config, 0, { stdio: ['ignore', 'ignore', 'pipe'] });
   track(child);
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
@@ -267,7 +227,7 @@ export async function aclWithoutChannels(d: RefusalDrill, notes: string[]): Prom
   try {
     const r = await readyz(s.url);
     const tally: Record<string, number> = {};
-    const got = await timedGet(itemUrl(s.url, d.table, id), d.requestTimeoutMs);
+    const got = await timed(itemUrl(s.url, d.table, id), d.requestTimeoutMs);
     bump(tally, `GET ${got.status}`);
     await write('PUT', d, s, id, tally);
     const reads = d.origin.readsOf(id) - reads0;
@@ -304,12 +264,7 @@ export async function frozenSubscriber(d: RefusalDrill, notes: string[]): Promis
   await body(d, b, id);
   const frozen = d.proxy.freeze('subscribe');
   const nonce = randomUUID();
-  const put = await fetch(itemUrl(a.url, d.table, id), {
-    method: 'PUT',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ nonce }),
-    signal: AbortSignal.timeout(d.requestTimeoutMs),
-  });
+  const put = await timed(itemUrl(a.url, d.table, id), d.requestTimeoutMs, 'PUT', { nonce });
   const started = performance.now();
   let seen: number | undefined;
   while (performance.now() - started < SUBSCRIBER_WITHIN_MS + 3_000) {

@@ -1,4 +1,5 @@
-/** What the drills' reports are made of: percentiles, rounding, tallies, and one table renderer. */
+/** What the drills' and benches' reports are made of: percentiles, rounding, tallies, rates, one table renderer. */
+import { cpus } from 'node:os';
 
 /** The p-th percentile (0–100) of `samples` by nearest rank; NaN when empty. */
 export function percentile(samples: number[], p: number): number {
@@ -65,3 +66,23 @@ export function columns(rows: Array<Array<string | number>>, header?: string[]):
   const rule = `  ${widths.map((w) => '-'.repeat(w)).join('-+-')}`;
   return [line(header), rule, ...rows.map(line)].join('\n');
 }
+
+/** Runs `op` in batches of 1 000 (each awaited unless `sync`) for `ms` milliseconds; operations per second. */
+export async function opsPerSecond(
+  ms: number,
+  op: (i: number) => unknown,
+  sync = false,
+): Promise<number> {
+  let n = 0;
+  const started = performance.now();
+  const end = started + ms;
+  while (performance.now() < end) {
+    if (sync) for (let i = 0; i < 1_000; i++) op(n++);
+    else for (let i = 0; i < 1_000; i++) await op(n++);
+  }
+  return n / ((performance.now() - started) / 1000);
+}
+
+/** `machine: 2 × <cpu model>, node v20…, linux`: the line a bench prints under its title. */
+export const machineLine = (): string =>
+  `machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, node ${process.version}, ${process.platform}`;
