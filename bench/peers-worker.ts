@@ -6,7 +6,7 @@
  * `concurrency` at a time), and reports every read's latency, the source
  * reads it made and the loader's own durations.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
+import { inLanes } from '../drills/lib/load.js';
 import { runWorker } from '../drills/lib/workers.js';
 import { makePeer, type PeerName, sleepLoader } from './peers-lib.js';
 
@@ -23,11 +23,6 @@ export interface Setup {
   policy?: Record<string, unknown>;
 }
 
-export interface Go {
-  kind: 'go';
-  atEpochMs: number;
-}
-
 export interface Result {
   latenciesMs: number[];
   failed: number;
@@ -35,7 +30,7 @@ export interface Result {
   loaderMs: number[];
 }
 
-runWorker<Setup, Go>(async (setup) => {
+runWorker<Setup>(async (setup) => {
   const loader = sleepLoader(setup.latencyMs);
   const peer = await makePeer(setup.peer, {
     valkey: setup.valkey,
@@ -43,8 +38,7 @@ runWorker<Setup, Go>(async (setup) => {
     load: loader.load,
     policy: setup.policy,
   });
-  const run = async ({ atEpochMs }: Go): Promise<Result> => {
-    await sleep(Math.max(0, atEpochMs - Date.now()));
+  const run = async (): Promise<Result> => {
     const latenciesMs: number[] = [];
     let failed = 0;
     const read = async (id: string) => {
@@ -60,11 +54,7 @@ runWorker<Setup, Go>(async (setup) => {
     if (shape.kind === 'herd') {
       await Promise.all(Array.from({ length: shape.readers }, () => read(shape.id)));
     } else {
-      let next = 0;
-      const lane = async () => {
-        while (next < shape.ids.length) await read(shape.ids[next++] as string);
-      };
-      await Promise.all(Array.from({ length: shape.concurrency }, lane));
+      await inLanes(shape.concurrency, shape.ids, read);
     }
     return {
       latenciesMs,

@@ -11,7 +11,7 @@ import { LRUCache } from 'lru-cache';
 import { drillArgs, float, int, text, valkeyOption } from '../drills/lib/cli.js';
 import { Reaper } from '../drills/lib/reaper.js';
 import { columns, machineLine, median, opsPerSecond, percentile } from '../drills/lib/report.js';
-import { runWorkers } from '../drills/lib/workers.js';
+import { runWorkers, together } from '../drills/lib/workers.js';
 import { zipfSampler } from '../drills/lib/zipf.js';
 import { makePeer, PEERS, type PeerName, sleepLoader, versionOf } from './peers-lib.js';
 import type { Result, Setup } from './peers-worker.js';
@@ -55,12 +55,7 @@ async function coldRound(
     shape,
     ...(policy === undefined ? {} : { policy }),
   }));
-  const results = await runWorkers<Result>(
-    WORKER,
-    setups,
-    async () => ({ message: { kind: 'go', atEpochMs: Date.now() + 200 }, resultWithinMs: 120_000 }),
-    reaper,
-  );
+  const results = await runWorkers<Result>(WORKER, setups, together(200, 120_000), reaper);
   const loader = results.flatMap((r) => r.loaderMs);
   return {
     latencies: results.flatMap((r) => r.latenciesMs),

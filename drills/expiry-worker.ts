@@ -12,7 +12,7 @@ import { ReadLog, type ReadSummary } from './lib/expiry-reads.js';
 import { errorCode } from './lib/http.js';
 import { byLabels, type MetricSample, parseMetrics } from './lib/metrics.js';
 import { loaded, loadFetch, originStore } from './lib/store.js';
-import { runWorker } from './lib/workers.js';
+import { type Go, runWorker } from './lib/workers.js';
 
 /** The freshness policy under test; the same in every instance (and in the parent's warm-up). */
 export interface ExpiryPolicy {
@@ -39,10 +39,8 @@ export interface Setup {
   waitedAtMs: number;
 }
 
-/** Parent → worker after `ready`: when to start reading and when to stop, epoch ms. */
-export interface Go {
-  kind: 'go';
-  atMs: number;
+/** Parent → worker after `ready`: start reading at `atEpochMs`, stop at `stopAtMs` (epoch ms). */
+export interface ExpiryGo extends Go {
   stopAtMs: number;
 }
 
@@ -89,7 +87,7 @@ async function clientLoop(t: Table, setup: Setup, stopAtMs: number, log: ReadLog
   }
 }
 
-runWorker<Setup, Go>(async (setup) => {
+runWorker<Setup, ExpiryGo>(async (setup) => {
   const { store, close } = await originStore(
     setup.valkey,
     setup.table,
@@ -99,8 +97,7 @@ runWorker<Setup, Go>(async (setup) => {
   const t = store.table(setup.table);
   await loadFetch(setup.template);
   const counter = (samples: MetricSample[], name: string) => byLabels(samples, name, setup.table);
-  const run = async ({ atMs, stopAtMs }: Go): Promise<WorkerResult> => {
-    await sleep(Math.max(0, atMs - Date.now()));
+  const run = async ({ stopAtMs }: ExpiryGo): Promise<WorkerResult> => {
     const log = new ReadLog(MAX_SLOW_READS);
     const refreshSamples: Array<[number, number, number]> = [];
     const sample = async () => {

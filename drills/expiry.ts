@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Origin, startOrigin } from '../harness/origin.js';
-import type { ExpiryPolicy, Go, Setup, WorkerResult } from './expiry-worker.js';
+import type { ExpiryGo, ExpiryPolicy, Setup, WorkerResult } from './expiry-worker.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { type ExpiryPlan, judgeExpiry, renderExpiry } from './lib/expiry-report.js';
 import { Reaper } from './lib/reaper.js';
@@ -90,7 +90,7 @@ async function main() {
       stopAtMs = t0Ms + (plan.expiries + 0.5) * plan.ttlMs;
       const atMs = Date.now() + GO_LEAD_MS;
       runMs = stopAtMs - atMs;
-      const message: Go = { kind: 'go', atMs, stopAtMs };
+      const message: ExpiryGo = { kind: 'go', atEpochMs: atMs, stopAtMs };
       return { message, resultWithinMs: stopAtMs - Date.now() + RESULT_GRACE_MS };
     };
     const setups = Array.from({ length: plan.instances }, () => setup);

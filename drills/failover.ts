@@ -28,7 +28,7 @@ import {
 } from './lib/fault-policy.js';
 import type { Check } from './lib/fault-report.js';
 import { itemUrl, timed } from './lib/http.js';
-import { Loops, pick } from './lib/load.js';
+import { inLanes, Loops, pick } from './lib/load.js';
 import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 
@@ -162,14 +162,10 @@ async function main(): Promise<FailoverReport> {
  */
 async function judgeFills(samples: ShardSample[], targets: string[], origin: Origin) {
   const cold = samples.filter((s) => s.kind === 'cold GET' && s.status === 200);
-  let next = 0;
-  const worker = async () => {
-    for (let s = cold[next++]; s !== undefined; s = cold[next++]) {
-      await timed(itemUrl(targets[1 - s.target] as string, TABLE, s.id), REQUEST_TIMEOUT_MS);
-      s.inL2 = origin.readsOf(s.id) === 1;
-    }
-  };
-  await Promise.all(Array.from({ length: 8 }, worker));
+  await inLanes(8, cold, async (s) => {
+    await timed(itemUrl(targets[1 - s.target] as string, TABLE, s.id), REQUEST_TIMEOUT_MS);
+    s.inL2 = origin.readsOf(s.id) === 1;
+  });
 }
 
 /** The laws, judged on what the clients and the source saw. */

@@ -5,7 +5,6 @@
  * fires `readers` concurrent cold reads of one id at the appointed moment, and
  * reports a {@link BurstResult}.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { ValkeyOptions } from '../src/valkey/client.js';
 import { burst, httpRead, type Read, storeRead } from './lib/burst.js';
 import { itemUrl } from './lib/http.js';
@@ -31,12 +30,6 @@ export interface Setup {
   serviceUrl?: string;
 }
 
-/** Parent → worker after `ready`: the wall-clock moment every worker fires, so all instances start together. */
-export interface Go {
-  kind: 'go';
-  atEpochMs: number;
-}
-
 /** The policy fields the drill sets on every regime's table. */
 export interface RegimePolicy {
   loadTimeoutMs: number;
@@ -45,14 +38,9 @@ export interface RegimePolicy {
   maxConcurrentLoads: number;
 }
 
-runWorker<Setup, Go>(async (setup) => {
+runWorker<Setup>(async (setup) => {
   const { table, id, readers } = setup;
-  const fire =
-    (read: Read) =>
-    async ({ atEpochMs }: Go) => {
-      await sleep(Math.max(0, atEpochMs - Date.now()));
-      return burst(read, readers);
-    };
+  const fire = (read: Read) => () => burst(read, readers);
   if (setup.via === 'http') {
     const base = setup.serviceUrl as string;
     // Open the burst's connections now, so the burst measures the store, not TCP handshakes.

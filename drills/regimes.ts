@@ -14,8 +14,8 @@ import { addCounts, columns, listCounts, p50p99 } from './lib/report.js';
 import { dropId } from './lib/store.js';
 import { barChartSvg } from './lib/svg.js';
 import { type DrillValkey, drillValkey } from './lib/valkey-target.js';
-import { runWorkers } from './lib/workers.js';
-import type { Go, RegimePolicy, Setup } from './regimes-worker.js';
+import { runWorkers, together } from './lib/workers.js';
+import type { RegimePolicy, Setup } from './regimes-worker.js';
 
 const args = drillArgs({
   instances: int(6, 1, 64),
@@ -31,8 +31,6 @@ const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'regimes-worker.
 const REGIMES = ['none', 'process', 'fleet'] as const;
 type Regime = (typeof REGIMES)[number];
 
-/** Lead time between `go` and the burst, so every instance fires at the same wall-clock moment. */
-const GO_LEAD_MS = 150;
 /** Longer than any reader can lawfully take: a wait (5 s) plus a load (4 s). */
 const RESULT_TIMEOUT_MS = 30_000;
 const POLICY: RegimePolicy = {
@@ -41,12 +39,6 @@ const POLICY: RegimePolicy = {
   waitTimeoutMs: 5_000,
   maxConcurrentLoads: args.readers,
 };
-
-/** Every worker fires at the same wall-clock moment, {@link GO_LEAD_MS} from now. */
-const go = async () => ({
-  message: { kind: 'go', atEpochMs: Date.now() + GO_LEAD_MS } satisfies Go,
-  resultWithinMs: RESULT_TIMEOUT_MS,
-});
 
 /** Fires one burst per instance at one fresh id in the regime's table and judges it. */
 async function runRegime(origin: Origin, valkey: DrillValkey, regime: Regime) {
@@ -74,7 +66,8 @@ async function runRegime(origin: Origin, valkey: DrillValkey, regime: Regime) {
       via === 'http'
         ? services.map((s) => setup(s.url))
         : Array.from({ length: instances }, () => setup());
-    results = await runWorkers<BurstResult>(WORKER, setups, go);
+    // Every instance fires at one wall-clock moment, 150 ms after `go`.
+    results = await runWorkers<BurstResult>(WORKER, setups, together(150, RESULT_TIMEOUT_MS));
   } finally {
     await Promise.all(services.map((s) => s.stop()));
     await dropId(admin, table, id);

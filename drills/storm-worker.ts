@@ -3,7 +3,6 @@
  * origin, then at the appointed moment `reads` reads of Zipf-distributed keys
  * from `concurrency` loops; it reports what it read and what it got.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { ValkeyOptions } from '../src/valkey/client.js';
 import { errorCode } from './lib/http.js';
 import { bump } from './lib/report.js';
@@ -28,12 +27,6 @@ export interface StormSetup {
   policy: Record<string, unknown>;
 }
 
-/** Parent → worker: fire at this wall-clock moment. */
-export interface StormGo {
-  kind: 'go';
-  atEpochMs: number;
-}
-
 /** What one worker saw. */
 export interface StormResult {
   /** Per distinct key read: the answers it got (JSON text, deduplicated). */
@@ -46,7 +39,7 @@ export interface StormResult {
   durationMs: number;
 }
 
-runWorker<StormSetup, StormGo>(async (setup) => {
+runWorker<StormSetup>(async (setup) => {
   const { store, close } = await originStore(setup.valkey, setup.table, setup.template, {
     coalescing: 'fleet',
     ...setup.policy,
@@ -54,8 +47,7 @@ runWorker<StormSetup, StormGo>(async (setup) => {
   await loadFetch(setup.template);
   const table = store.table(setup.table);
   const next = zipfSampler(setup.keys, setup.zipf, setup.seed);
-  const run = async ({ atEpochMs }: StormGo): Promise<StormResult> => {
-    await sleep(Math.max(0, atEpochMs - Date.now()));
+  const run = async (): Promise<StormResult> => {
     const answers = new Map<string, Set<string>>();
     const result: StormResult = {
       answers: {},

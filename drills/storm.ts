@@ -11,8 +11,8 @@ import { Reaper } from './lib/reaper.js';
 import { addCounts, columns, listCounts, p50p99, round } from './lib/report.js';
 import { dropId } from './lib/store.js';
 import { drillValkey } from './lib/valkey-target.js';
-import { runWorkers } from './lib/workers.js';
-import type { StormGo, StormResult, StormSetup } from './storm-worker.js';
+import { runWorkers, together } from './lib/workers.js';
+import type { StormResult, StormSetup } from './storm-worker.js';
 
 const args = drillArgs({
   instances: int(4, 1, 64),
@@ -26,7 +26,6 @@ const args = drillArgs({
 });
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'storm-worker.js');
-const GO_LEAD_MS = 200;
 /** The table policy: nothing expires or sheds during the storm, so every extra source read is a broken law. */
 const POLICY = {
   ttlMs: 600_000,
@@ -65,11 +64,7 @@ async function main() {
         policy: POLICY,
       }),
     );
-    const go = async () => ({
-      message: { kind: 'go', atEpochMs: Date.now() + GO_LEAD_MS } satisfies StormGo,
-      resultWithinMs: 120_000,
-    });
-    results = await runWorkers<StormResult>(WORKER, setups, go, reaper);
+    results = await runWorkers<StormResult>(WORKER, setups, together(200, 120_000), reaper);
   } finally {
     await origin?.close();
     for (let k = 1; k <= args.keys; k++) await dropId(valkey.admin, table, `${prefix}${k}`);

@@ -69,6 +69,19 @@ export class Loops<S> {
   }
 }
 
+/** Calls `fn` on every item from `lanes` concurrent lanes, each taking the next item when free. */
+export async function inLanes<T>(
+  lanes: number,
+  items: readonly T[],
+  fn: (item: T) => Promise<unknown>,
+): Promise<void> {
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) await fn(items[next++] as T);
+  };
+  await Promise.all(Array.from({ length: lanes }, lane));
+}
+
 /** A random element of `xs` (undefined when empty). */
 export const pick = <T>(xs: readonly T[]): T | undefined =>
   xs[Math.floor(Math.random() * xs.length)];

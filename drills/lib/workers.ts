@@ -4,7 +4,20 @@
  * `go`, then sends `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
  */
 import { fork } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Reaper } from './reaper.js';
+
+/** Parent → workers after `ready`: fire at `atEpochMs`, one wall-clock moment for all (and a tool's own fields). */
+export interface Go {
+  kind: 'go';
+  atEpochMs: number;
+}
+
+/** A `go` for {@link runWorkers}: every worker fires `leadMs` from now; their results within `resultWithinMs`. */
+export const together = (leadMs: number, resultWithinMs: number) => async () => ({
+  message: { kind: 'go', atEpochMs: Date.now() + leadMs } satisfies Go,
+  resultWithinMs,
+});
 
 /**
  * Forks `file`, sends it `setup`, and follows its messages: `ready` and
@@ -98,11 +111,11 @@ function fromParent<M>(kind: string): Promise<M> {
 
 /**
  * Worker side: the whole life of a worker. `prepare` gets the parent's setup
- * and returns `run`; the worker then answers `ready`, waits for `go`, sends
- * what `run(go)` returns as its result, calls `close` and exits 0. Any error
+ * and returns `run`; the worker then answers `ready`, waits for `go` and its
+ * `atEpochMs`, sends what `run(go)` returns as its result, calls `close` and exits 0. Any error
  * is sent to the parent (exit 2); a lost parent exits 3.
  */
-export function runWorker<S extends { kind: 'setup' }, G extends { kind: 'go' }>(
+export function runWorker<S extends { kind: 'setup' }, G extends Go = Go>(
   prepare: (setup: S) => Promise<{ run(go: G): Promise<object>; close(): Promise<void> }>,
 ): void {
   const main = async () => {
@@ -113,7 +126,9 @@ export function runWorker<S extends { kind: 'setup' }, G extends { kind: 'go' }>
     const { run, close } = await prepare(setup);
     try {
       await sendToParent({ kind: 'ready' });
-      await sendToParent({ kind: 'result', ...(await run(await go)) });
+      const g = await go;
+      await sleep(Math.max(0, g.atEpochMs - Date.now()));
+      await sendToParent({ kind: 'result', ...(await run(g)) });
     } finally {
       await close();
     }
