@@ -12,7 +12,7 @@ import type { ExpiryGo, ExpiryPolicy, Setup, WorkerResult } from './expiry-worke
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { type ExpiryPlan, judgeExpiry, renderExpiry } from './lib/expiry-report.js';
 import { Reaper } from './lib/reaper.js';
-import { connectAdmin, dropId, layerOf, loaded, originStore } from './lib/store.js';
+import { connectAdmin, dropId, originStore } from './lib/store.js';
 import { runWorkers } from './lib/workers.js';
 
 const args = drillArgs({
@@ -39,7 +39,7 @@ async function warm(origin: Origin, policy: ExpiryPolicy, id: string): Promise<n
   const { store, close } = await originStore(args.valkey, TABLE, origin.template, policy);
   try {
     const r = await store.table(TABLE).get(id);
-    if (!loaded(r)) throw new Error(`warm-up answered from ${layerOf(r)}, not the source`);
+    if (r.layer !== 'origin') throw new Error(`warm-up answered from ${r.layer}, not the source`);
   } finally {
     await close();
   }

@@ -172,13 +172,10 @@ function report(
   origin: Origin,
   requested: Set<string>,
   hotIds: string[],
-  t: {
-    signalled: number;
-    notReadySeenMs: number;
-    lastAnswerByAMs: number;
-    exitedMs: number;
-    readyAgainMs: number;
-  },
+  t: Record<
+    'signalled' | 'notReadySeenMs' | 'lastAnswerByAMs' | 'exitedMs' | 'readyAgainMs',
+    number
+  >,
 ) {
   const phases = ['baseline', 'drain', 'restart', 'after'].map((phase) => {
     const s = client.samples.filter((x) => x.phase === phase);

@@ -14,6 +14,7 @@ import { errorCode, itemUrl } from './lib/http.js';
 import { inLanes } from './lib/load.js';
 import { metric, scrape } from './lib/metrics.js';
 import { hotId, type Kind, mixedLoad } from './lib/mix.js';
+import { Reaper } from './lib/reaper.js';
 import { bump } from './lib/report.js';
 import { type AtRest, type MemorySample, renderSoak, soakReport } from './lib/soak-report.js';
 import { connectAdmin, dropTable } from './lib/store.js';
@@ -111,20 +112,15 @@ async function main() {
   const table = `soak-${tag}`;
   let service: Service | undefined;
   let origin: Origin | undefined;
+  const reaper = new Reaper(); // the service dies with the drill, however it ends
   // Bounded: startup, warm-up, the run, the settle and the shutdown fit well within this.
   const watchdog = setTimeout(
     () => {
       process.stderr.write(`soak drill: still running after ${seconds + 120} s; giving up\n`);
-      service?.process.kill('SIGKILL');
       process.exit(2);
     },
     (seconds + 120) * 1000,
   );
-  const onSignal = () => {
-    service?.process.kill('SIGKILL');
-    process.exit(2);
-  };
-  process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
   let redis: Redis | undefined;
   try {
     redis = await connectAdmin(valkey);
@@ -143,6 +139,7 @@ async function main() {
         },
       },
     });
+    reaper.track(service.process);
     const url = service.url;
     const ready = (await (await fetch(`${url}/readyz`)).json()) as { status?: string };
     if (ready.status !== 'ready') throw new Error(`the service is ${ready.status}, not ready`);

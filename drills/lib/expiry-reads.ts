@@ -5,7 +5,7 @@
  */
 import type { ReadResult } from '../../src/store/types.js';
 import { bump, p50p99, round } from './report.js';
-import { type Layer, layerOf } from './store.js';
+import type { Layer } from './store.js';
 
 /** What one instance's reads saw of one value (a generation: the origin's read number `gen`). */
 export interface GenerationSeen {
@@ -70,7 +70,7 @@ export class ReadLog {
       bump(s.errorCodes, code ?? 'Error');
     }
     if ((waited || r === undefined) && s.slowReads.length < this.maxSlowReads) {
-      const source = r === undefined ? 'error' : layerOf(r);
+      const source = r === undefined ? 'error' : r.layer;
       s.slowReads.push({ atMs, ms: round(ms), source, gen, stale, waited, code });
     }
     if (r === undefined) return;

@@ -12,12 +12,6 @@ import { redactUrl, type ValkeyOptions } from '../../src/valkey/client.js';
 /** The layer that answered a read. */
 export type Layer = ReadResult['layer'];
 
-/** Which layer answered `r`. */
-export const layerOf = (r: ReadResult): Layer => r.layer;
-
-/** The loader ran for this read (the answer came from the source). */
-export const loaded = (r: ReadResult): boolean => layerOf(r) === 'origin';
-
 /** A store with one table, `table`, whose loader GETs the origin's item `template`; `valkey` as `createStore` takes it. */
 export async function originStore(
   valkey: string | ValkeyOptions,
