@@ -7,10 +7,10 @@ import { fork } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Reaper } from './reaper.js';
 
-/** Parent → workers after `ready`: fire at `atEpochMs`, one wall-clock moment for all (and a tool's own fields). */
+/** Parent → workers after `ready`: fire at `atEpochMs` (one wall-clock moment for all; default at once), with a tool's own fields. */
 export interface Go {
   kind: 'go';
-  atEpochMs: number;
+  atEpochMs?: number;
 }
 
 /** A `go` for {@link runWorkers}: every worker fires `leadMs` from now; their results within `resultWithinMs`. */
@@ -127,7 +127,7 @@ export function runWorker<S extends { kind: 'setup' }, G extends Go = Go>(
     try {
       await sendToParent({ kind: 'ready' });
       const g = await go;
-      await sleep(Math.max(0, g.atEpochMs - Date.now()));
+      await sleep(Math.max(0, (g.atEpochMs ?? 0) - Date.now()));
       await sendToParent({ kind: 'result', ...(await run(g)) });
     } finally {
       await close();
