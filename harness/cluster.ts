@@ -10,6 +10,11 @@
  * `cluster-node-timeout`, so that a failover takes seconds, not the default
  * 15 s. `replica-validity-factor 0` lets a replica be promoted however long
  * it was cut off.
+ *
+ * With `secure` (harness/secure.ts) the nodes are TLS-only (`--port 0`,
+ * `--tls-port`, `--tls-cluster yes`, `--tls-replication yes`, client
+ * certificates required), the `default` user has the admin password and the
+ * service has an ACL user of its own; `valkey` is then the service's section for it.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -18,6 +23,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
+import type { ValkeyOptions } from '../src/valkey/client.js';
+import {
+  aclServerArgs,
+  adminConnection,
+  cliArgs,
+  makeSecure,
+  type Secure,
+  serviceTls,
+  tlsServerArgs,
+} from './secure.js';
 import {
   ask,
   firstOnPath,
@@ -41,6 +56,11 @@ export interface ClusterOptions {
   track?: ValkeyServerOptions['track'];
   /** How long the cluster may take to form (every node says `cluster_state:ok`), ms. Default 30,000. */
   readyTimeoutMs?: number;
+  /**
+   * TLS only, an admin password and the service's ACL user (see harness/secure.ts); `true`
+   * makes a fresh CA and passwords in the cluster's directory. Default: plain, no AUTH.
+   */
+  secure?: Secure | true;
 }
 
 /** One node of the cluster and its role when the cluster formed. */
@@ -55,6 +75,10 @@ export interface LocalCluster {
   nodes: ClusterNode[];
   /** `host:port` of every node: the seed list of `valkey.cluster.nodes`. */
   seeds: string[];
+  /** The certificates and credentials, when started `secure`. */
+  secure: Secure | undefined;
+  /** The service's `valkey` section: the seeds, and with `secure` its TLS files and ACL user. */
+  valkey: ValkeyOptions;
   /** The node that currently owns `slot` as a primary (asked of a live node), or undefined. */
   primaryOf(slot: number): Promise<ClusterNode | undefined>;
   /**
@@ -123,6 +147,7 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
     ports.push(port);
   }
   const nodes: ClusterNode[] = [];
+  const secure = options.secure === true ? makeSecure(dir) : options.secure;
   const stop = async () => {
     await Promise.all(nodes.map((n) => n.stop()));
     rmSync(dir, { recursive: true, force: true });
@@ -138,8 +163,12 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
             ...['--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1_000)],
             ...['--cluster-require-full-coverage', 'no'],
             ...['--cluster-replica-validity-factor', '0'],
+            ...(secure === undefined
+              ? []
+              : [...tlsServerArgs(secure, port), '--tls-cluster', 'yes', ...aclServerArgs(secure)]),
           ],
           ...(options.track === undefined ? {} : { track: options.track }),
+          ...(secure === undefined ? {} : { connection: adminConnection(secure) }),
         }),
       ),
     );
@@ -147,12 +176,29 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
     const seeds = nodes.map((n) => n.address);
     await run(
       cliBinary(),
-      ['--cluster', 'create', ...seeds, '--cluster-replicas', String(replicas), '--cluster-yes'],
+      [
+        ...(secure === undefined ? [] : cliArgs(secure)),
+        ...[
+          '--cluster',
+          'create',
+          ...seeds,
+          '--cluster-replicas',
+          String(replicas),
+          '--cluster-yes',
+        ],
+      ],
       { timeout: options.readyTimeoutMs ?? 30_000 },
     );
     const cluster: LocalCluster = {
       nodes,
       seeds,
+      secure,
+      valkey: {
+        cluster: { nodes: seeds },
+        ...(secure === undefined
+          ? {}
+          : { tls: serviceTls(secure), username: secure.username, password: secure.password }),
+      },
       primaryOf: (slot) => primaryOf(nodes, slot),
       waitHealthy: (timeoutMs = 30_000) => waitHealthy(nodes, timeoutMs),
       stop,

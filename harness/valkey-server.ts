@@ -6,7 +6,7 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { freePort } from './free-port.js';
 
 /** Options of {@link spawnValkey}. */
@@ -23,13 +23,20 @@ export interface ValkeyServerOptions {
   track?: (child: ChildProcess) => void;
   /** How long each start may take to answer PING, ms. Default 10,000. */
   readyTimeoutMs?: number;
+  /**
+   * How the harness connects to this server (TLS options, the admin password) when its
+   * `args` make it TLS-only or password-protected (see harness/secure.ts). Default: plain, no AUTH.
+   */
+  connection?: RedisOptions;
 }
 
 /** A server process the caller controls. */
 export interface ValkeyServer {
-  /** `redis://127.0.0.1:<port>`. */
+  /** `redis://127.0.0.1:<port>` (`rediss://` when `connection` has TLS). */
   url: string;
   port: number;
+  /** How the harness connects to it ({@link ValkeyServerOptions.connection}); used by {@link ask}. */
+  connection?: RedisOptions;
   /** The current process (a restart replaces it). */
   readonly process: ChildProcess;
   readonly pid: number | undefined;
@@ -80,11 +87,11 @@ export async function spawnValkey(options: ValkeyServerOptions = {}): Promise<Va
     ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
     ...['--protected-mode', 'no', ...(options.args ?? [])],
   ];
-  const url = `redis://127.0.0.1:${port}`;
+  const url = `${options.connection?.tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${port}`;
   const launch = async (): Promise<ChildProcess> => {
     const child = spawn(binary, argv, { stdio: 'ignore' });
     options.track?.(child);
-    await waitForPing(url, options.readyTimeoutMs ?? 10_000, child);
+    await waitForPing(url, options.readyTimeoutMs ?? 10_000, child, options.connection);
     return child;
   };
   let child = await launch();
@@ -97,6 +104,7 @@ export async function spawnValkey(options: ValkeyServerOptions = {}): Promise<Va
   return {
     url,
     port,
+    ...(options.connection === undefined ? {} : { connection: options.connection }),
     get process() {
       return child;
     },
@@ -122,15 +130,17 @@ export function isRunning(server: ValkeyServer): boolean {
 /**
  * Runs `fn` on a short-lived connection of its own to the loopback server on
  * `server.port`: no reconnects or retries and no ready check (commands go as
- * soon as it connects), 1 s to connect, 2 s a command, closed when `fn` settles.
+ * soon as it connects), 1 s to connect, 2 s a command, closed when `fn` settles;
+ * over TLS and authenticated when the server has a `connection`.
  *
  * @throws {Error} what connecting or `fn` throws.
  */
 export async function ask<T>(
-  server: { readonly port: number },
+  server: { readonly port: number; readonly connection?: RedisOptions },
   fn: (r: Redis) => Promise<T>,
 ): Promise<T> {
   const r = new Redis(server.port, '127.0.0.1', {
+    ...server.connection,
     lazyConnect: true,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
@@ -152,12 +162,14 @@ export async function ask<T>(
  *
  * @param child the server process, when the caller started it: its exit fails
  *   the wait at once, and it is SIGKILLed when the wait times out.
+ * @param connection TLS options and password for a TLS-only or protected server.
  * @throws {Error} when it does not answer within `timeoutMs`.
  */
 export async function waitForPing(
   url: string,
   timeoutMs: number,
   child?: ChildProcess,
+  connection: RedisOptions = {},
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -165,6 +177,7 @@ export async function waitForPing(
       throw new Error(`the server at ${url} exited (${child.exitCode})`);
     }
     const client = new Redis(url, {
+      ...connection,
       lazyConnect: true,
       maxRetriesPerRequest: 0,
       retryStrategy: () => null,

@@ -139,8 +139,15 @@ async function main(): Promise<void> {
         config.valkey.cluster !== undefined
           ? { cluster: config.valkey.cluster.nodes }
           : config.valkey.sentinel !== undefined
-            ? { sentinel: config.valkey.sentinel }
+            ? // Its names only: the Sentinels' password stays out of the log.
+              {
+                sentinel: {
+                  sentinels: config.valkey.sentinel.sentinels,
+                  name: config.valkey.sentinel.name,
+                },
+              }
             : redactUrl(config.valkey.url),
+      tls: config.valkey.tls !== undefined || /^rediss:/i.test(config.valkey.url),
       valkeyReady: store.valkeyReady(),
       tables: Object.keys(tables),
       warming: lifecycle.warming,

@@ -11,7 +11,8 @@ import { Ajv } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
-import { readCaFile, usesTls, type ValkeyTlsOptions } from '../valkey/client.js';
+import { usesTls } from '../valkey/client.js';
+import { passwordSource, tlsOptions } from '../valkey/credentials.js';
 import {
   configSchema,
   type FileConfig,
@@ -73,8 +74,9 @@ const MAX_YAML_ALIAS_COUNT = 100;
  *    are validated the same way. `VALKEY_URL` replaces the file's `cluster` or
  *    `sentinel`, `VALKEY_CLUSTER_NODES` its `url` or `sentinel`; both at once are refused.
  *
- * A relative `valkey.tls.caFile` is resolved against the file's directory too,
- * and must be a readable PEM file.
+ * A relative `valkey.tls.caFile`, `certFile`, `keyFile`, `valkey.passwordFile` and
+ * `valkey.sentinel.passwordFile` are resolved against the file's directory too, and
+ * must be readable (PEM of their kind; a password file not empty).
  *
  * The defaults of `valkey`, `http` and `log` are filled in from the schema
  * (`configSchema`; listed in docs/configuration.md); table policy fields stay
@@ -83,9 +85,10 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * @throws {ConfigError} `ECC_BAD_CONFIG` when the file cannot be read or parsed
  *   (with its line; an alias bomb too), fails the schema, has no table or a
  *   reserved table name, has a `valkey.url` that does not parse (scheme redis/rediss,
- *   port 1–65535, db 0–15), has a `valkey.tls.caFile` that cannot be read or holds no PEM
- *   certificate, has a `valkey.tls` that the connection would not use (a `redis://` URL,
- *   a cluster, Sentinel), has an `idPattern` that does not compile or is unsafe, has a `warm` that names not exactly one of
+ *   port 1–65535, db 0–15), has a `valkey.tls` file that cannot be read or holds no PEM
+ *   block of its kind, a password file that cannot be read or is empty, a password given
+ *   twice or a username without one, a `valkey.tls` that the connection would not use
+ *   (a `redis://` URL), has an `idPattern` that does not compile or is unsafe, has a `warm` that names not exactly one of
  *   `ids`, `file` and `top`, or an override is invalid. The message names the file
  *   (or variable) and the field as a dotted path, e.g. `tables.products.ttlMs: must be
  *   integer`; `field` holds that path when one field is at fault.
@@ -128,30 +131,25 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   }
 
   applyEnv(config, env);
-  // Whether TLS is used at all before whether its CA file is good: one fix, not two.
+  // Whether TLS is used at all before whether its files are good: one fix, not two.
   checkTlsUsed(config.valkey, origin);
-  checkCaFile(config.valkey.tls, path === undefined ? undefined : dirname(origin), origin);
+  checkValkeyFiles(config.valkey, path === undefined ? undefined : dirname(origin), origin);
   return { ...config, origin };
 }
 
 /**
- * `valkey.tls` applies only to a `rediss://` URL: given with a plain `redis://`
- * URL (from the file or `VALKEY_URL`), or with a cluster or Sentinel set (which
- * connect without TLS), the connection would silently not use it.
+ * With `valkey.url`, `valkey.tls` applies only to a `rediss://` URL: given with
+ * a plain `redis://` URL (from the file or `VALKEY_URL`), the connection would
+ * silently not use it. A cluster or Sentinel set uses TLS exactly when it is given.
  *
  * @throws {ConfigError} naming `valkey.tls`.
  */
 function checkTlsUsed(valkey: FileConfig['valkey'], origin: string): void {
-  if (valkey.tls === undefined) return;
-  let plain: string;
-  if (valkey.cluster !== undefined)
-    plain = 'valkey.cluster (cluster connections do not use TLS yet)';
-  else if (valkey.sentinel !== undefined)
-    plain = 'valkey.sentinel (Sentinel connections do not use TLS yet)';
-  else if (usesTls(valkey.url ?? '')) return;
-  else plain = 'valkey.url is a redis:// URL (plain TCP; rediss:// uses TLS)';
+  if (valkey.tls === undefined || valkey.cluster !== undefined || valkey.sentinel !== undefined)
+    return;
+  if (usesTls(valkey.url ?? '')) return;
   throw new ConfigError(
-    `${origin}: valkey.tls: is set, but the connection would not use it: ${plain}; use a rediss:// URL or remove valkey.tls`,
+    `${origin}: valkey.tls: is set, but the connection would not use it: valkey.url is a redis:// URL (plain TCP; rediss:// uses TLS); use a rediss:// URL or remove valkey.tls`,
     { field: 'valkey.tls' },
   );
 }
@@ -292,18 +290,51 @@ function valkeyUrlProblem(url: string): string | undefined {
   return undefined;
 }
 
-/** Resolves a relative `valkey.tls.caFile` against `dir` and checks that it is a readable PEM file. */
-function checkCaFile(tls: ValkeyTlsOptions | undefined, dir: string | undefined, origin: string) {
-  if (tls?.caFile === undefined) return;
-  if (dir !== undefined) tls.caFile = resolve(dir, tls.caFile);
+/**
+ * Resolves the relative files of `valkey` (`tls.caFile`, `tls.certFile`,
+ * `tls.keyFile`, `passwordFile`, `sentinel.passwordFile`) against `dir`, and
+ * reads each once, as the connection will: so an unreadable file, a PEM file
+ * of the wrong kind, a password given twice or a username without one refuse
+ * the start, naming the field. A password given both in `valkey.url` and as
+ * `valkey.password`/`passwordFile` is refused too (which would win is not obvious).
+ */
+function checkValkeyFiles(valkey: FileConfig['valkey'], dir: string | undefined, origin: string) {
+  const at = (file: string | undefined) =>
+    file === undefined || dir === undefined ? file : resolve(dir, file);
+  const { tls, sentinel } = valkey;
+  if (tls !== undefined) {
+    for (const key of ['caFile', 'certFile', 'keyFile'] as const) {
+      if (tls[key] !== undefined) tls[key] = at(tls[key]);
+    }
+  }
+  if (valkey.passwordFile !== undefined) valkey.passwordFile = at(valkey.passwordFile);
+  if (sentinel?.passwordFile !== undefined) sentinel.passwordFile = at(sentinel.passwordFile);
   try {
-    readCaFile(tls.caFile);
+    if (tls !== undefined) tlsOptions(tls);
+    passwordSource(valkey, 'valkey');
+    if (sentinel !== undefined) passwordSource(sentinel, 'valkey.sentinel');
   } catch (err) {
-    // readCaFile's messages begin with `valkey.tls.caFile:`.
-    throw new ConfigError(`${origin}: ${(err as Error).message}`, {
-      field: 'valkey.tls.caFile',
-      cause: err,
-    });
+    if (!(err instanceof ConfigError)) throw err;
+    // These messages begin with the field (`valkey.tls.caFile: …`) and quote no password.
+    throw new ConfigError(`${origin}: ${err.message}`, { field: err.field, cause: err });
+  }
+  const inUrl =
+    valkey.cluster === undefined && valkey.sentinel === undefined && urlHasPassword(valkey.url);
+  if (inUrl && (valkey.password !== undefined || valkey.passwordFile !== undefined)) {
+    const field = valkey.password === undefined ? 'valkey.passwordFile' : 'valkey.password';
+    throw new ConfigError(
+      `${origin}: ${field}: cannot be used with a password in valkey.url (give it in one place)`,
+      { field },
+    );
+  }
+}
+
+/** Whether a Valkey URL carries a password (`redis://[user]:password@…`). */
+function urlHasPassword(url: string): boolean {
+  try {
+    return new URL(url).password !== '';
+  } catch {
+    return false;
   }
 }
 

@@ -291,6 +291,33 @@ export const TableSchema = Type.Object(
   { additionalProperties: false },
 );
 
+/**
+ * The ACL user and password fields of `prefix` (`valkey.` for the data nodes,
+ * `valkey.sentinel.` for the Sentinels), `whose` naming them in the descriptions.
+ */
+function credentialFields(whose: string, prefix: string) {
+  return {
+    username: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: `${whose} ACL user. Unset: \`default\` (the \`requirepass\` user). Needs \`${prefix}password\` or \`${prefix}passwordFile\`.`,
+      }),
+    ),
+    password: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: `${whose} password (or AUTH token), inline; never logged or repeated in errors. Not with \`${prefix}passwordFile\`.`,
+      }),
+    ),
+    passwordFile: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: `A file holding ${whose.toLowerCase()} password (trailing newline trimmed), relative to the config file's directory: a mounted secret. Read at start (unreadable or empty: refused) and again whenever a connection is (re)established, so a rotated password is used without a restart.`,
+      }),
+    ),
+  };
+}
+
 /** `valkey`: how the service reaches Valkey (or Redis). */
 export const ValkeySchema = Type.Object(
   {
@@ -312,7 +339,7 @@ export const ValkeySchema = Type.Object(
         {
           additionalProperties: false,
           description:
-            'A Valkey/Redis Cluster (`VALKEY_CLUSTER_NODES=host:port,host:port` sets it from the environment). Not with `url` or `sentinel`; without TLS or credentials. See operations.md#cluster.',
+            'A Valkey/Redis Cluster (`VALKEY_CLUSTER_NODES=host:port,host:port` sets it from the environment). Not with `url` or `sentinel`. With `valkey.tls`, every node is reached over TLS (run the nodes with `tls-cluster yes`, so the addresses they hand out are TLS ports); `valkey.username` and `valkey.password`/`passwordFile` are used on every node. See operations.md#cluster.',
         },
       ),
     ),
@@ -328,14 +355,16 @@ export const ValkeySchema = Type.Object(
             minLength: 1,
             description: 'The name the Sentinels monitor the primary under.',
           }),
+          ...credentialFields("The Sentinels' own", 'valkey.sentinel.'),
         },
         {
           additionalProperties: false,
           description:
-            'A primary with replicas managed by Sentinel: the primary is asked of the Sentinels, and a failover is followed without a restart. Not with `url` or `cluster`; without TLS or credentials. See operations.md#sentinel.',
+            'A primary with replicas managed by Sentinel: the primary is asked of the Sentinels, and a failover is followed without a restart. Not with `url` or `cluster`. With `valkey.tls`, the Sentinels and the primary are both reached over TLS; the primary takes `valkey.username` and `valkey.password`/`passwordFile`, the Sentinels their own below. See operations.md#sentinel.',
         },
       ),
     ),
+    ...credentialFields("The data nodes'", 'valkey.'),
     commandTimeoutMs: ms('A Valkey command not answered within this fails.', 1_000),
     connectTimeoutMs: ms(
       'A connection attempt not established within this fails; also how long start-up waits for Valkey before starting degraded.',
@@ -365,14 +394,28 @@ export const ValkeySchema = Type.Object(
             Type.String({
               minLength: 1,
               description:
-                "The name sent as SNI and checked against the server's certificate. Unset: the URL's host.",
+                "The name sent as SNI and checked against the server's certificate. Unset: the host connected to.",
+            }),
+          ),
+          certFile: Type.Optional(
+            Type.String({
+              minLength: 1,
+              description:
+                "PEM file of a client certificate, for servers that ask for one (`tls-auth-clients yes`), relative to the config file's directory. With `keyFile`.",
+            }),
+          ),
+          keyFile: Type.Optional(
+            Type.String({
+              minLength: 1,
+              description:
+                "PEM file of the client certificate's private key, relative to the config file's directory. With `certFile`.",
             }),
           ),
         },
         {
           additionalProperties: false,
           description:
-            "TLS settings for a `rediss://` URL (refused at start with a `redis://` URL, a cluster or Sentinel, which would not use them). Unset: Node's built-in roots, verified, SNI from the URL's host.",
+            "TLS to Valkey: with `url`, for a `rediss://` URL (refused at start with a `redis://` URL, which would not use it); with `cluster`, to every node; with `sentinel`, to the Sentinels and the primary. Every file is read at start (unreadable, or no PEM block of its kind: refused, naming the field). Unset: plain TCP for a cluster or Sentinel; for `rediss://`, Node's built-in roots, verified, SNI from the URL's host.",
         },
       ),
     ),

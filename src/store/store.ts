@@ -12,6 +12,7 @@ import { newCounters, StoreMetrics } from '../metrics.js';
 import { Admission } from '../protection/admission.js';
 import type { BreakerOptions, DegradedReason } from '../valkey/breaker.js';
 import { createValkeyClient, type ValkeyOptions, waitReady } from '../valkey/client.js';
+import { tlsOptions } from '../valkey/credentials.js';
 import {
   checkAccess,
   type EvictionPolicy,
@@ -152,7 +153,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   const log = options.logger ?? pino({ level: 'silent' });
   const ownsClient = typeof options.valkey === 'string' || !('status' in options.valkey);
   if (typeof options.valkey !== 'string' && !('status' in options.valkey)) {
-    for (const unreachable of await checkTopology(options.valkey)) {
+    const tls = options.valkey.tls === undefined ? undefined : tlsOptions(options.valkey.tls);
+    for (const unreachable of await checkTopology(options.valkey, tls)) {
       log.warn({ node: unreachable }, 'valkey seed node did not answer at start-up');
     }
   }
@@ -221,8 +223,9 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   if (missing.length > 0) {
     valkey.off('error', onError);
     await release();
-    throw new ConfigError(`valkey.url: the Valkey user may not ${missing.join('; nor ')}`, {
-      field: 'valkey.url',
+    const field = rightsField(options.valkey);
+    throw new ConfigError(`${field}: the Valkey user may not ${missing.join('; nor ')}`, {
+      field,
     });
   }
   if (!coherence)
@@ -358,4 +361,10 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
   if (subscription !== undefined) deps.subscribed.set(name, subscription);
   table = new Table(ctx, l1, owner, deps.hitNow);
   return table;
+}
+
+/** The field naming the Valkey user whose rights fall short: `valkey.username` when given, else `valkey.url`. */
+function rightsField(valkey: StoreOptions['valkey']): string {
+  const named = typeof valkey === 'object' && 'username' in valkey && valkey.username !== undefined;
+  return named ? 'valkey.username' : 'valkey.url';
 }

@@ -1,7 +1,12 @@
-import { readFileSync } from 'node:fs';
-import type { ConnectionOptions } from 'node:tls';
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
-import { ConfigError } from '../errors.js';
+import {
+  type Credentials,
+  type PasswordSource,
+  passwordSource,
+  refreshPassword,
+  tlsOptions,
+  type ValkeyTlsOptions,
+} from './credentials.js';
 import {
   type ClusterSettings,
   createClusterClient,
@@ -10,26 +15,16 @@ import {
   sentinelOptions,
 } from './topology.js';
 
-/** TLS settings of a `rediss://` connection; ignored with a `redis://` URL. */
-export interface ValkeyTlsOptions {
-  /**
-   * PEM file of the CA certificate(s) that signed the server's certificate.
-   * When set, these CAs are trusted *instead of* Node's built-in roots.
-   * Default: Node's built-in roots.
-   */
-  caFile?: string;
-  /** Refuse a server whose certificate does not verify. Default true; false is for experiments only. */
-  rejectUnauthorized?: boolean;
-  /** The name sent as SNI and checked against the server's certificate. Default: the URL's host. */
-  servername?: string;
-}
+export { readCaFile, type ValkeyTlsOptions } from './credentials.js';
 
 /**
  * How the store reaches Valkey: one server (`url`), a cluster (`cluster`) or
  * a Sentinel-managed primary (`sentinel`); with more than one, `cluster` wins,
- * then `sentinel`. All durations are milliseconds.
+ * then `sentinel`. All durations are milliseconds. `username` and
+ * `password`/`passwordFile` are the data nodes' ACL user (on every node of a
+ * cluster; the Sentinels' own are `sentinel.username`…).
  */
-export interface ValkeyOptions {
+export interface ValkeyOptions extends Credentials {
   /** `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS. */
   url?: string;
   /** A Valkey/Redis Cluster, found through its seed nodes. */
@@ -40,7 +35,12 @@ export interface ValkeyOptions {
   commandTimeoutMs?: number;
   /** A connection attempt (TLS handshake included) not established within this fails and is retried. Default 2,000. */
   connectTimeoutMs?: number;
-  /** TLS settings; used only when `url` is `rediss://`. */
+  /**
+   * TLS settings. With `url`, used when it is `rediss://`; with `cluster`,
+   * given means every node connection is TLS (the nodes run `tls-cluster yes`,
+   * so the addresses they hand out are TLS ports); with `sentinel`, given means
+   * TLS to the Sentinels and to the primary.
+   */
   tls?: ValkeyTlsOptions;
 }
 
@@ -54,13 +54,18 @@ export interface ValkeyOptions {
  * `READONLY` reply (a demoted primary) reconnects at once.
  *
  * A `rediss://` URL connects over TLS, verified against `tls.caFile` when
- * given. A refused password or certificate is not thrown: the client keeps
- * retrying (the store runs degraded meanwhile). The client and its
- * `duplicate()`s never expose the password in the errors they emit.
+ * given; a cluster or Sentinel set does with `tls` given. A refused password
+ * or certificate is not thrown: the client keeps retrying (the store runs
+ * degraded meanwhile). A `passwordFile` is read again before every
+ * (re)connect, of every connection (each cluster node's, the subscriber's,
+ * the Sentinels'). The client and its `duplicate()`s never expose the
+ * password in the errors they emit.
  *
- * @throws {ConfigError} `ECC_BAD_CONFIG` naming `valkey.tls.caFile` when that file cannot be read or holds no PEM certificate.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming the `valkey.tls` file that cannot be read or
+ *   holds no PEM block of its kind, or the credential field at fault (see {@link passwordSource}).
  */
 export function createValkeyClient(options: ValkeyOptions): Redis | Cluster {
+  const password = passwordSource(options, 'valkey');
   const redisOptions: RedisOptions = {
     commandTimeout: options.commandTimeoutMs ?? 1_000,
     connectTimeout: options.connectTimeoutMs ?? 2_000,
@@ -73,17 +78,40 @@ export function createValkeyClient(options: ValkeyOptions): Redis | Cluster {
     retryStrategy: reconnectBackoff,
     reconnectOnError: reconnectOnReadOnly(),
     lazyConnect: false,
+    ...(options.username === undefined ? {} : { username: options.username }),
+    ...credentialOption(password),
   };
-  if (options.cluster !== undefined) return createClusterClient(options.cluster, redisOptions);
+  const tls = options.tls === undefined ? undefined : tlsOptions(options.tls);
+  if (options.cluster !== undefined) {
+    return createClusterClient(
+      options.cluster,
+      { ...redisOptions, ...(tls === undefined ? {} : { tls }) },
+      password,
+    );
+  }
   if (options.sentinel !== undefined) {
-    return new ValkeyClient({ ...redisOptions, ...sentinelOptions(options.sentinel) });
+    const sentinel = sentinelOptions(options.sentinel, tls);
+    return new ValkeyClient(
+      { ...redisOptions, ...sentinel.options },
+      {
+        password,
+        sentinelPassword: sentinel.password,
+      },
+    );
   }
   const url = options.url ?? 'redis://127.0.0.1:6379';
   // ioredis turns TLS on for a rediss:// URL with `tls: true` only when no `tls`
   // is given; an object keeps it on and adds our settings. Given for every
   // rediss:// URL (ioredis's own test is case-sensitive) so TLS is never dropped.
-  if (usesTls(url)) redisOptions.tls = tlsOptions(options.tls ?? {});
-  return new ValkeyClient(url, redisOptions);
+  if (usesTls(url)) redisOptions.tls = tls ?? tlsOptions({});
+  const fromFile = options.passwordFile === undefined ? {} : { password };
+  return new ValkeyClient(redisOptions, fromFile, url);
+}
+
+/** `password` for ioredis when there is one now (an absent password leaves the URL's in place). */
+function credentialOption(password: PasswordSource): { password?: string } {
+  const now = password();
+  return now === undefined ? {} : { password: now };
 }
 
 /** Whether a connection to `url` uses TLS: a `rediss://` URL, in any case. */
@@ -109,36 +137,6 @@ function reconnectOnReadOnly(): (err: Error) => boolean {
   };
 }
 
-function tlsOptions(tls: ValkeyTlsOptions): ConnectionOptions {
-  return {
-    rejectUnauthorized: tls.rejectUnauthorized ?? true,
-    ...(tls.caFile === undefined ? {} : { ca: readCaFile(tls.caFile) }),
-    ...(tls.servername === undefined ? {} : { servername: tls.servername }),
-  };
-}
-
-/**
- * Reads a PEM file of CA certificates (Node ignores a `ca` that is not PEM,
- * which would only show later as a refused handshake).
- *
- * @returns the file's text.
- * @throws {ConfigError} `ECC_BAD_CONFIG`, message starting `valkey.tls.caFile:`, when the file cannot be read or holds no PEM certificate.
- */
-export function readCaFile(file: string): string {
-  let pem: string;
-  try {
-    pem = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new ConfigError(`valkey.tls.caFile: cannot read the file: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
-  if (!pem.includes('-----BEGIN CERTIFICATE-----')) {
-    throw new ConfigError(`valkey.tls.caFile: ${file} holds no PEM certificate`);
-  }
-  return pem;
-}
-
 /**
  * An ioredis client whose emitted errors carry no credentials: ioredis puts a
  * failed command's arguments on its reply error (`err.command.args`), and for
@@ -146,8 +144,24 @@ export function readCaFile(file: string): string {
  * `duplicate()` (the store's subscriber connection) returns one too.
  */
 class ValkeyClient extends Redis {
+  readonly #sources: PasswordSources;
+
+  /**
+   * @param sources where the data nodes' and the Sentinels' passwords come from on each
+   *   (re)connect; one not given keeps the value in `options` (or in `url`).
+   * @param url a `redis://` URL whose host, port, db and credentials come before `options`'.
+   */
+  constructor(options: RedisOptions, sources: PasswordSources, url?: string) {
+    // ioredis merges its arguments, earlier ones winning: the URL, then the options.
+    super(...((url === undefined ? [options] : [url, options]) as [RedisOptions]));
+    this.#sources = sources;
+    if (sources.password !== undefined) refreshPassword(this, sources.password);
+    if (sources.sentinelPassword !== undefined)
+      refreshPassword(this, sources.sentinelPassword, 'sentinelPassword');
+  }
+
   override duplicate(override?: Partial<RedisOptions>): Redis {
-    return new ValkeyClient({ ...this.options, ...override });
+    return new ValkeyClient({ ...this.options, ...override }, this.#sources);
   }
 
   // ioredis rejects the commands it flushes with the same error object
@@ -156,6 +170,12 @@ class ValkeyClient extends Redis {
     if (event === 'error') redactAuthArgs(args[0]);
     return super.emit(event, ...args);
   }
+}
+
+/** Where a client's passwords come from on each (re)connect (see {@link refreshPassword}). */
+interface PasswordSources {
+  password?: PasswordSource;
+  sentinelPassword?: PasswordSource;
 }
 
 function redactAuthArgs(err: unknown): void {

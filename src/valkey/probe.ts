@@ -16,6 +16,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { eventsChannel } from '../l2/scripts.js';
 import { SCRIPT_ACL_REFUSAL } from './breaker.js';
+import { isCluster, keySlot } from './slots.js';
 
 /**
  * probe — KEYS: a probe key of the table. ARGV: channel ('' with coherence
@@ -76,6 +77,7 @@ export interface Refusal {
  * Runs the probe once (`EVALSHA`, so it needs the scripting right too).
  *
  * @param channel the table's channel, or '' when coherence is off.
+ * @param key the probe key (default {@link probeKey}; on one cluster node, a key of its slots).
  * @returns the commands the server refused (none when healthy).
  * @throws whatever the command throws (a timeout; `NOPERM` when the user may
  *   not run scripts or touch the key).
@@ -84,10 +86,11 @@ export async function runProbe(
   client: Redis | Cluster,
   table: string,
   channel: string,
+  key = probeKey(table),
 ): Promise<Refusal[]> {
   const c = client as ProbeClient;
   defineProbe(c);
-  const flat = await c.eccProbe(probeKey(table), channel, 'report');
+  const flat = await c.eccProbe(key, channel, 'report');
   const refused: Refusal[] = [];
   for (let i = 0; i + 1 < flat.length; i += 2) {
     refused.push({ command: String(flat[i]), error: String(flat[i + 1]) });
@@ -221,10 +224,15 @@ export async function readEvictionPolicy(client: Redis | Cluster): Promise<Evict
 /**
  * The start-up access check: the probe on every table (its channel too with
  * coherence on), and the outcome of every table's subscription, each bounded
- * by `timeoutMs`.
+ * by `timeoutMs`. On a cluster the probe runs on every node, primaries and
+ * replicas (ACL users are per node, and a replica is a primary after a
+ * failover): on each through its own connection, with a probe key of a slot
+ * that node serves; a replica's refusal of a write for being a replica
+ * (`READONLY`) is not a missing right, but its ACL's `NOPERM` is.
  *
  * @param subscribed per table, its subscription (resolves false when refused); empty with coherence off.
- * @returns the missing rights, as sentences naming the ACL rule to grant (none: all is well).
+ * @returns the missing rights, as sentences naming the ACL rule to grant and, on a cluster,
+ *   the nodes (`host:port`) that lack it (none: all is well).
  */
 export async function checkAccess(
   client: Redis | Cluster,
@@ -233,19 +241,71 @@ export async function checkAccess(
   coherence: boolean,
   timeoutMs: number,
 ): Promise<string[]> {
+  const targets = isCluster(client) ? clusterTargets(client) : [{ node: '', client }];
   const perTable = await Promise.all(
     tables.map(async (table) => {
       const channel = coherence ? eventsChannel(table) : '';
-      const outcome = await within(
-        runProbe(client, table, channel).catch((err: unknown) => err as Error),
-        timeoutMs,
-      );
       const sub = subscribed.get(table);
       const ok = sub === undefined ? undefined : await within(sub, timeoutMs);
-      return outcome === undefined ? [] : missingRights(table, outcome, ok);
+      const perNode = await Promise.all(
+        targets.map(async (t) => {
+          const key = t.slot === undefined ? probeKey(table) : slotProbeKey(table, t.slot);
+          const outcome = await within(
+            runProbe(t.client, table, channel, key).catch((err: unknown) => err as Error),
+            timeoutMs,
+          );
+          return {
+            node: t.node,
+            rights: outcome === undefined ? [] : missingRights(table, outcome, ok),
+          };
+        }),
+      );
+      return onNodes(perNode);
     }),
   );
   return [...new Set(perTable.flat())];
+}
+
+/** One connection the access check probes: a cluster node (`host:port`, a slot it serves) or the client. */
+interface ProbeTarget {
+  node: string;
+  client: Redis | Cluster;
+  slot?: number;
+}
+
+/** Every node of `cluster`'s slot map, each with the first slot it serves (as primary or replica). */
+function clusterTargets(cluster: Cluster): ProbeTarget[] {
+  const slotOf = new Map<string, number>();
+  cluster.slots.forEach((nodes, slot) => {
+    for (const node of nodes ?? []) if (!slotOf.has(node)) slotOf.set(node, slot);
+  });
+  return cluster.nodes('all').flatMap((redis) => {
+    const node = `${redis.options.host}:${redis.options.port}`;
+    const slot = slotOf.get(node);
+    return slot === undefined ? [] : [{ node, client: redis, slot }];
+  });
+}
+
+/**
+ * A probe key of `table` in hash slot `slot`: `ecc:<table>:probe:{<n>}` for
+ * the first n that hashes there (covered by the same ACL patterns as
+ * {@link probeKey}; at most a few tens of thousands of tries, once per node at start-up).
+ */
+export function slotProbeKey(table: string, slot: number): string {
+  for (let n = 0; ; n++) {
+    if (keySlot(`{${n}}`) === slot) return `ecc:${table}:probe:{${n}}`;
+  }
+}
+
+/** The nodes' missing rights as one list: each right once, naming the nodes that lack it. */
+function onNodes(perNode: { node: string; rights: string[] }[]): string[] {
+  const nodesOf = new Map<string, string[]>();
+  for (const { node, rights } of perNode) {
+    for (const right of rights) nodesOf.set(right, [...(nodesOf.get(right) ?? []), node]);
+  }
+  return [...nodesOf].map(([right, nodes]) =>
+    nodes[0] === '' ? right : `${right} (on ${nodes.join(', ')})`,
+  );
 }
 
 /** What `promise` resolves with, or undefined after `ms` (its rejection, if it rejects first). */

@@ -3,8 +3,15 @@
  * options for a Sentinel-managed primary, and the start-up checks that turn a
  * wrong seed list into a clear error naming the field.
  */
+import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ConfigError } from '../errors.js';
+import {
+  type Credentials,
+  type PasswordSource,
+  passwordSource,
+  refreshPassword,
+} from './credentials.js';
 
 /** `valkey.cluster`: a Valkey/Redis Cluster, found through its seed nodes. */
 export interface ClusterSettings {
@@ -12,8 +19,12 @@ export interface ClusterSettings {
   nodes: string[];
 }
 
-/** `valkey.sentinel`: a primary with replicas, watched by Sentinels. */
-export interface SentinelSettings {
+/**
+ * `valkey.sentinel`: a primary with replicas, watched by Sentinels. Its
+ * `username` and `password`/`passwordFile` are the Sentinels' own (their
+ * `requirepass` or ACL user); the primary's are `valkey.username`….
+ */
+export interface SentinelSettings extends Credentials {
   /** Sentinels, `host:port`. At least one. */
   sentinels: string[];
   /** The name the Sentinels monitor the primary under (`sentinel monitor <name> …`). */
@@ -67,7 +78,11 @@ export function parseAddress(text: string, field: string): Address {
  * `retryDelayOnFailover`, so a cold node would cost the first burst of misses
  * 100 ms each, and let a burst's later misses find another instance's fill.
  */
-export function createClusterClient(settings: ClusterSettings, nodeOptions: RedisOptions): Cluster {
+export function createClusterClient(
+  settings: ClusterSettings,
+  nodeOptions: RedisOptions,
+  password?: PasswordSource,
+): Cluster {
   const {
     retryStrategy: _r,
     enableOfflineQueue: _q,
@@ -86,6 +101,7 @@ export function createClusterClient(settings: ClusterSettings, nodeOptions: Redi
     },
   );
   cluster.on('+node', (node: Redis) => {
+    if (password !== undefined) refreshPassword(node, password);
     if (node.status === 'wait') node.connect().catch(() => {});
   });
   return cluster;
@@ -98,14 +114,40 @@ export function createClusterClient(settings: ClusterSettings, nodeOptions: Redi
  * `READONLY`, on which every client reconnects: see `createValkeyClient`).
  * ioredis's `failoverDetector` is left off: its Sentinel connections outlive
  * `disconnect()` and report errors nobody listens to.
+ *
+ * With `tls`, the Sentinels and the primary are both reached over TLS with it.
+ *
+ * @returns the options, and where the Sentinels' password comes from on each connection.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming a malformed `valkey.sentinel.sentinels.<i>`,
+ *   or the Sentinel credential field at fault (see {@link passwordSource}).
  */
-export function sentinelOptions(settings: SentinelSettings): RedisOptions {
+export function sentinelOptions(
+  settings: SentinelSettings,
+  tls?: ConnectionOptions,
+): { options: RedisOptions; password: PasswordSource } {
+  const password = passwordSource(settings, 'valkey.sentinel');
+  const now = password();
   return {
-    sentinels: settings.sentinels.map((s, i) => parseAddress(s, `valkey.sentinel.sentinels.${i}`)),
-    name: settings.name,
-    role: 'master',
-    sentinelRetryStrategy: reconnectBackoff,
+    options: {
+      sentinels: settings.sentinels.map((s, i) =>
+        parseAddress(s, `valkey.sentinel.sentinels.${i}`),
+      ),
+      name: settings.name,
+      role: 'master',
+      sentinelRetryStrategy: reconnectBackoff,
+      ...(settings.username === undefined ? {} : { sentinelUsername: settings.username }),
+      ...(now === undefined ? {} : { sentinelPassword: now }),
+      ...(tls === undefined ? {} : { tls, sentinelTLS: tls, enableTLSForSentinelMode: true }),
+    },
+    password,
   };
+}
+
+/** How a start-up probe connects: TLS and credentials, as the store's own connections do. */
+export interface ProbeOptions {
+  tls?: ConnectionOptions;
+  username?: string;
+  password?: string;
 }
 
 /** What one node said to a start-up probe: answered (with its `INFO` text), or why not. */
@@ -116,9 +158,11 @@ async function probe(
   address: Address,
   timeoutMs: number,
   command: (r: Redis) => Promise<string>,
+  connection: ProbeOptions = {},
 ): Promise<Probe> {
   // The options form: given as (port, host), ioredis reads an IPv6 host as a URL.
   const r = new Redis({
+    ...connection,
     host: address.host,
     port: address.port,
     lazyConnect: true,
@@ -158,6 +202,7 @@ async function probe(
 export async function checkClusterSeeds(
   settings: ClusterSettings,
   timeoutMs: number,
+  connection: ProbeOptions = {},
 ): Promise<string[]> {
   const field = 'valkey.cluster.nodes';
   if (settings.nodes.length === 0) {
@@ -165,7 +210,7 @@ export async function checkClusterSeeds(
   }
   const addresses = settings.nodes.map((n, i) => parseAddress(n, `${field}.${i}`));
   const answers = await Promise.all(
-    addresses.map((a) => probe(a, timeoutMs, (r) => r.info('cluster'))),
+    addresses.map((a) => probe(a, timeoutMs, (r) => r.info('cluster'), connection)),
   );
   answers.forEach((a, i) => {
     if (a.ok && /cluster_enabled:0/.test(a.info)) {
@@ -199,6 +244,7 @@ export async function checkClusterSeeds(
 export async function checkSentinels(
   settings: SentinelSettings,
   timeoutMs: number,
+  connection: ProbeOptions = {},
 ): Promise<string[]> {
   const field = 'valkey.sentinel.sentinels';
   if (settings.sentinels.length === 0) {
@@ -207,12 +253,17 @@ export async function checkSentinels(
   const addresses = settings.sentinels.map((s, i) => parseAddress(s, `${field}.${i}`));
   const answers = await Promise.all(
     addresses.map((a) =>
-      probe(a, timeoutMs, async (r) => {
-        const reply = (await r.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', settings.name)) as
-          | string[]
-          | null;
-        return reply === null ? '' : reply.join(':');
-      }),
+      probe(
+        a,
+        timeoutMs,
+        async (r) => {
+          const reply = (await r.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', settings.name)) as
+            | string[]
+            | null;
+          return reply === null ? '' : reply.join(':');
+        },
+        connection,
+      ),
     ),
   );
   const unreachable = answers.flatMap((a, i) =>
@@ -235,24 +286,42 @@ export async function checkSentinels(
 
 /**
  * The start-up checks of a cluster or Sentinel configuration (nothing for a
- * single server, which may start degraded and connect later).
+ * single server, which may start degraded and connect later), over TLS and
+ * with the credentials when given: the data nodes' for the seeds, the
+ * Sentinels' own for the Sentinels.
  *
  * @returns the seed nodes or Sentinels that did not answer, when enough did.
  * @throws {ConfigError} `ECC_BAD_CONFIG` naming `valkey.sentinel` when both `cluster` and
  *   `sentinel` are given; else what {@link checkClusterSeeds} and {@link checkSentinels} throw.
  */
-export async function checkTopology(options: {
-  cluster?: ClusterSettings;
-  sentinel?: SentinelSettings;
-  connectTimeoutMs?: number;
-}): Promise<string[]> {
+export async function checkTopology(
+  options: Credentials & {
+    cluster?: ClusterSettings;
+    sentinel?: SentinelSettings;
+    connectTimeoutMs?: number;
+  },
+  tls?: ConnectionOptions,
+): Promise<string[]> {
   const timeoutMs = options.connectTimeoutMs ?? 2_000;
   if (options.cluster !== undefined && options.sentinel !== undefined) {
     throw new ConfigError('valkey.sentinel: cannot be used with valkey.cluster (choose one)', {
       field: 'valkey.sentinel',
     });
   }
-  if (options.cluster !== undefined) return checkClusterSeeds(options.cluster, timeoutMs);
-  if (options.sentinel !== undefined) return checkSentinels(options.sentinel, timeoutMs);
+  const connection = (credentials: Credentials, field: string): ProbeOptions => {
+    const password = passwordSource(credentials, field)();
+    return {
+      ...(tls === undefined ? {} : { tls }),
+      ...(credentials.username === undefined ? {} : { username: credentials.username }),
+      ...(password === undefined ? {} : { password }),
+    };
+  };
+  if (options.cluster !== undefined) {
+    return checkClusterSeeds(options.cluster, timeoutMs, connection(options, 'valkey'));
+  }
+  if (options.sentinel !== undefined) {
+    const sentinel = options.sentinel;
+    return checkSentinels(sentinel, timeoutMs, connection(sentinel, 'valkey.sentinel'));
+  }
   return [];
 }
