@@ -58,9 +58,9 @@ export interface ClusterOptions {
   readyTimeoutMs?: number;
   /**
    * TLS only, an admin password and the service's ACL user (see harness/secure.ts); `true`
-   * makes a fresh CA and passwords in the cluster's directory. Default: plain, no AUTH.
+   * makes a fresh CA and passwords in the cluster's directory. Default (or `false`): plain, no AUTH.
    */
-  secure?: Secure | true;
+  secure?: Secure | boolean;
 }
 
 /** One node of the cluster and its role when the cluster formed. */
@@ -147,7 +147,12 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
     ports.push(port);
   }
   const nodes: ClusterNode[] = [];
-  const secure = options.secure === true ? makeSecure(dir) : options.secure;
+  const secure =
+    options.secure === true
+      ? makeSecure(dir)
+      : options.secure === false
+        ? undefined
+        : options.secure;
   const stop = async () => {
     await Promise.all(nodes.map((n) => n.stop()));
     rmSync(dir, { recursive: true, force: true });

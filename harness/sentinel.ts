@@ -3,11 +3,28 @@
  * replicas and `sentinels` Sentinels (`redis-server <conf> --sentinel`) on
  * free loopback ports, with a short `down-after-milliseconds` so that a
  * failover takes seconds; every process is stopped by pid.
+ *
+ * With `secure` (harness/secure.ts) every process is TLS-only with client
+ * certificates required; the data nodes have the admin password (the
+ * Sentinels' `auth-pass`, replication's `masterauth`) and the service's ACL
+ * user, and the Sentinels a `requirepass` of their own; `valkey` is then the
+ * service's section for it.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ValkeyOptions } from '../src/valkey/client.js';
+import { freeClusterPort } from './cluster.js';
+import {
+  aclServerArgs,
+  adminConnection,
+  clientTls,
+  makeSecure,
+  type Secure,
+  serviceTls,
+  tlsServerArgs,
+} from './secure.js';
 import {
   ask,
   isRunning,
@@ -30,6 +47,11 @@ export interface SentinelSetOptions {
   track?: ValkeyServerOptions['track'];
   /** How long the set may take to form (every Sentinel sees the replicas and the other Sentinels), ms. Default 30,000. */
   readyTimeoutMs?: number;
+  /**
+   * TLS only, passwords and the service's ACL user (see harness/secure.ts); `true` makes a
+   * fresh CA and passwords in the set's directory. Default (or `false`): plain, no AUTH.
+   */
+  secure?: Secure | boolean;
 }
 
 /** A running Sentinel set the caller controls. */
@@ -42,6 +64,10 @@ export interface SentinelSet {
   sentinels: ValkeyServer[];
   /** `host:port` of every Sentinel (`valkey.sentinel.sentinels`). */
   addresses: string[];
+  /** The certificates and credentials, when started `secure`. */
+  secure: Secure | undefined;
+  /** The service's `valkey` section: the Sentinels and name, and with `secure` TLS and both users. */
+  valkey: ValkeyOptions;
   /** The data node the Sentinels currently name as primary. */
   primary(): Promise<ValkeyServer | undefined>;
   /** Resolves with the new primary once the Sentinels name one other than `old` (a failover). */
@@ -65,26 +91,52 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
   const track = options.track === undefined ? {} : { track: options.track };
   const servers: ValkeyServer[] = [];
   const sentinels: ValkeyServer[] = [];
+  const secure =
+    options.secure === true
+      ? makeSecure(dir)
+      : options.secure === false
+        ? undefined
+        : options.secure;
+  // Each process's port is known before it starts, so its TLS port can be given on the command
+  // line; below 32768, out of the kernel's ephemeral range (a client's port cannot take it first).
+  const taken = new Set<number>();
+  const freePort = async () => {
+    const port = await freeClusterPort(taken);
+    taken.add(port);
+    return port;
+  };
+  const dataNode = async (args: string[]) => {
+    const port = await freePort();
+    return spawnValkey({
+      ...track,
+      port,
+      args: [
+        '--dir',
+        dir,
+        ...args,
+        ...(secure === undefined ? [] : [...tlsServerArgs(secure, port), ...aclServerArgs(secure)]),
+      ],
+      ...(secure === undefined ? {} : { connection: adminConnection(secure) }),
+    });
+  };
   const stop = async () => {
     await Promise.all([...servers, ...sentinels].map((s) => s.stop()));
     rmSync(dir, { recursive: true, force: true });
   };
   try {
     // A replica writes the snapshot it syncs from to its --dir: keep it out of the caller's cwd.
-    const primary = await spawnValkey({ ...track, args: ['--dir', dir] });
+    const primary = await dataNode([]);
     servers.push(primary);
     const started = await Promise.all(
       Array.from({ length: replicas }, () =>
-        spawnValkey({
-          ...track,
-          args: ['--dir', dir, '--replicaof', '127.0.0.1', String(primary.port)],
-        }),
+        dataNode(['--replicaof', '127.0.0.1', String(primary.port)]),
       ),
     );
     servers.push(...started);
     const quorum = Math.floor(count / 2) + 1;
     for (let i = 0; i < count; i++) {
       const file = join(dir, `sentinel-${i}.conf`);
+      const port = await freePort();
       writeFileSync(
         file,
         [
@@ -92,11 +144,20 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
           `sentinel down-after-milliseconds ${name} ${options.downAfterMs ?? 1_000}`,
           `sentinel failover-timeout ${name} 5000`,
           `sentinel parallel-syncs ${name} 1`,
+          ...(secure === undefined ? [] : secureSentinelLines(secure, name, port)),
           '',
         ].join('\n'),
       );
       sentinels.push(
-        await spawnValkey({ ...track, configFile: file, args: ['--dir', dir, '--sentinel'] }),
+        await spawnValkey({
+          ...track,
+          port,
+          configFile: file,
+          args: ['--dir', dir, '--sentinel', ...(secure === undefined ? [] : ['--port', '0'])],
+          ...(secure === undefined
+            ? {}
+            : { connection: { tls: clientTls(secure), password: secure.sentinelPassword } }),
+        }),
       );
     }
     const set: SentinelSet = {
@@ -104,6 +165,17 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
       servers,
       sentinels,
       addresses: sentinels.map((s) => `127.0.0.1:${s.port}`),
+      secure,
+      valkey: {
+        sentinel: {
+          sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`),
+          name,
+          ...(secure === undefined ? {} : { password: secure.sentinelPassword }),
+        },
+        ...(secure === undefined
+          ? {}
+          : { tls: serviceTls(secure), username: secure.username, password: secure.password }),
+      },
       primary: () => currentPrimary(set),
       async waitFailover(old, timeoutMs = 30_000) {
         const deadline = Date.now() + timeoutMs;
@@ -122,6 +194,25 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
     await stop();
     throw err;
   }
+}
+
+/**
+ * A secure Sentinel's configuration lines: TLS only on `port`, TLS to the
+ * data nodes (`tls-replication yes`), the admin password for them
+ * (`auth-pass`), and a `requirepass` of its own, which the other Sentinels use too.
+ */
+function secureSentinelLines(secure: Secure, name: string, port: number): string[] {
+  const { pki } = secure;
+  return [
+    `tls-port ${port}`,
+    `tls-cert-file ${pki.cert}`,
+    `tls-key-file ${pki.key}`,
+    `tls-ca-cert-file ${pki.ca}`,
+    'tls-auth-clients yes',
+    'tls-replication yes',
+    `sentinel auth-pass ${name} ${secure.adminPassword}`,
+    `requirepass ${secure.sentinelPassword}`,
+  ];
 }
 
 /** `master` or `slave`, as the node says. */

@@ -13,7 +13,7 @@ import {
 } from '../../src/index.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/l2/format.js';
 import { valueKey } from '../../src/l2/scripts.js';
-import { valkeyCluster, valkeyTarget } from './store.js';
+import { adminConnection, valkeyCluster, valkeyTarget } from './store.js';
 
 /** Creates a store on the shared test server or cluster (unless `options.valkey` says otherwise), closed when the test ends. */
 export async function openStore(
@@ -33,7 +33,10 @@ export async function openStore(
 export function rawValkey(url?: string): Redis {
   const nodes = valkeyCluster();
   if (url === undefined && nodes !== undefined) {
-    const cluster = new Cluster(nodes.map((n) => `redis://${n}`));
+    const cluster = new Cluster(
+      nodes.map((n) => `redis://${n}`),
+      { redisOptions: adminConnection() },
+    );
     cluster.on('error', () => {});
     return cluster as unknown as Redis;
   }

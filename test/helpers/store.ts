@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { RedisOptions } from 'ioredis';
 import { inject } from 'vitest';
 import type { LoadFn } from '../../src/index.js';
 import type { ValkeyOptions } from '../../src/valkey/client.js';
@@ -14,10 +16,33 @@ export function valkeyCluster(): string[] | undefined {
   return seeds.length > 0 ? seeds : undefined;
 }
 
-/** What a store of the tests connects to: the shared server's URL, or the shared cluster. */
+/** What a store of the tests connects to: the shared server's URL, or the shared cluster (over TLS as the service's ACL user when secure). */
 export function valkeyTarget(): string | ValkeyOptions {
   const nodes = valkeyCluster();
-  return nodes === undefined ? valkeyUrl() : { cluster: { nodes } };
+  if (nodes === undefined) return valkeyUrl();
+  const secure = inject('valkeySecure');
+  if (secure === null) return { cluster: { nodes } };
+  return {
+    cluster: { nodes },
+    tls: secure.tls,
+    username: secure.username,
+    password: secure.password,
+  };
+}
+
+/**
+ * The TLS options and admin password of the tests' own connections to a
+ * secure cluster (`ECHOSTORE_TEST_CLUSTER=secure`); empty otherwise.
+ */
+export function adminConnection(): RedisOptions {
+  const secure = inject('valkeySecure');
+  if (secure === null) return {};
+  const read = (file: string) => readFileSync(file, 'utf8');
+  const { caFile, certFile, keyFile } = secure.tls;
+  return {
+    tls: { ca: read(caFile), cert: read(certFile), key: read(keyFile) },
+    password: secure.adminPassword,
+  };
 }
 
 /** A table name no other test uses, so test files can run in parallel on one server. */
