@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
-import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
+import { drillArgs, flag, int, oneOf, runDrill } from './lib/cli.js';
 import {
   type FailoverReport,
   type RequestKind,
@@ -34,6 +34,7 @@ import { Reaper } from './lib/reaper.js';
 
 const args = drillArgs({
   mode: oneOf('cluster', 'sentinel'),
+  secure: flag(),
   'baseline-s': int(5, 1, 600),
   'after-s': int(8, 4, 600),
   loops: int(16, 1, 200),
@@ -61,7 +62,10 @@ async function main(): Promise<FailoverReport> {
   let promotedAt = Number.NaN;
   let l1Flushes: number[] = [];
   try {
-    topology = await (args.mode === 'cluster' ? clusterTopology : sentinelTopology)(reaper);
+    topology = await (args.mode === 'cluster' ? clusterTopology : sentinelTopology)(
+      reaper,
+      args.secure,
+    );
     origin = await startOrigin(args['latency-ms']);
     const config = {
       valkey: { ...topology.section, ...VALKEY },

@@ -19,6 +19,7 @@ const args = drillArgs({
   via: oneOf('inproc', 'http'),
   valkey: valkeyOption(),
   cluster: flag(),
+  secure: flag(),
 });
 
 const TABLE = 'herd';
@@ -53,7 +54,7 @@ async function viaHttp(valkey: DrillValkey, origin: Origin, id: string) {
 async function main() {
   const { readers, via } = args;
   const id = `herd-${Date.now()}-${randomBytes(4).toString('hex')}`;
-  const valkey = await drillValkey(args.valkey, args.cluster);
+  const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
   let run: Awaited<ReturnType<typeof inProcess>>;
   let origin: Origin | undefined;
   try {

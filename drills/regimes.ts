@@ -25,6 +25,7 @@ const args = drillArgs({
   svg: text('drills/out/regimes.svg'),
   valkey: valkeyOption(),
   cluster: flag(),
+  secure: flag(),
 });
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'regimes-worker.js');
@@ -104,7 +105,7 @@ async function runRegime(origin: Origin, valkey: DrillValkey, regime: Regime) {
 }
 
 async function main() {
-  const valkey = await drillValkey(args.valkey, args.cluster);
+  const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
   const regimes: Array<Awaited<ReturnType<typeof runRegime>>> = [];
   let origin: Origin | undefined;
   try {

@@ -23,6 +23,7 @@ const args = drillArgs({
   'latency-ms': float(20, 0, 2_000),
   valkey: valkeyOption(),
   cluster: flag(),
+  secure: flag(),
 });
 
 const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'storm-worker.js');
@@ -40,7 +41,7 @@ async function main() {
   const run = randomBytes(3).toString('hex');
   const table = 'storm';
   const prefix = `storm-${run}-`;
-  const valkey = await drillValkey(args.valkey, args.cluster);
+  const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
   const reaper = new Reaper();
   let origin: Origin | undefined;
   let results: StormResult[] = [];

@@ -5,6 +5,7 @@
  */
 import { Cluster } from 'ioredis';
 import { spawnCluster } from '../../harness/cluster.js';
+import { adminConnection } from '../../harness/secure.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
 import { valueKey } from '../../src/l2/scripts.js';
 import { keySlot } from '../../src/valkey/slots.js';
@@ -29,12 +30,15 @@ export interface FailoverTopology {
   stop(): Promise<void>;
 }
 
-/** Starts a 3+3 cluster and picks the primary of slot 0 as the victim. */
-export async function clusterTopology(reaper: Reaper): Promise<FailoverTopology> {
-  const cluster = await spawnCluster({ track: (c) => reaper.track(c) });
+/** Starts a 3+3 cluster (TLS + ACL with `secure`) and picks the primary of slot 0 as the victim. */
+export async function clusterTopology(reaper: Reaper, secure = false): Promise<FailoverTopology> {
+  const cluster = await spawnCluster({ track: (c) => reaper.track(c), secure });
   const victim = (await cluster.primaryOf(0))?.address;
   // The slot map as it was before the kill, from a client of the drill's own.
-  const admin = new Cluster(cluster.seeds.map((s) => `redis://${s}`));
+  const admin = new Cluster(
+    cluster.seeds.map((s) => `redis://${s}`),
+    cluster.secure === undefined ? {} : { redisOptions: adminConnection(cluster.secure) },
+  );
   admin.on('error', () => {});
   await new Promise<void>((resolve) => admin.once('ready', () => resolve()));
   const owners = admin.slots.map((nodes) => nodes?.[0]);
@@ -42,8 +46,8 @@ export async function clusterTopology(reaper: Reaper): Promise<FailoverTopology>
   if (victim === undefined) throw new Error('slot 0 has no primary');
   return {
     mode: 'cluster',
-    label: `cluster 3+3, primary ${victim} (slot 0) killed`,
-    section: { cluster: { nodes: cluster.seeds } },
+    label: `cluster 3+3${secure ? ', TLS + ACL user' : ''}, primary ${victim} (slot 0) killed`,
+    section: { ...cluster.valkey },
     victim,
     sideOf: (table, id) => (owners[keySlot(valueKey(table, id))] === victim ? 'lost' : 'other'),
     kill: async () => cluster.nodes.find((n) => n.address === victim)?.kill(),
@@ -52,16 +56,19 @@ export async function clusterTopology(reaper: Reaper): Promise<FailoverTopology>
   };
 }
 
-/** Starts a primary, a replica and 3 Sentinels; the primary is the victim (the only shard). */
-export async function sentinelTopology(reaper: Reaper): Promise<FailoverTopology> {
-  const set = await spawnSentinelSet({ track: (c) => reaper.track(c) });
+/**
+ * Starts a primary, a replica and 3 Sentinels (TLS and passwords everywhere with `secure`);
+ * the primary is the victim (the only shard).
+ */
+export async function sentinelTopology(reaper: Reaper, secure = false): Promise<FailoverTopology> {
+  const set = await spawnSentinelSet({ track: (c) => reaper.track(c), secure });
   const primary = await set.primary();
   if (primary === undefined) throw new Error('the Sentinels name no primary');
   const victim = `127.0.0.1:${primary.port}`;
   return {
     mode: 'sentinel',
-    label: `Sentinel set (primary + replica, 3 Sentinels), primary ${victim} killed`,
-    section: { sentinel: { sentinels: set.addresses, name: set.name } },
+    label: `Sentinel set (primary + replica, 3 Sentinels${secure ? '; TLS, ACL user, auth-pass' : ''}), primary ${victim} killed`,
+    section: { ...set.valkey },
     victim,
     sideOf: () => 'lost',
     kill: () => primary.kill(),

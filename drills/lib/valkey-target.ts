@@ -1,10 +1,13 @@
 /**
  * Where a drill's stores and services find Valkey: the server at `--valkey`,
  * or, with `--cluster`, a local 3-primary + 3-replica cluster the drill starts
- * itself (harness/cluster.ts) and stops at the end.
+ * itself (harness/cluster.ts) and stops at the end; with `--secure` too, that
+ * cluster TLS-only with client certificates, the stores and services
+ * connecting as an ACL user with only the service's rights (harness/secure.ts).
  */
 import { Cluster, type Redis } from 'ioredis';
 import { type LocalCluster, spawnCluster } from '../../harness/cluster.js';
+import { adminConnection } from '../../harness/secure.js';
 import type { ValkeyOptions } from '../../src/valkey/client.js';
 import { redactUrl } from '../../src/valkey/client.js';
 import { Reaper } from './reaper.js';
@@ -28,11 +31,18 @@ export interface DrillValkey {
 
 /**
  * The drill's Valkey: `url` (which must answer), or with `cluster` a fresh
- * local 3+3 cluster whose processes a {@link Reaper} kills if the drill dies.
+ * local 3+3 cluster whose processes a {@link Reaper} kills if the drill dies
+ * (`secure`: TLS + ACL, see the file's comment).
  *
- * @throws {Error} when the server does not answer or the cluster does not form.
+ * @throws {Error} when the server does not answer or the cluster does not form, or
+ *   `secure` is asked without `cluster`.
  */
-export async function drillValkey(url: string, cluster: boolean): Promise<DrillValkey> {
+export async function drillValkey(
+  url: string,
+  cluster: boolean,
+  secure = false,
+): Promise<DrillValkey> {
+  if (secure && !cluster) throw new Error('--secure needs --cluster');
   if (!cluster) {
     const admin = await connectAdmin(url);
     return {
@@ -45,10 +55,13 @@ export async function drillValkey(url: string, cluster: boolean): Promise<DrillV
     };
   }
   const reaper = new Reaper();
-  const local = await spawnCluster({ track: (c) => reaper.track(c) });
+  const local = await spawnCluster({ track: (c) => reaper.track(c), secure });
   const admin = new Cluster(
     local.seeds.map((s) => `redis://${s}`),
-    { enableReadyCheck: true },
+    {
+      enableReadyCheck: true,
+      ...(local.secure === undefined ? {} : { redisOptions: adminConnection(local.secure) }),
+    },
   );
   admin.on('error', () => {});
   await new Promise<void>((resolve, reject) => {
@@ -56,9 +69,9 @@ export async function drillValkey(url: string, cluster: boolean): Promise<DrillV
     setTimeout(() => reject(new Error('the drill cluster did not become ready')), 10_000).unref();
   });
   return {
-    target: { cluster: { nodes: local.seeds } },
-    section: { cluster: { nodes: local.seeds } },
-    label: `cluster 3+3 (${local.seeds.join(', ')})`,
+    target: local.valkey,
+    section: { ...local.valkey },
+    label: `cluster 3+3${local.secure === undefined ? '' : ', TLS + ACL user'} (${local.seeds.join(', ')})`,
     admin,
     cluster: local,
     async close() {
