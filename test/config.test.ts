@@ -397,26 +397,57 @@ describe('loadConfig valkey.tls', () => {
     expect(err.message).toContain(`${file}: valkey.tls.caFile:`);
   });
 
-  it.each([
-    [
-      'a redis:// URL',
-      'url: "redis://:s3cret@cache.internal:6379"',
-      'valkey.url is a redis:// URL',
-    ],
-    ['a cluster', 'cluster: { nodes: ["127.0.0.1:7000"] }', 'valkey.cluster'],
-    ['Sentinel', 'sentinel: { name: m, sentinels: ["127.0.0.1:26379"] }', 'valkey.sentinel'],
-  ])('rejects a valkey.tls that the connection would not use: %s', (_, connection, named) => {
+  it('rejects a valkey.tls that a redis:// URL would not use', () => {
     const file = write(
       'unused-tls.yaml',
-      `valkey: { ${connection}, tls: { rejectUnauthorized: true } }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`,
+      `valkey: { url: "redis://:s3cret@cache.internal:6379", tls: { rejectUnauthorized: true } }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`,
     );
     const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect((err as ConfigError).field).toBe('valkey.tls');
-    expect(err.message).toContain(
-      `${file}: valkey.tls: is set, but the connection would not use it: ${named}`,
-    );
     expect(err.message).not.toContain('s3cret');
+  });
+
+  it.each([
+    ['a cluster', 'cluster: { nodes: ["127.0.0.1:7000"] }'],
+    ['Sentinel', 'sentinel: { name: m, sentinels: ["127.0.0.1:26379"] }'],
+  ])(
+    'takes valkey.tls with %s, a client certificate and key resolved against the file',
+    (_, connection) => {
+      write('client.pem', PEM);
+      write('client.key', '-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n');
+      const file = write(
+        'tls-topology.yaml',
+        `valkey: { ${connection}, tls: { certFile: client.pem, keyFile: client.key } }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`,
+      );
+      expect(loadConfig({ argv: ['--config', file], env: {}, cwd: '/' }).valkey.tls).toEqual({
+        certFile: join(dir, 'client.pem'),
+        keyFile: join(dir, 'client.key'),
+        rejectUnauthorized: true,
+      });
+    },
+  );
+
+  it.each([
+    ['a certFile without keyFile', '{ certFile: client.pem }', 'valkey.tls.keyFile'],
+    ['a keyFile without certFile', '{ keyFile: client.key }', 'valkey.tls.certFile'],
+    [
+      'a keyFile that holds no key',
+      '{ certFile: client.pem, keyFile: client.pem }',
+      'valkey.tls.keyFile',
+    ],
+    [
+      'a certFile that cannot be read',
+      '{ certFile: none.pem, keyFile: client.key }',
+      'valkey.tls.certFile',
+    ],
+  ])('rejects %s, naming %s', (_, tls, field) => {
+    write('client.pem', PEM);
+    write('client.key', '-----BEGIN EC PRIVATE KEY-----\nMIIB\n-----END EC PRIVATE KEY-----\n');
+    const file = write('bad-client-cert.yaml', withTls(tls));
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect((err as ConfigError).field).toBe(field);
   });
 
   it('says the TLS settings are unused before looking at their CA file', () => {
@@ -453,6 +484,61 @@ describe('loadConfig valkey.tls', () => {
     const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain(`${file}: ${message}`);
+  });
+});
+
+describe('loadConfig valkey credentials', () => {
+  const SECRET = 'pw-5e1f-never-echoed';
+  const withValkey = (valkey: string) =>
+    `valkey: { ${valkey} }\ntables:\n  t: { source: ${HTTP_SOURCE} }\n`;
+
+  it('takes a username and a password file resolved against the file, for the data nodes and the Sentinels', () => {
+    write('valkey.secret', `${SECRET}\n`);
+    write('sentinel.secret', `${SECRET}\n`);
+    const file = write(
+      'credentials.yaml',
+      withValkey(
+        'sentinel: { name: m, sentinels: ["127.0.0.1:26379"], passwordFile: sentinel.secret }, username: echostore, passwordFile: valkey.secret',
+      ),
+    );
+    const { valkey } = loadConfig({ argv: ['--config', file], env: {}, cwd: '/' });
+    expect(valkey.username).toBe('echostore');
+    expect(valkey.passwordFile).toBe(join(dir, 'valkey.secret'));
+    expect(valkey.sentinel?.passwordFile).toBe(join(dir, 'sentinel.secret'));
+  });
+
+  it.each([
+    ['a password file that cannot be read', 'passwordFile: missing.secret', 'valkey.passwordFile'],
+    ['an empty password file', 'passwordFile: empty.secret', 'valkey.passwordFile'],
+    [
+      'a password and a password file',
+      `password: ${SECRET}, passwordFile: valkey.secret`,
+      'valkey.password',
+    ],
+    ['a username without a password', 'username: echostore', 'valkey.username'],
+    [
+      'a password in the URL and valkey.password',
+      `url: "redis://u:${SECRET}@127.0.0.1:6379", password: ${SECRET}`,
+      'valkey.password',
+    ],
+    [
+      'a Sentinel password file that cannot be read',
+      'sentinel: { name: m, sentinels: ["127.0.0.1:26379"], passwordFile: missing.secret }',
+      'valkey.sentinel.passwordFile',
+    ],
+    [
+      'a Sentinel username without a password',
+      'sentinel: { name: m, sentinels: ["127.0.0.1:26379"], username: s }',
+      'valkey.sentinel.username',
+    ],
+  ])('rejects %s, naming %s and quoting no password', (_, valkey, field) => {
+    write('valkey.secret', `${SECRET}\n`);
+    write('empty.secret', '\n');
+    const file = write('bad-credentials.yaml', withValkey(valkey));
+    const err = failure(() => loadConfig({ argv: ['--config', file], env: {} }));
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect((err as ConfigError).field).toBe(field);
+    expect(err.message).not.toContain(SECRET);
   });
 });
 

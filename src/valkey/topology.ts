@@ -150,8 +150,32 @@ export interface ProbeOptions {
   password?: string;
 }
 
-/** What one node said to a start-up probe: answered (with its `INFO` text), or why not. */
-type Probe = { ok: true; info: string } | { ok: false; reason: string };
+/**
+ * What one node said to a start-up probe: answered (with its `INFO` text; or
+ * `refused`, the server's words, when it refused the credentials), or why not.
+ */
+type Probe = { ok: true; info: string; refused?: string } | { ok: false; reason: string };
+
+/** The first line of a server's error, which never holds the password sent. */
+const firstLine = (text: string) => text.split('\n')[0] ?? '';
+
+/**
+ * Refuses the start when every node that answered refused the credentials.
+ *
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `field` (the password field; the user may be wrong instead).
+ */
+function checkCredentials(answers: Probe[], field: string, who: string): void {
+  const answered = answers.filter((a) => a.ok);
+  const refused = answered.flatMap((a) => (a.ok && a.refused !== undefined ? [a.refused] : []));
+  if (answered.length > 0 && refused.length === answered.length) {
+    throw new ConfigError(
+      `${field}: every ${who} that answered refused the credentials (${refused[0]})`,
+      {
+        field,
+      },
+    );
+  }
+}
 
 /** Connects once to `address` (no retry), runs `command`, and disconnects. */
 async function probe(
@@ -181,8 +205,11 @@ async function probe(
     return { ok: true, info: await command(r) };
   } catch (err) {
     const reason = (last ?? (err as Error)).message;
-    // NOAUTH or NOPERM: a node answered; credentials are another check's business.
-    if (/^(NOAUTH|NOPERM|WRONGPASS)/.test((err as Error).message)) return { ok: true, info: '' };
+    // A node answered. NOPERM (no right to this command) is the access check's business.
+    if (/^NOPERM/.test((err as Error).message)) return { ok: true, info: '' };
+    // A refused AUTH closes the connection: the command fails "Connection is closed", the reason is the error event's.
+    const said = [(err as Error).message, reason].find((m) => /^(NOAUTH|WRONGPASS)/.test(m));
+    if (said !== undefined) return { ok: true, info: '', refused: firstLine(said) };
     return { ok: false, reason };
   } finally {
     r.disconnect();
@@ -196,7 +223,8 @@ async function probe(
  * @returns the seeds that did not answer (`host:port (reason)`), when at least one did:
  *   the caller logs them; the client finds the cluster through the others.
  * @throws {ConfigError} `ECC_BAD_CONFIG` with `field` `valkey.cluster.nodes` when no seed
- *   answers within `timeoutMs`, or `valkey.cluster.nodes[i]` when seed `i` answers but
+ *   answers within `timeoutMs`, `valkey.password` when every seed that answered refused the
+ *   credentials (WRONGPASS, NOAUTH), or `valkey.cluster.nodes[i]` when seed `i` answers but
  *   is not in cluster mode.
  */
 export async function checkClusterSeeds(
@@ -212,6 +240,7 @@ export async function checkClusterSeeds(
   const answers = await Promise.all(
     addresses.map((a) => probe(a, timeoutMs, (r) => r.info('cluster'), connection)),
   );
+  checkCredentials(answers, 'valkey.password', 'seed node');
   answers.forEach((a, i) => {
     if (a.ok && /cluster_enabled:0/.test(a.info)) {
       throw new ConfigError(
@@ -238,7 +267,8 @@ export async function checkClusterSeeds(
  *
  * @returns the Sentinels that did not answer, when at least one knows the primary.
  * @throws {ConfigError} `ECC_BAD_CONFIG` with `field` `valkey.sentinel.sentinels` when no
- *   Sentinel answers within `timeoutMs`, or `valkey.sentinel.name` when none that answered
+ *   Sentinel answers within `timeoutMs`, `valkey.sentinel.password` when every Sentinel that
+ *   answered refused the credentials, or `valkey.sentinel.name` when none that answered
  *   monitors a primary of that name.
  */
 export async function checkSentinels(
@@ -275,6 +305,7 @@ export async function checkSentinels(
       { field },
     );
   }
+  checkCredentials(answers, 'valkey.sentinel.password', 'Sentinel');
   if (!answers.some((a) => a.ok && a.info !== '')) {
     throw new ConfigError(
       `valkey.sentinel.name: no Sentinel monitors a primary named "${settings.name}"`,
