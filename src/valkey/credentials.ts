@@ -12,7 +12,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
-import type { Redis } from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
 import { ConfigError } from '../errors.js';
 
 /** An ACL user and its password: `password` inline, or `passwordFile`, read on every (re)connect. */
@@ -111,15 +111,27 @@ function readSecret(file: string, field: string): string {
  * time. A `duplicate()` copies the value at that moment (ioredis spreads its options).
  */
 export function refreshPassword(
-  client: Redis,
+  client: Redis | { options: RedisOptions },
   source: PasswordSource,
   key: 'password' | 'sentinelPassword' = 'password',
 ): void {
-  Object.defineProperty(client.options, key, {
-    get: source,
-    enumerable: true,
-    configurable: true,
-  });
+  passwordFrom(client.options, source, key);
+}
+
+/** Makes `options[key]` a getter asking `source` (see {@link refreshPassword}). */
+export function passwordFrom(
+  options: RedisOptions,
+  source: PasswordSource,
+  key: 'password' | 'sentinelPassword' = 'password',
+): void {
+  Object.defineProperty(options, key, { get: source, enumerable: true, configurable: true });
+}
+
+/** The password source `options.password` was made a getter of by {@link passwordFrom}, if any. */
+export function passwordSourceOf(options: RedisOptions | undefined): PasswordSource | undefined {
+  const get =
+    options === undefined ? undefined : Object.getOwnPropertyDescriptor(options, 'password')?.get;
+  return get === undefined ? undefined : () => get.call(options) as string | undefined;
 }
 
 /**

@@ -9,6 +9,7 @@ import { randomInt } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { type TLSSocket, connect as tlsConnect } from 'node:tls';
 import { AbstractConnector, type Cluster, Redis, type RedisOptions } from 'ioredis';
+import { passwordSourceOf, refreshPassword } from './credentials.js';
 import { isCluster } from './slots.js';
 import type { Address } from './topology.js';
 
@@ -42,7 +43,11 @@ export function openSubscriber(client: Redis | Cluster, overrides: Partial<Redis
     Connector: rotatingConnector(next),
     retryStrategy: (attempt: number) => Math.min(50 * 2 ** Math.min(attempt, 5), 1_000),
   };
-  return new Redis(options);
+  const subscriber = new Redis(options);
+  // A password file is read again on each of its reconnects too, as on the nodes' connections.
+  const password = passwordSourceOf(client.options.redisOptions);
+  if (password !== undefined) refreshPassword(subscriber, password);
+  return subscriber;
 }
 
 /**

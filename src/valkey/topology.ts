@@ -9,6 +9,7 @@ import { ConfigError } from '../errors.js';
 import {
   type Credentials,
   type PasswordSource,
+  passwordFrom,
   passwordSource,
   refreshPassword,
 } from './credentials.js';
@@ -89,6 +90,8 @@ export function createClusterClient(
     lazyConnect: _l,
     ...redisOptions
   } = nodeOptions;
+  // The pool creates each node's connection from these options, and the subscriber its own.
+  if (password !== undefined) passwordFrom(redisOptions, password);
   const cluster = new Cluster(
     settings.nodes.map((n, i) => parseAddress(n, `valkey.cluster.nodes.${i}`)),
     {
