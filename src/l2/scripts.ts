@@ -14,6 +14,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import type { Breakers } from '../valkey/shard-breaker.js';
+import { isCluster } from '../valkey/slots.js';
 import { type Envelope, LUA_ENVELOPE, writeArgs } from './format.js';
 
 /**
@@ -231,6 +232,16 @@ export interface WriteAck {
 /** The kinds of coherence message a write publishes. */
 export type WriteKind = 'put' | 'del';
 
+/** A connection's socket, whose writes can be held and sent together. */
+interface Corkable {
+  cork(): void;
+  uncork(): void;
+}
+
+/** The socket of one connection (undefined before it connects). */
+const streamOf = (client: Redis | Cluster) =>
+  (client as { stream?: Partial<Corkable> }).stream as Corkable | undefined;
+
 /**
  * One table's view of Valkey: every command goes through the breaker
  * (`breaker.run`, per shard on a cluster: the key picks it), so a dead or sick
@@ -268,16 +279,21 @@ export class L2 {
    * Holds this tick's commands in the socket and writes them as one segment
    * after it (`cork`, then `uncork` on a microtask): the flights of a batch
    * read, launched together, reach Valkey together and are answered together.
+   * On a cluster, every primary's socket is corked alike, so a batch is one
+   * write and one round trip per node, whatever its number of ids.
    */
   #corkTick(): void {
-    // A single connection's socket; a cluster client has none (each node has its own).
-    const stream = (this.#client as { stream?: { cork?(): void; uncork(): void } }).stream;
-    if (this.#corked || stream === undefined || typeof stream.cork !== 'function') return;
+    if (this.#corked) return;
+    const streams = isCluster(this.#client)
+      ? this.#client.nodes('master').map(streamOf)
+      : [streamOf(this.#client)];
+    const corkable = streams.filter((s): s is Corkable => typeof s?.cork === 'function');
+    if (corkable.length === 0) return;
     this.#corked = true;
-    stream.cork();
+    for (const s of corkable) s.cork();
     queueMicrotask(() => {
       this.#corked = false;
-      stream.uncork();
+      for (const s of corkable) s.uncork();
     });
   }
 
