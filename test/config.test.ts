@@ -1,7 +1,8 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MANAGED_CLUSTER_EXAMPLE } from '../src/config/doc.js';
 import { loadConfig } from '../src/config/load.js';
 import { ConfigError, EchoStoreError } from '../src/errors.js';
 import { DEFAULT_POLICY, resolvePolicy } from '../src/store/policy.js';
@@ -505,6 +506,19 @@ describe('loadConfig valkey credentials', () => {
     expect(valkey.username).toBe('echostore');
     expect(valkey.passwordFile).toBe(join(dir, 'valkey.secret'));
     expect(valkey.sentinel?.passwordFile).toBe(join(dir, 'sentinel.secret'));
+  });
+
+  it('loads the managed-cluster example of docs/configuration.md', () => {
+    write('valkey-ca.pem', '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n');
+    write('client.pem', '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n');
+    write('client.key', '-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n');
+    mkdirSync(join(dir, 'secrets'), { recursive: true });
+    write('secrets/valkey-password', `${SECRET}\n`);
+    const file = write('managed.yaml', MANAGED_CLUSTER_EXAMPLE);
+    const { valkey } = loadConfig({ argv: ['--config', file], env: {} });
+    expect(valkey.cluster?.nodes).toHaveLength(1);
+    expect(valkey.tls?.keyFile).toBe(join(dir, 'client.key'));
+    expect(valkey.passwordFile).toBe(join(dir, 'secrets/valkey-password'));
   });
 
   it.each([

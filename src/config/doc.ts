@@ -77,6 +77,14 @@ export function renderConfigDoc(): string {
     ...table(['Variable', 'Field'], overrides),
     '',
     section('valkey', ValkeySchema, 'How the service reaches Valkey (or Redis).'),
+    '### A managed cluster, end to end',
+    '',
+    "A Valkey/Redis Cluster with TLS in transit and an ACL user, such as ElastiCache for Valkey with cluster mode on: the configuration endpoint as the seed, TLS to every node, the ACL user on every node, its password from a mounted secret read again on every reconnect (so it rotates without a restart; see operations.md#a-managed-cluster-elasticache-style-tls-an-acl-user-a-rotated-password). The files are relative to the config file; `caFile` only for a private CA (a managed service chains to Node's built-in roots), `certFile`/`keyFile` only for nodes that require client certificates.",
+    '',
+    '```yaml',
+    MANAGED_CLUSTER_EXAMPLE.trimEnd(),
+    '```',
+    '',
     section('http', HttpSchema, 'The HTTP API.'),
     section('log', LogSchema, 'The pino logger.'),
     '## `tables`',
@@ -98,6 +106,25 @@ export function renderConfigDoc(): string {
     ...sources,
   ].join('\n');
 }
+
+/**
+ * The managed-cluster example of the generated doc (`valkey` and one table); `test/config.test.ts`
+ * loads it, so it stays valid.
+ */
+export const MANAGED_CLUSTER_EXAMPLE = `valkey:
+  cluster:
+    nodes: ["clustercfg.cache.abc123.use1.cache.amazonaws.com:6379"]
+  tls:
+    caFile: valkey-ca.pem
+    certFile: client.pem
+    keyFile: client.key
+  username: echostore
+  passwordFile: secrets/valkey-password
+  commandTimeoutMs: 500
+tables:
+  products:
+    source: { kind: http, url: "http://catalog.internal/products/{id}" }
+`;
 
 function section(name: string, schema: TSchema, intro: string): string {
   return [`## \`${name}\``, '', intro, '', ...fieldTable(schema, name), ''].join('\n');

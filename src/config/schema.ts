@@ -293,26 +293,26 @@ export const TableSchema = Type.Object(
 
 /**
  * The ACL user and password fields of `prefix` (`valkey.` for the data nodes,
- * `valkey.sentinel.` for the Sentinels), `whose` naming them in the descriptions.
+ * `valkey.sentinel.` for the Sentinels), `who` naming those servers in the descriptions.
  */
-function credentialFields(whose: string, prefix: string) {
+function credentialFields(who: string, prefix: string) {
   return {
     username: Type.Optional(
       Type.String({
         minLength: 1,
-        description: `${whose} ACL user. Unset: \`default\` (the \`requirepass\` user). Needs \`${prefix}password\` or \`${prefix}passwordFile\`.`,
+        description: `The ACL user on ${who}. Unset: \`default\` (the \`requirepass\` user). Needs \`${prefix}password\` or \`${prefix}passwordFile\`.`,
       }),
     ),
     password: Type.Optional(
       Type.String({
         minLength: 1,
-        description: `${whose} password (or AUTH token), inline; never logged or repeated in errors. Not with \`${prefix}passwordFile\`.`,
+        description: `The password (or AUTH token) on ${who}, inline; never logged or repeated in errors. Not with \`${prefix}passwordFile\`.`,
       }),
     ),
     passwordFile: Type.Optional(
       Type.String({
         minLength: 1,
-        description: `A file holding ${whose.toLowerCase()} password (trailing newline trimmed), relative to the config file's directory: a mounted secret. Read at start (unreadable or empty: refused) and again whenever a connection is (re)established, so a rotated password is used without a restart.`,
+        description: `A file holding the password on ${who} (trailing newline trimmed), relative to the config file's directory: a mounted secret. Read at start (unreadable or empty: refused) and again whenever a connection is (re)established, so a rotated password is used without a restart.`,
       }),
     ),
   };
@@ -355,7 +355,7 @@ export const ValkeySchema = Type.Object(
             minLength: 1,
             description: 'The name the Sentinels monitor the primary under.',
           }),
-          ...credentialFields("The Sentinels' own", 'valkey.sentinel.'),
+          ...credentialFields("the Sentinels (their own, not the data nodes')", 'valkey.sentinel.'),
         },
         {
           additionalProperties: false,
@@ -364,7 +364,7 @@ export const ValkeySchema = Type.Object(
         },
       ),
     ),
-    ...credentialFields("The data nodes'", 'valkey.'),
+    ...credentialFields('the data nodes (every node of a cluster)', 'valkey.'),
     commandTimeoutMs: ms('A Valkey command not answered within this fails.', 1_000),
     connectTimeoutMs: ms(
       'A connection attempt not established within this fails; also how long start-up waits for Valkey before starting degraded.',
