@@ -7,8 +7,9 @@
  * With `secure` (harness/secure.ts) every process is TLS-only with client
  * certificates required; the data nodes have the admin password (the
  * Sentinels' `auth-pass`, replication's `masterauth`) and the service's ACL
- * user, and the Sentinels a `requirepass` of their own; `valkey` is then the
- * service's section for it.
+ * user, and the Sentinels a `requirepass` of their own (the other Sentinels
+ * use it) and an ACL user for the service with only the rights it needs
+ * there; `valkey` is then the service's section for it.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -170,7 +171,9 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
         sentinel: {
           sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`),
           name,
-          ...(secure === undefined ? {} : { password: secure.sentinelPassword }),
+          ...(secure === undefined
+            ? {}
+            : { username: secure.username, password: secure.sentinelPassword }),
         },
         ...(secure === undefined
           ? {}
@@ -196,6 +199,14 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
   }
 }
 
+/** The service user's rights on a Sentinel: find the primary, and learn the other Sentinels. */
+const SENTINEL_RIGHTS = [
+  '-@all',
+  '+sentinel|get-master-addr-by-name',
+  '+sentinel|sentinels',
+  '+ping',
+];
+
 /**
  * A secure Sentinel's configuration lines: TLS only on `port`, TLS to the
  * data nodes (`tls-replication yes`), the admin password for them
@@ -212,6 +223,8 @@ function secureSentinelLines(secure: Secure, name: string, port: number): string
     'tls-replication yes',
     `sentinel auth-pass ${name} ${secure.adminPassword}`,
     `requirepass ${secure.sentinelPassword}`,
+    // The service's own user on the Sentinels: what ioredis asks of them, nothing else.
+    `user ${secure.username} on >${secure.sentinelPassword} ${SENTINEL_RIGHTS.join(' ')}`,
   ];
 }
 
