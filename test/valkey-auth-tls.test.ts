@@ -3,7 +3,7 @@
  * file's own: one with `requirepass`, one with an ACL user (the default user
  * off), one TLS-only with a throwaway CA made by openssl at test time.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { freePort } from '../harness/free-port.js';
+import { makeSecure } from '../harness/secure.js';
 import { serverBinary } from '../harness/valkey-server.js';
 import { loadConfig } from '../src/config/load.js';
 import { createStore, type Store } from '../src/index.js';
@@ -25,51 +26,13 @@ const WRONG_PASSWORD = 'wrong-77f0-never-logged';
 const CONNECT_TIMEOUT_MS = 500;
 
 let dir: string;
-/** PEM files of the throwaway CA and the server certificate it signed (SAN IP:127.0.0.1, DNS:localhost). */
+/** PEM files of a throwaway CA and the server certificate it signed (SAN IP:127.0.0.1, DNS:localhost): harness/secure.ts. */
 const pki = { ca: '', cert: '', key: '' };
 
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'echostore-tls-'));
-  Object.assign(pki, {
-    ca: join(dir, 'ca.pem'),
-    cert: join(dir, 'server.pem'),
-    key: join(dir, 'server.key'),
-  });
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  const openssl = (...args: string[]) => execFileSync('openssl', args, { stdio: 'pipe' });
-  openssl(
-    ...['req', '-x509', ...ec, '-keyout', join(dir, 'ca.key'), '-out', pki.ca, '-days', '1'],
-    ...['-subj', '/CN=EchoStore test CA', '-addext', 'basicConstraints=critical,CA:TRUE'],
-    ...['-addext', 'keyUsage=critical,keyCertSign,cRLSign'],
-  );
-  openssl(
-    'req',
-    '-new',
-    ...ec,
-    '-keyout',
-    pki.key,
-    '-out',
-    join(dir, 'server.csr'),
-    '-subj',
-    '/CN=127.0.0.1',
-  );
-  writeFileSync(
-    join(dir, 'server.ext'),
-    'basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n',
-  );
-  openssl(
-    ...[
-      'x509',
-      '-req',
-      '-in',
-      join(dir, 'server.csr'),
-      '-CA',
-      pki.ca,
-      '-CAkey',
-      join(dir, 'ca.key'),
-    ],
-    ...['-CAcreateserial', '-days', '1', '-extfile', join(dir, 'server.ext'), '-out', pki.cert],
-  );
+  const { ca, cert, key } = makeSecure(dir).pki;
+  Object.assign(pki, { ca, cert, key });
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
