@@ -17,5 +17,6 @@ export { createStore, type Store, type StoreOptions, type TableOptions } from '.
 export { assertId, MAX_BATCH_IDS, MAX_ID_BYTES, TABLE_NAME, type Table } from './store/table.js';
 export type * from './store/types.js';
 export { createValkeyClient, type ValkeyOptions, type ValkeyTlsOptions } from './valkey/client.js';
+export type { Credentials } from './valkey/credentials.js';
 export { keySlot } from './valkey/slots.js';
 export type { ClusterSettings, SentinelSettings } from './valkey/topology.js';
