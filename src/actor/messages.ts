@@ -7,6 +7,10 @@
 import type { TableEvent } from '../l2/events.js';
 import type { Envelope } from '../l2/format.js';
 import type { WriteResult } from '../store/types.js';
+
+/** What the owner answers a `put` with; the table adds the entity tag. */
+type Written = Pick<WriteResult, 'version'>;
+
 import type { Flight, Outcome, Waiter } from './flight.js';
 
 /** A caller waiting for a write (`put` or `invalidate`) to be acknowledged. */
@@ -47,14 +51,14 @@ export type Message =
   /** A caller saw a stale row, or XFetch said refresh early: refresh in the background. */
   | { kind: 'refresh'; id: string; reason: RefreshReason }
   /** A caller writes through: send it to Valkey, park the id's messages until acknowledged. */
-  | { kind: 'put'; id: string; value: unknown; json: string; waiter: WriteWaiter<WriteResult> }
+  | { kind: 'put'; id: string; value: unknown; json: string; waiter: WriteWaiter<Written> }
   /** Valkey acknowledged (or failed) a `put`: write L1, answer, replay what was parked. */
   | {
       kind: 'written';
       id: string;
       envelope: Envelope;
       error?: unknown;
-      waiter: WriteWaiter<WriteResult>;
+      waiter: WriteWaiter<Written>;
     }
   /** A caller deletes: tombstone in Valkey, drop L1, park the id's messages until acknowledged. */
   | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }

@@ -61,7 +61,11 @@ const response = {
           properties: {
             id: { type: 'string' },
             status: { type: 'string', enum: ['found', 'not_found', 'error'] },
-            version: { type: 'integer', description: 'found: the item version (its ETag)' },
+            version: {
+              type: 'integer',
+              description:
+                'found: the item version (orders writes; the ETag of a single GET is a hash of the value)',
+            },
             cacheStatus: {
               type: 'string',
               description: 'found, not_found: the Cache-Status (RFC 9211) of this id',

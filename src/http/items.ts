@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BadRequestError, BadValueError, NotFoundError } from '../errors.js';
+import { entityTagOf } from '../store/answers.js';
 import type { Store } from '../store/store.js';
 import type { ReadResult } from '../store/types.js';
 import type { AdminRouteOptions } from './auth.js';
@@ -29,7 +30,9 @@ const ITEM_PATH = '/v1/tables/:table/items/:id';
 const ITEMS = ['items'];
 
 const CACHE_STATUS = header('RFC 9211: which layer answered (docs/http-api.md, Cache-Status).');
-const ETAG = header('The item version, `"<version>"`.');
+const ETAG = header(
+  "A strong entity tag of the value's JSON text (a SHA-256 prefix): equal text, equal tag, in every mode.",
+);
 
 const readErrors = errorResponses({
   400: ['ECC_BAD_ID'],
@@ -87,7 +90,7 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
         new NotFoundError(`no item ${clip(id)} in ${table}`, { table, id }),
       );
     }
-    const etag = `"${result.version}"`;
+    const etag = entityTagOf(result);
     reply.header('etag', etag);
     // RFC 9110 §13.1.2: a matching If-None-Match on a GET or HEAD answers 304 without a body.
     if (noneMatch(request.headers['if-none-match'], etag)) return reply.code(304).send();
@@ -138,8 +141,8 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
         throw new BadRequestError('a JSON body (application/json) is required', { table, id });
       }
       try {
-        const { version } = await t.put(id, request.body);
-        return reply.header('etag', `"${version}"`).send({ version });
+        const { version, etag } = await t.put(id, request.body);
+        return reply.header('etag', etag).send({ version });
       } catch (err) {
         // The body parsed, so only depth can stop JSON.stringify: the client's value, a 400.
         if (err instanceof BadValueError) {

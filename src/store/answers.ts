@@ -4,6 +4,7 @@
  * access, once per answer: the HTTP path sends `json` and never pays for it;
  * each library caller gets its own copy of the value.
  */
+import { entityTag } from './etag.js';
 import type { L1Row } from './l1.js';
 import type { FoundResult, NotFoundResult, ReadLayer, ReadResult } from './types.js';
 
@@ -19,9 +20,11 @@ class RowAnswer implements FoundResult {
   readonly ttlMs: number;
   readonly stored = false;
   readonly json: string;
+  readonly #row: L1Row;
   #value: unknown = UNDECODED;
 
   constructor(row: L1Row, coalesced: boolean, ttlMs: number) {
+    this.#row = row;
     this.layer = 'l1';
     this.coalesced = coalesced;
     this.stale = ttlMs <= 0;
@@ -36,11 +39,24 @@ class RowAnswer implements FoundResult {
     return this.#value;
   }
 
+  /** The entity tag of `json`, kept on the row: computed on its first answer only. */
+  get etag(): string {
+    return this.#row.etag;
+  }
+
   /** Plain fields, `value` included, for `JSON.stringify` and logs. */
   toJSON(): object {
     const { found, layer, coalesced, stale, version, ttlMs, stored, json, value } = this;
     return { found, layer, coalesced, stale, version, ttlMs, stored, json, value };
   }
+}
+
+/**
+ * The strong entity tag of a found answer's `json` (see `etag.ts`): an L1
+ * answer's comes from its row, computed once; any other is computed now.
+ */
+export function entityTagOf(result: FoundResult): string {
+  return result instanceof RowAnswer ? result.etag : entityTag(result.json);
 }
 
 /**

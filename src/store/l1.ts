@@ -4,8 +4,10 @@
  * sends, and what a row costs can then be counted (a decoded value's heap
  * size cannot). Library callers decode on demand (`answers.ts`).
  */
+
 import { LRUCache } from 'lru-cache';
 import type { Envelope } from '../l2/format.js';
+import { entityTag } from './etag.js';
 import type { L1Policy } from './policy.js';
 
 /**
@@ -40,6 +42,8 @@ export class L1Row {
   readonly expiresAt: number;
   /** The heap it takes (what it counts against `maxBytes`, at least the per-row floor). */
   readonly bytes: number;
+  /** The entity tag of `json`, computed on the first answer that needs it (a hit then pays nothing). */
+  #etag: string | undefined;
 
   constructor(envelope: Envelope, expiresAt: number, bytes: number) {
     this.json = envelope.json;
@@ -53,6 +57,12 @@ export class L1Row {
     this.negative = envelope.negative;
     this.expiresAt = Math.floor(expiresAt);
     this.bytes = bytes;
+  }
+
+  /** The strong entity tag of `json` (see `etag.ts`), computed once per row. */
+  get etag(): string {
+    if (this.#etag === undefined) this.#etag = entityTag(this.json);
+    return this.#etag;
   }
 }
 

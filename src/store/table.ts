@@ -19,6 +19,7 @@ import {
 import { toJson } from '../l2/format.js';
 import { type PendingRead, WaitDeadlines } from '../protection/deadlines.js';
 import { rowAnswer } from './answers.js';
+import { entityTag } from './etag.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
 import type { L1 } from './l1.js';
 import type { TablePolicy } from './policy.js';
@@ -232,6 +233,7 @@ export class Table {
   /**
    * Write-through: stores `value` in L2 (`SET … PX`), then in L1, with a new version.
    *
+   * @returns the version Valkey ordered the write at, and the entity tag a GET then sends.
    * @param value any JSON-serialisable value.
    * @throws (rejects) `ECC_BAD_ID`, `ECC_BAD_VALUE` (not serialisable),
    *   `ECC_VALKEY_UNAVAILABLE` (Valkey refused or timed out: L1 is dropped for the id), `ECC_CLOSED`.
@@ -251,9 +253,9 @@ export class Table {
     }
     // A read after this write must not coalesce onto a miss posted before it.
     this.#open = undefined;
-    return new Promise((resolve, reject) => {
+    return new Promise<{ version: number }>((resolve, reject) => {
       this.#owner.post({ kind: 'put', id, value, json, waiter: { resolve, reject } });
-    });
+    }).then(({ version }) => ({ version, etag: entityTag(json) }));
   }
 
   /**

@@ -90,6 +90,8 @@ export type BatchEntry =
 export interface WriteResult {
   /** The version minted for the write. */
   version: number;
+  /** The strong entity tag of the stored JSON: what a GET of the item sends as `ETag` (see `etag.ts`). */
+  etag: string;
 }
 
 /** EchoStore's counters for one table (monotonic since start), plus L1 size. */

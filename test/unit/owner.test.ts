@@ -23,7 +23,7 @@ function writingOwner(policy: TablePolicyInput = {}) {
       return answer.promise;
     },
   });
-  const put = (id: string, value: unknown): Promise<WriteResult> =>
+  const put = (id: string, value: unknown): Promise<Pick<WriteResult, 'version'>> =>
     new Promise((resolve, reject) =>
       t.owner.post({
         kind: 'put',
