@@ -65,37 +65,66 @@ export function answerClientError(err: ParserError, socket: Duplex, log: Fastify
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const e = clientErrorOf(err.code);
   log.debug({ code: e.code, parserCode: err.code }, 'client error');
-  // A response to an earlier request on this connection (pipelined) is still on
-  // its way: a 400 written now would be taken as *its* answer (an HTTP/1.1
-  // client pairs answers with requests in order). Let it go out, then close:
-  // the malformed request gets no answer of its own.
-  const inFlight = (
-    socket as Duplex & {
-      _httpMessage?: {
-        headersSent?: boolean;
-        writableEnded?: boolean;
-        req?: { complete?: boolean };
-        once(e: string, f: () => void): void;
-      };
-    }
-  )._httpMessage;
-  // The response in flight is the bad request's own when that request was not
-  // received in full (it timed out, or its body is malformed): answer it.
-  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || inFlight?.req?.complete !== true) {
-    // Answer it, unless its answer has begun.
-    if (socket.writable && inFlight?.headersSent !== true) socket.write(rawErrorResponse(e));
-    socket.destroy();
+  // Responses to earlier requests on this connection (pipelined) may still be on
+  // their way: a 400 written now would be taken as *their* answer (an HTTP/1.1
+  // client pairs answers with requests in order). Let every one go out, then
+  // answer the malformed request and close.
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    answerAndDestroy(socket, e);
     return;
   }
-  if (inFlight.writableEnded !== true) {
-    const close = () => socket.destroy();
-    inFlight.once('finish', close);
-    inFlight.once('close', close);
-    setTimeout(close, IN_FLIGHT_GRACE_MS).unref();
+  const grace = setTimeout(() => socket.destroy(), IN_FLIGHT_GRACE_MS).unref();
+  afterAnswers(socket as PipelinedSocket, () => {
+    clearTimeout(grace);
+    answerAndDestroy(socket, e);
+  });
+}
+
+/** The parts of Node's connection state this module reads: the response that holds the socket. */
+type PipelinedSocket = Duplex & {
+  _httpMessage?: {
+    headersSent?: boolean;
+    req?: { complete?: boolean };
+    once(e: string, f: () => void): void;
+  } | null;
+};
+
+/**
+ * Calls `then` once every response queued on `socket` has been sent. Node
+ * hands the socket to the next queued response when one finishes (in its own
+ * `finish` listener, which runs before this one), so each is waited for in
+ * turn. A response whose request was not received in full is the malformed
+ * request's own (its body broke the parser): `then` answers it instead.
+ */
+function afterAnswers(socket: PipelinedSocket, then: () => void): void {
+  const holder = socket._httpMessage;
+  // Not `writableFinished`: an answer ended before its turn reads finished while
+  // its bytes still wait; Node lets go of the socket only on its `finish`.
+  if (holder == null || holder.req?.complete !== true) {
+    then();
     return;
   }
-  if (socket.writable) socket.write(rawErrorResponse(e));
-  socket.destroy();
+  let called = false;
+  const next = () => {
+    if (called) return;
+    called = true;
+    afterAnswers(socket, then);
+  };
+  holder.once('finish', next);
+  holder.once('close', next);
+}
+
+/**
+ * Writes the coded error (unless an answer on the socket has begun) and closes
+ * the connection once what was written has gone out: a `destroy()` now would
+ * drop the earlier answers still in the socket's buffer.
+ */
+function answerAndDestroy(socket: Duplex, e: EchoStoreError): void {
+  const holder = (socket as PipelinedSocket)._httpMessage;
+  if (socket.writable && holder?.headersSent !== true) socket.write(rawErrorResponse(e));
+  const soon = (socket as Duplex & { destroySoon?(): void }).destroySoon;
+  if (typeof soon === 'function') soon.call(socket);
+  else socket.destroy();
 }
 
 /** How long a response in flight on a connection with a malformed pipelined request may take before the connection is closed anyway, ms. */

@@ -14,6 +14,7 @@ import { itemRoutes } from './items.js';
 import { installJsonBodyParser } from './json-body.js';
 import { installOpenApi, openApiRoute } from './openapi.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
+import { orderPipelined } from './pipeline.js';
 import { warmRoutes } from './warm.js';
 
 /** Options of {@link buildServer}. */
@@ -85,6 +86,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     },
   });
   requireHost(app.server, log);
+  orderPipelined(app.server);
   app.server.on('connect', (_request, socket) => answerConnect(socket, log));
   app.server.on('checkExpectation', (_request, response) => answerExpectation(response, log));
   installErrorHandlers(app);
