@@ -251,3 +251,12 @@ export class UnauthorizedError extends EchoStoreError {
   static override readonly code = 'ECC_UNAUTHORIZED';
   static override readonly statusCode = 401;
 }
+
+/**
+ * Protected mode (after Redis's): no admin token is configured, so write and
+ * admin routes answer loopback clients only, and this client is not one.
+ */
+export class ProtectedModeError extends EchoStoreError {
+  static override readonly code = 'ECC_PROTECTED_MODE';
+  static override readonly statusCode = 403;
+}

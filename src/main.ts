@@ -14,6 +14,7 @@ import { loadConfig } from './config/load.js';
 import { DEFAULT_WARM_CONCURRENCY, DEFAULT_WARM_TIMEOUT_MS } from './config/schema.js';
 import { ConfigError, EchoStoreError } from './errors.js';
 import { watchHeapAfterGc } from './heap-gauge.js';
+import { isLoopback, PROTECTED_MODE_HINT } from './http/auth.js';
 import type { Lifecycle } from './http/ops.js';
 import { buildServer } from './http/server.js';
 import { buildSource, type Source } from './sources/index.js';
@@ -131,6 +132,12 @@ async function main(): Promise<void> {
       );
     }
     throw err;
+  }
+  if (config.http.adminToken === undefined && !isLoopback(config.http.host)) {
+    log.warn(
+      { warning: 'protected-mode', host: config.http.host },
+      `listening beyond loopback without an admin token: ${PROTECTED_MODE_HINT}`,
+    );
   }
   log.info(
     {

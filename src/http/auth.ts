@@ -1,31 +1,51 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { isIP } from 'node:net';
 import type { FastifyRequest } from 'fastify';
-import { UnauthorizedError } from '../errors.js';
+import { ProtectedModeError, UnauthorizedError } from '../errors.js';
 
-/** Route options that guard an admin route; empty when no token is configured. */
+/** Route options that guard an admin route: the bearer token, or protected mode without one. */
 export interface AdminRouteOptions {
   onRequest?: (request: FastifyRequest) => Promise<void>;
 }
+
+/** What a client outside loopback is told while no token is set: how to set one. */
+export const PROTECTED_MODE_HINT =
+  'no admin token is set, so write and admin routes answer loopback clients only: set ECHOSTORE_ADMIN_TOKEN (or http.adminToken) and send Authorization: Bearer <token>';
 
 function sha256(text: string): Buffer {
   return createHash('sha256').update(text, 'utf8').digest();
 }
 
 /**
- * Route options that admit a request only when it carries
+ * Route options for the write and admin routes (PUT, DELETE, warm-up, and any
+ * route given these options).
+ *
+ * With a token: they admit a request only when it carries
  * `Authorization: Bearer <token>` (RFC 6750 §2.1; the scheme is
- * case-insensitive, RFC 9110 §11.1). Runs `onRequest`, before the body is read.
+ * case-insensitive, RFC 9110 §11.1). Both sides are hashed with SHA-256 and
+ * compared with `timingSafeEqual`, so neither the token's content nor its
+ * length shows in the response time.
  *
- * Both sides are hashed with SHA-256 and compared with `timingSafeEqual`, so
- * neither the token's content nor its length shows in the response time.
+ * Without one: protected mode, as Redis's — they answer only clients whose
+ * address is loopback (`127.0.0.0/8`, `::1`, or `::ffff:127.x.y.z`); any
+ * other gets 403 `ECC_PROTECTED_MODE` saying how to set a token. A reverse
+ * proxy on the same host makes every client look local: set a token there.
  *
- * @param token the admin token, or `undefined` for none: the routes are then
- *   open and pay nothing.
+ * Runs `onRequest`, before the body is read.
+ *
+ * @param token the admin token, or `undefined` for none (protected mode).
  * @throws {TypeError} when `token` is given but empty or contains whitespace.
- * @returns `{ onRequest }` rejecting with `ECC_UNAUTHORIZED` (401), or `{}`.
+ * @returns `{ onRequest }` rejecting with `ECC_UNAUTHORIZED` (401) or `ECC_PROTECTED_MODE` (403).
  */
 export function adminOnly(token: string | undefined): AdminRouteOptions {
-  if (token === undefined) return {};
+  if (token === undefined) {
+    return {
+      onRequest: async (request) => {
+        if (!isLoopback(request.socket.remoteAddress))
+          throw new ProtectedModeError(PROTECTED_MODE_HINT);
+      },
+    };
+  }
   if (typeof token !== 'string' || token.length === 0 || /\s/.test(token)) {
     throw new TypeError('adminToken must be a non-empty string without whitespace');
   }
@@ -38,6 +58,18 @@ export function adminOnly(token: string | undefined): AdminRouteOptions {
       }
     },
   };
+}
+
+/**
+ * Whether `address` (a socket's remote address, or a listen host) is on the
+ * loopback interface: `127.0.0.0/8`, `::1`, an IPv4-mapped `::ffff:127.x.y.z`,
+ * or the name `localhost`. Anything else, or none, is not.
+ */
+export function isLoopback(address: string | undefined): boolean {
+  if (address === undefined) return false;
+  if (address === 'localhost' || address === '::1') return true;
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address;
+  return isIP(v4) === 4 && v4.startsWith('127.');
 }
 
 /** The credentials of a `Bearer` Authorization header, or `undefined` for another scheme or none. */

@@ -125,6 +125,7 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
           ...errorResponses({
             400: ['ECC_BAD_ID', 'ECC_BAD_REQUEST'],
             401: ['ECC_UNAUTHORIZED'],
+            403: ['ECC_PROTECTED_MODE'],
             404: ['ECC_UNKNOWN_TABLE'],
             413: ['ECC_PAYLOAD_TOO_LARGE'],
             415: ['ECC_UNSUPPORTED_MEDIA_TYPE'],
@@ -170,6 +171,7 @@ export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
           ...errorResponses({
             400: ['ECC_BAD_ID'],
             401: ['ECC_UNAUTHORIZED'],
+            403: ['ECC_PROTECTED_MODE'],
             404: ['ECC_UNKNOWN_TABLE'],
             503: ['ECC_VALKEY_UNAVAILABLE', 'ECC_CLOSED'],
           }),

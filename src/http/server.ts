@@ -29,7 +29,8 @@ export interface ServerOptions {
    * When set, PUT and DELETE on items and `POST /v1/tables/:table/warm` need
    * `Authorization: Bearer <adminToken>` (else 401 `ECC_UNAUTHORIZED`). Reads,
    * `/v1/tables`, `/metrics`, `/healthz` and `/readyz` stay open. A non-empty
-   * string without whitespace; default: no token, every route open.
+   * string without whitespace; default: no token, and protected mode: those
+   * routes answer loopback clients only (else 403 `ECC_PROTECTED_MODE`).
    */
   adminToken?: string;
   /**

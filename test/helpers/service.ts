@@ -28,13 +28,13 @@ export interface ServiceProcess {
 /**
  * Writes `config` to a temporary YAML file in `dir` (a new temporary directory
  * by default: relative paths in `config` resolve against it), starts the
- * service on a free port and waits until `/healthz` answers. Killed when the
+ * service on a free port (on `host`, default 127.0.0.1) and waits until `/healthz` answers. Killed when the
  * test ends if it is still running, unless `inHook` (started in a `beforeAll`:
  * the caller kills it).
  */
 export async function startServiceProcess(
   config: object,
-  options: { dir?: string; env?: Record<string, string>; inHook?: boolean } = {},
+  options: { dir?: string; env?: Record<string, string>; inHook?: boolean; host?: string } = {},
 ): Promise<ServiceProcess> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'echostore-test-'));
   const file = join(dir, 'config.yaml');
@@ -44,7 +44,7 @@ export async function startServiceProcess(
     env: {
       ...process.env,
       PORT: String(port),
-      HOST: '127.0.0.1',
+      HOST: options.host ?? '127.0.0.1',
       LOG_LEVEL: 'info',
       ...options.env,
     },
@@ -62,7 +62,7 @@ export async function startServiceProcess(
   const exited = new Promise<number | string>((resolve) =>
     child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
   );
-  const url = `http://127.0.0.1:${port}`;
+  const url = `http://${options.host ?? '127.0.0.1'}:${port}`;
   await vi.waitFor(
     async () => {
       if (child.exitCode !== null) throw new Error(`the service exited with ${child.exitCode}`);
