@@ -260,3 +260,12 @@ export class ProtectedModeError extends EchoStoreError {
   static override readonly code = 'ECC_PROTECTED_MODE';
   static override readonly statusCode = 403;
 }
+
+/**
+ * A batch read's answer reached `http.maxBatchBytes`: this id (and every later
+ * one of the request) was not read; ask for it in another request.
+ */
+export class BatchTooLargeError extends EchoStoreError {
+  static override readonly code = 'ECC_BATCH_TOO_LARGE';
+  static override readonly statusCode = 413;
+}

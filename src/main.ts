@@ -85,6 +85,7 @@ async function main(): Promise<void> {
     store,
     logger: log,
     bodyLimitBytes: config.http.bodyLimitBytes,
+    maxBatchBytes: config.http.maxBatchBytes,
     requestTimeoutMs: config.http.requestTimeoutMs,
     adminToken: config.http.adminToken,
     lifecycle,

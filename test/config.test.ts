@@ -51,6 +51,7 @@ describe('loadConfig without a file', () => {
         host: '127.0.0.1',
         port: 8080,
         bodyLimitBytes: 1_048_576,
+        maxBatchBytes: 67_108_864,
         shutdownDelayMs: 5_000,
         requestTimeoutMs: 30_000,
       },
@@ -95,6 +96,7 @@ describe('loadConfig with a file', () => {
       host: '127.0.0.1',
       port: 9090,
       bodyLimitBytes: 1_048_576,
+      maxBatchBytes: 67_108_864,
       shutdownDelayMs: 5_000,
       requestTimeoutMs: 30_000,
     });
@@ -205,6 +207,7 @@ describe('loadConfig environment overrides', () => {
       host: '0.0.0.0',
       port: 0,
       bodyLimitBytes: 1_048_576,
+      maxBatchBytes: 67_108_864,
       shutdownDelayMs: 5_000,
       requestTimeoutMs: 30_000,
     });

@@ -443,6 +443,13 @@ export const HttpSchema = Type.Object(
       default: 1024 * 1024,
       description: 'Largest PUT body.',
     }),
+    maxBatchBytes: Type.Integer({
+      minimum: 1024,
+      maximum: 256 * 1024 * 1024,
+      default: 64 * 1024 * 1024,
+      description:
+        'Largest batch-read answer (its items, in UTF-16 characters of JSON). The answer is streamed; once it reaches this, every id not yet sent is answered `ECC_BATCH_TOO_LARGE` (413) in its item, without being read: ask for those in another request.',
+    }),
     requestTimeoutMs: Type.Integer({
       minimum: 1_000,
       maximum: 600_000,

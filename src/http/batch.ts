@@ -1,12 +1,15 @@
 /**
  * Batch reads: `GET /v1/tables/:table/items?ids=a,b,c` and
  * `POST /v1/tables/:table/items:batchGet` with `{ "ids": [...] }`. Every id
- * goes through `Table.getMany` (the same L1 → L2 → flight path as one GET)
- * and is answered on its own: found, not found, or a coded error. One id's
- * failure never fails the batch.
+ * goes through `Table.readWaves` (the same L1 → L2 → flight path as one GET,
+ * in waves bounded by bytes) and is answered on its own: found, not found, or
+ * a coded error. One id's failure never fails the batch. The answer is
+ * streamed a wave at a time, and is bounded by `maxBatchBytes`.
  */
+
+import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { BadIdError, BadRequestError, type EchoStoreError } from '../errors.js';
+import { BadIdError, BadRequestError, BatchTooLargeError, type EchoStoreError } from '../errors.js';
 import type { Store } from '../store/store.js';
 import { MAX_BATCH_IDS, type Table } from '../store/table.js';
 import type { BatchEntry } from '../store/types.js';
@@ -15,6 +18,12 @@ import { cacheStatus } from './items.js';
 import { allowOnly } from './methods.js';
 import { ERROR_SCHEMA, errorResponses, TABLE_PARAMS } from './openapi.js';
 import { exactTableInput } from './table-input.js';
+
+/** The default of `http.maxBatchBytes`: 64 MiB of items in one batch answer. */
+export const DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024;
+
+/** The answer goes out in pieces of about this many characters (or a wave's items, if fewer). */
+const CHUNK_CHARS = 64 * 1024;
 
 const ITEMS_PATH = '/v1/tables/:table/items';
 /** `::` is find-my-way's literal colon: the path is `…/items:batchGet`. */
@@ -98,7 +107,11 @@ interface Asked {
  * 400 `ECC_BAD_REQUEST` for no ids, more than {@link MAX_BATCH_IDS}, or a
  * body that breaks its schema; otherwise 200 with a per-id status.
  */
-export function batchRoutes(app: FastifyInstance, store: Store): void {
+export function batchRoutes(
+  app: FastifyInstance,
+  store: Store,
+  maxBytes: number = DEFAULT_MAX_BATCH_BYTES,
+): void {
   const common = exactTableInput(store);
 
   app.get<{ Params: { table: string }; Querystring: { ids: string } }>(
@@ -106,7 +119,7 @@ export function batchRoutes(app: FastifyInstance, store: Store): void {
     { ...common, schema: { params: TABLE_PARAMS, querystring, response } },
     async (request, reply) => {
       const table = store.table(request.params.table);
-      return answer(request, reply, table, idsOfQuery(request.raw.url ?? ''));
+      return answer(request, reply, table, idsOfQuery(request.raw.url ?? ''), maxBytes);
     },
   );
 
@@ -120,6 +133,7 @@ export function batchRoutes(app: FastifyInstance, store: Store): void {
         reply,
         table,
         request.body.ids.map((id) => ({ id })),
+        maxBytes,
       );
     },
   );
@@ -133,30 +147,94 @@ async function answer(
   reply: FastifyReply,
   table: Table,
   asked: Asked[],
+  maxBytes: number,
 ): Promise<FastifyReply> {
   if (asked.length > MAX_BATCH_IDS) {
     throw new BadRequestError(`at most ${MAX_BATCH_IDS} ids per request (got ${asked.length})`, {
       table: table.name,
     });
   }
-  const entries = await table.getMany(asked.filter((a) => a.error === undefined).map((a) => a.id));
-  const byId = new Map(entries.map((e) => [e.id, e]));
+  // Streamed: one wave's items at a time, read only as the client takes them (see answerText).
+  return reply
+    .type('application/json; charset=utf-8')
+    .send(Readable.from(answerText(request, table, distinctAsked(asked), maxBytes)));
+}
+
+/** Each id once, in the order of first appearance: a decoded id by its value, a bad one by its raw text. */
+function distinctAsked(asked: readonly Asked[]): Asked[] {
   const seen = new Set<string>();
   const seenBad = new Set<string>();
-  const items: string[] = [];
-  for (const a of asked) {
-    if (a.error !== undefined) {
-      if (seenBad.has(a.id)) continue;
-      seenBad.add(a.id);
-      items.push(errorItem(request, a.id, a.error));
-      continue;
+  return asked.filter((a) => {
+    const set = a.error === undefined ? seen : seenBad;
+    if (set.has(a.id)) return false;
+    set.add(a.id);
+    return true;
+  });
+}
+
+/**
+ * The answer's text, a wave at a time: `{"items":[` … `]}`. The values are
+ * already JSON text (as the item route sends them): no re-serialisation, and
+ * never one string for the whole answer (a V8 string holds at most ~512 MiB).
+ * Once the items sent reach `maxBytes`, every id not yet sent is answered
+ * `ECC_BATCH_TOO_LARGE` (413) without being read, and no further wave is read.
+ */
+async function* answerText(
+  request: FastifyRequest,
+  table: Table,
+  plan: readonly Asked[],
+  maxBytes: number,
+): AsyncGenerator<string, void, undefined> {
+  const waves = table.readWaves(plan.filter((a) => a.error === undefined).map((a) => a.id));
+  try {
+    let wave: BatchEntry[] = [];
+    let next = 0;
+    let sent = 0;
+    let full = false;
+    let chunk = '{"items":[';
+    for (const a of plan) {
+      let text: string;
+      if (a.error !== undefined) text = errorItem(request, a.id, a.error);
+      else if (full) text = tooLarge(request, table, a.id, maxBytes);
+      else {
+        if (next === wave.length) {
+          // What is ready goes out before the next wave is read.
+          if (chunk.length > 0) yield chunk;
+          chunk = '';
+          wave = (await waves.next()).value ?? [];
+          next = 0;
+        }
+        text = itemOf(request, wave[next++] as BatchEntry);
+        if (sent + text.length > maxBytes) {
+          full = true;
+          await waves.return();
+          text = tooLarge(request, table, a.id, maxBytes);
+        }
+      }
+      chunk += sent === 0 ? text : `,${text}`;
+      sent += text.length + 1;
+      // Big rows go out a few at a time: the socket's back-pressure paces the writes, and
+      // the event loop serves other requests in between.
+      if (chunk.length >= CHUNK_CHARS) {
+        yield chunk;
+        chunk = '';
+      }
     }
-    if (seen.has(a.id)) continue;
-    seen.add(a.id);
-    items.push(itemOf(request, byId.get(a.id) as BatchEntry));
+    yield `${chunk}]}`;
+  } finally {
+    await waves.return();
   }
-  // Values are already JSON text (as the item route sends them): no re-serialisation.
-  return reply.type('application/json; charset=utf-8').send(`{"items":[${items.join(',')}]}`);
+}
+
+function tooLarge(request: FastifyRequest, table: Table, id: string, maxBytes: number): string {
+  return errorItem(
+    request,
+    id,
+    new BatchTooLargeError(
+      `the answer reached maxBatchBytes (${maxBytes}) before this id: ask for it in another request`,
+      { table: table.name, id },
+    ),
+  );
 }
 
 function itemOf(request: FastifyRequest, entry: BatchEntry): string {

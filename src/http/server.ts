@@ -23,6 +23,12 @@ export interface ServerOptions {
   logger: Logger;
   /** Largest accepted request body, bytes. Default 1 MiB. */
   bodyLimitBytes?: number;
+  /**
+   * Largest batch-read answer, UTF-16 characters of its items' JSON: past it,
+   * each id not yet sent is answered `ECC_BATCH_TOO_LARGE` (413) in its item,
+   * unread. Default 64 MiB.
+   */
+  maxBatchBytes?: number;
   /** A request not received in full within this is answered 408 `ECC_REQUEST_TIMEOUT`, ms. Default 30,000. */
   requestTimeoutMs?: number;
   /**
@@ -105,7 +111,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   installOpenApi(app);
   app.register(async (api) => {
     itemRoutes(api, options.store, admin);
-    batchRoutes(api, options.store);
+    batchRoutes(api, options.store, options.maxBatchBytes);
     warmRoutes(api, options.store, admin);
     opsRoutes(api, options.store, lifecycle);
     openApiRoute(api);

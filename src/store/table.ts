@@ -41,6 +41,17 @@ export const MAX_ID_BYTES = 512;
 /** Most ids one `Table.getMany` call (and one batch read over HTTP) may name, duplicates counted. */
 export const MAX_BATCH_IDS = 1000;
 
+/**
+ * The byte budget of one wave of a batch read (UTF-16 characters of JSON text,
+ * estimated from the table's row size): 2 MiB. A wave's Valkey replies then
+ * arrive within a few milliseconds of each other, and decoding them holds the
+ * event loop for about as long.
+ */
+export const BATCH_WAVE_BYTES = 2 * 1024 * 1024;
+
+/** Ids in a batch's first wave while the table's row size is not known yet. */
+export const FIRST_WAVE_IDS = 64;
+
 // Not printable: C0/C1 controls and DEL (Cc), invisible format characters such
 // as U+202E RIGHT-TO-LEFT OVERRIDE, U+200B and the BOM (Cf), line and paragraph
 // separators (Zl, Zp), and the Unicode noncharacters.
@@ -99,6 +110,8 @@ export class Table {
   readonly #counters: TableContext['counters'];
   /** `earlyRefreshBeta` (XFetch), read once. */
   readonly #beta: number;
+  /** The running average size of a row read by a batch, UTF-16 characters of JSON; 0 before any. */
+  #rowChars = 0;
   /** The last miss posted: misses of its id coalesce onto it while the owner has not handled it. */
   #open: Miss | undefined;
   #closed = false;
@@ -199,10 +212,13 @@ export class Table {
   /**
    * Reads many items at once: each distinct id through the same path as
    * {@link get} (L1 in the caller, then one flight per id, so herds still
-   * coalesce and each id keeps its own lease). The misses are posted to the
-   * owner together, so their Valkey reads leave on one connection in the same
-   * tick (pipelined: one round trip), and a table with `loadMany` loads them
-   * in one source call.
+   * coalesce and each id keeps its own lease), in waves bounded by bytes (see
+   * {@link readWaves}). The misses of a wave are posted to the owner together,
+   * so their Valkey reads leave on one connection in the same tick (pipelined:
+   * one round trip), and a table with `loadMany` loads them in one source call.
+   *
+   * Every answer is held until the last one: for rows that may add up to
+   * more than the heap should hold at once, use {@link readWaves}.
    *
    * @param ids up to {@link MAX_BATCH_IDS} ids, duplicates counted.
    * @returns one entry per distinct id, in the order of first appearance:
@@ -211,23 +227,84 @@ export class Table {
    * @throws (rejects) {@link BadRequestError} `ECC_BAD_REQUEST` when `ids` is
    *   not an array or names more than {@link MAX_BATCH_IDS} ids.
    */
-  getMany(ids: readonly string[]): Promise<BatchEntry[]> {
+  async getMany(ids: readonly string[]): Promise<BatchEntry[]> {
+    const entries: BatchEntry[] = [];
+    for await (const wave of this.readWaves(ids)) entries.push(...wave);
+    return entries;
+  }
+
+  /**
+   * Reads many items in waves, so that no Valkey reply of one request
+   * outlasts `commandTimeoutMs` (which would open the breaker for every
+   * request of the instance) and no wave blocks the event loop for long: each
+   * wave names as many ids as fit in `waveBytes` at the row size this table's
+   * batches have seen so far (a running average of their JSON text), or
+   * {@link FIRST_WAVE_IDS} before it has seen any. The next wave is read only
+   * when the caller asks for it, so a consumer that streams the answer out
+   * holds one wave at a time.
+   *
+   * A wave is read by {@link #readWave}: the one place to change how a
+   * wave's reads reach Valkey (grouped per cluster slot, for one).
+   *
+   * @param ids up to {@link MAX_BATCH_IDS} ids, duplicates counted; each
+   *   distinct id is read once, in the order of first appearance.
+   * @param waveBytes the byte budget of one wave, UTF-16 characters of JSON
+   *   text; default {@link BATCH_WAVE_BYTES}.
+   * @returns the waves' entries, as {@link getMany} answers them.
+   * @throws {BadRequestError} `ECC_BAD_REQUEST` (on the first `next()`) when
+   *   `ids` is not an array or names more than {@link MAX_BATCH_IDS} ids.
+   */
+  async *readWaves(
+    ids: readonly string[],
+    waveBytes: number = BATCH_WAVE_BYTES,
+  ): AsyncGenerator<BatchEntry[], void, undefined> {
     if (!Array.isArray(ids) || ids.length > MAX_BATCH_IDS) {
-      return Promise.reject(
-        new BadRequestError(`ids must be an array of at most ${MAX_BATCH_IDS} ids`, {
-          table: this.name,
-        }),
-      );
+      throw new BadRequestError(`ids must be an array of at most ${MAX_BATCH_IDS} ids`, {
+        table: this.name,
+      });
     }
     const distinct = [...new Set(ids)];
+    for (let at = 0; at < distinct.length; ) {
+      const rowChars = this.#rowChars;
+      const size =
+        rowChars === 0
+          ? FIRST_WAVE_IDS
+          : Math.max(1, Math.min(MAX_BATCH_IDS, Math.floor(waveBytes / rowChars)));
+      const wave = await this.#readWave(distinct.slice(at, at + size));
+      at += size;
+      this.#learnRowSize(wave);
+      yield wave;
+    }
+  }
+
+  /**
+   * Reads one wave: every id at once, each through {@link get}. One id's
+   * failure becomes its entry and never fails the others.
+   */
+  #readWave(ids: readonly string[]): Promise<BatchEntry[]> {
     return Promise.all(
-      distinct.map((id) =>
+      ids.map((id) =>
         this.get(id).then(
           (result): BatchEntry => ({ id, ok: true, result }),
           (err: unknown): BatchEntry => ({ id, ok: false, error: this.#asError(err, id) }),
         ),
       ),
     );
+  }
+
+  /** Folds a wave's found rows into the running row size (an exponential average, weight ¼ per wave). */
+  #learnRowSize(wave: readonly BatchEntry[]): void {
+    let chars = 0;
+    let rows = 0;
+    for (const e of wave) {
+      if (e.ok && e.result.found) {
+        chars += e.result.json.length;
+        rows++;
+      }
+    }
+    if (rows === 0) return;
+    const mean = chars / rows;
+    this.#rowChars = this.#rowChars === 0 ? mean : 0.75 * this.#rowChars + 0.25 * mean;
   }
 
   /**

@@ -1,0 +1,196 @@
+/**
+ * Huge-batch drill: one `items:batchGet` of 1,000 ids whose big rows are in
+ * L2, through one real service, while a second client polls `/healthz`.
+ *
+ *   npm run drill:huge-batch -- [--ids 1000] [--row-kb 300] [--command-timeout-ms 1000]
+ *     [--json [file]]
+ *
+ * Starts its own `valkey-server`/`redis-server`, a counting origin (the
+ * table's source) and the service; writes the rows straight into Valkey as
+ * fresh values. **Law:** the batch answers 200 with every id (found, or
+ * `ECC_BATCH_TOO_LARGE` past `http.maxBatchBytes`), the origin sees 0 reads,
+ * `/readyz` never says degraded, and `/healthz` answers within 100 ms
+ * throughout. Exits 1 when the law does not hold.
+ */
+import { request } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { startOrigin } from '../harness/origin.js';
+import { startService } from '../harness/service.js';
+import { spawnValkey } from '../harness/valkey-server.js';
+import { encodeEnvelope } from '../src/l2/format.js';
+import { valueKey } from '../src/l2/scripts.js';
+import { drillArgs, int, runDrill } from './lib/cli.js';
+import { columns, percentile, round } from './lib/report.js';
+
+const args = drillArgs({
+  ids: int(1_000, 1, 1_000),
+  'row-kb': int(300, 1, 2_000),
+  'command-timeout-ms': int(1_000, 50, 60_000),
+});
+
+const TABLE = 'huge';
+/** Rows read before the measured batch, to warm the service up; not part of it. */
+const WARM_IDS = ['warm-1', 'warm-2', 'warm-3', 'warm-4'];
+/** The law's bound on a `/healthz` answer during the batch. */
+const HEALTHZ_BOUND_MS = 100;
+
+/** Writes the rows into Valkey as fresh envelopes, 50 to a pipeline. */
+async function plant(url: string): Promise<void> {
+  const raw = new Redis(url, { maxRetriesPerRequest: 1 });
+  const soft = Date.now() + 3_600_000;
+  const filler = 'x'.repeat(args['row-kb'] * 1_000);
+  try {
+    const all = [...Array.from({ length: args.ids }, (_, i) => String(i)), ...WARM_IDS];
+    for (let start = 0; start < all.length; start += 50) {
+      const pipeline = raw.pipeline();
+      for (const [offset, id] of all.slice(start, start + 50).entries()) {
+        const i = start + offset;
+        const json = JSON.stringify({ id, filler });
+        const text = encodeEnvelope({
+          value: null,
+          json,
+          version: 1_000 + i,
+          softExpiresAt: soft,
+          hardExpiresAt: soft,
+          deltaMs: 1,
+          negative: false,
+        });
+        pipeline.set(valueKey(TABLE, id), text, 'PX', 3_600_000);
+      }
+      await pipeline.exec();
+    }
+  } finally {
+    raw.disconnect();
+  }
+}
+
+/** The batch over a socket: its status and body (counted later, so that parsing it does not delay the poller). */
+function batchGet(base: string, ids: string[]): Promise<{ status: number; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      `${base}/v1/tables/${TABLE}/items:batchGet`,
+      { method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('error', reject);
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks) }));
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify({ ids }));
+  });
+}
+
+/** The items of a 200 answer by status and code. */
+function countItems(body: Buffer): { found: number; tooLarge: number; other: number } {
+  const counts = { found: 0, tooLarge: 0, other: 0 };
+  const { items } = JSON.parse(body.toString()) as {
+    items: Array<{ status: string; error?: { code: string } }>;
+  };
+  for (const item of items) {
+    if (item.status === 'found') counts.found++;
+    else if (item.error?.code === 'ECC_BATCH_TOO_LARGE') counts.tooLarge++;
+    else counts.other++;
+  }
+  return counts;
+}
+
+async function main() {
+  const valkey = await spawnValkey();
+  const origin = await startOrigin(5);
+  try {
+    await plant(valkey.url);
+    const service = await startService({
+      valkey: { url: valkey.url, commandTimeoutMs: args['command-timeout-ms'] },
+      tables: { [TABLE]: { source: { kind: 'http', url: origin.template } } },
+    });
+    try {
+      // Warm up first (the scripts' first load, JIT): a few rows not in the batch, and the routes.
+      await batchGet(service.url, WARM_IDS);
+      for (let i = 0; i < 5; i++)
+        await fetch(`${service.url}/healthz`).then((r) => r.arrayBuffer());
+      // /healthz and /readyz from their own connections, every 10 ms, while the batch runs.
+      const healthzMs: number[] = [];
+      let degraded = 0;
+      let polling = true;
+      const poll = (async () => {
+        while (polling) {
+          const started = performance.now();
+          await fetch(`${service.url}/healthz`).then((r) => r.arrayBuffer());
+          healthzMs.push(performance.now() - started);
+          const ready = (await fetch(`${service.url}/readyz`).then((r) => r.json())) as {
+            status?: string;
+          };
+          if (ready.status === 'degraded') degraded++;
+          await sleep(10);
+        }
+      })();
+      const ids = Array.from({ length: args.ids }, (_, i) => String(i));
+      const started = performance.now();
+      const answer = await batchGet(service.url, ids);
+      const batchMs = performance.now() - started;
+      await sleep(200);
+      polling = false;
+      await poll;
+      const counts =
+        answer.status === 200 ? countItems(answer.body) : { found: 0, tooLarge: 0, other: 0 };
+      const batch = { status: answer.status, bytes: answer.body.length, ...counts };
+      const sourceReads = origin.totalReads();
+      const healthzMaxMs = Math.max(...healthzMs);
+      const pass =
+        batch.status === 200 &&
+        batch.found + batch.tooLarge === args.ids &&
+        batch.found > 0 &&
+        sourceReads === 0 &&
+        degraded === 0 &&
+        healthzMaxMs <= HEALTHZ_BOUND_MS;
+      return {
+        pass,
+        ids: args.ids,
+        rowKb: args['row-kb'],
+        commandTimeoutMs: args['command-timeout-ms'],
+        status: batch.status,
+        answerMiB: round(batch.bytes / 1024 / 1024),
+        found: batch.found,
+        tooLarge: batch.tooLarge,
+        otherErrors: batch.other,
+        sourceReads,
+        degradedPolls: degraded,
+        batchMs: round(batchMs),
+        healthzPolls: healthzMs.length,
+        healthzP99Ms: round(percentile(healthzMs, 99)),
+        healthzMaxMs: round(healthzMaxMs),
+      };
+    } finally {
+      await service.stop();
+    }
+  } finally {
+    await origin.close();
+    await valkey.stop();
+  }
+}
+
+function render(r: Awaited<ReturnType<typeof main>>): string {
+  return `huge-batch drill: one batchGet of ${r.ids} ids, ${r.rowKb} KB rows in L2, commandTimeoutMs ${r.commandTimeoutMs}
+${columns([
+  ['answer status', `${r.status}   (law: 200)`],
+  ['answer size (MiB)', r.answerMiB],
+  [
+    'found / ECC_BATCH_TOO_LARGE / other',
+    `${r.found} / ${r.tooLarge} / ${r.otherErrors}   (law: found > 0, other 0)`,
+  ],
+  ['source reads (counted at the origin)', `${r.sourceReads}   (law: 0)`],
+  ['/readyz polls that said degraded', `${r.degradedPolls}   (law: 0)`],
+  ['batch duration (ms)', r.batchMs],
+  [
+    '/healthz polls, p99, max (ms)',
+    `${r.healthzPolls}, ${r.healthzP99Ms}, ${r.healthzMaxMs}   (law: max ≤ ${HEALTHZ_BOUND_MS})`,
+  ],
+])}
+${r.pass ? 'PASS' : 'FAIL'}
+`;
+}
+
+runDrill('huge-batch', args.json, main, render);
