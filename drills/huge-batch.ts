@@ -1,16 +1,6 @@
 /**
- * Huge-batch drill: one `items:batchGet` of 1,000 ids whose big rows are in
- * L2, through one real service, while a second client polls `/healthz`.
- *
- *   npm run drill:huge-batch -- [--ids 1000] [--row-kb 300] [--command-timeout-ms 1000]
- *     [--json [file]]
- *
- * Starts its own `valkey-server`/`redis-server`, a counting origin (the
- * table's source) and the service; writes the rows straight into Valkey as
- * fresh values. **Law:** the batch answers 200 with every id (found, or
- * `ECC_BATCH_TOO_LARGE` past `http.maxBatchBytes`), the origin sees 0 reads,
- * `/readyz` never says degraded, and `/healthz` answers within 100 ms
- * throughout. Exits 1 when the law does not hold.
+ * Huge-batch drill: one batchGet of 1,000 ids whose big rows are in L2, while /healthz is polled
+ * → 0 source reads, never degraded, /healthz within 100 ms. Usage and laws: drills/README.md#huge-batch.
  */
 import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -21,6 +11,7 @@ import { spawnValkey } from '../harness/valkey-server.js';
 import { encodeEnvelope } from '../src/l2/format.js';
 import { valueKey } from '../src/l2/scripts.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
+import { readyz, timed } from './lib/http.js';
 import { columns, percentile, round } from './lib/report.js';
 
 const args = drillArgs({
@@ -117,13 +108,8 @@ async function main() {
       let polling = true;
       const poll = (async () => {
         while (polling) {
-          const started = performance.now();
-          await fetch(`${service.url}/healthz`).then((r) => r.arrayBuffer());
-          healthzMs.push(performance.now() - started);
-          const ready = (await fetch(`${service.url}/readyz`).then((r) => r.json())) as {
-            status?: string;
-          };
-          if (ready.status === 'degraded') degraded++;
+          healthzMs.push((await timed(`${service.url}/healthz`, 5_000)).ms);
+          if ((await readyz(service.url)).status === 'degraded') degraded++;
           await sleep(10);
         }
       })();
