@@ -155,9 +155,12 @@ async function answer(
     });
   }
   // Streamed: one wave's items at a time, read only as the client takes them (see answerText).
-  return reply
-    .type('application/json; charset=utf-8')
-    .send(Readable.from(answerText(request, table, distinctAsked(asked), maxBytes)));
+  return reply.type('application/json; charset=utf-8').send(
+    Readable.from(answerText(request, table, distinctAsked(asked), maxBytes), {
+      // No read-ahead: the next piece is made when the socket has taken the last one.
+      highWaterMark: 1,
+    }),
+  );
 }
 
 /** Each id once, in the order of first appearance: a decoded id by its value, a bad one by its raw text. */
