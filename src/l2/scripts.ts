@@ -110,6 +110,16 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `;
 
+// A client's write deadline on Valkey's clock (epoch ms; '0': none). A script run after it
+// was given up on by its client (the command timed out, answered 503), so it must not
+// write: a later write, acknowledged, may already be there (see L2.#deadline).
+const LUA_DEADLINE = `
+local function late(deadline)
+  local d = tonumber(deadline)
+  return d > 0 and (clock()) > d
+end
+`;
+
 // The written value's ARGV, shared by the write scripts: softIn, hardIn, delta, flags, json, pxMs.
 // The SET is each write script's first effect: when Valkey refuses it (OOM, READONLY) nothing was written.
 const WRITE_ARGV = `
@@ -144,24 +154,27 @@ return 1
 
 /**
  * writeAndCancel — KEYS: value, lease. ARGV: softIn, hardIn, delta, flags,
- * json, pxMs, channel, idjson, kind. PUT (kind "put") or DELETE (kind "del",
- * a tombstone): replaces the value with a version above the current one and
- * cancels any lease, so a fill already in flight anywhere is refused, then
- * tells the fleet.
+ * json, pxMs, channel, idjson, kind, deadline. PUT (kind "put") or DELETE
+ * (kind "del", a tombstone): replaces the value with a version above the
+ * current one and cancels any lease, so a fill already in flight anywhere is
+ * refused, then tells the fleet. Run after its deadline, it writes nothing
+ * (→ `'late'`).
  */
-const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
+const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}${LUA_DEADLINE}
+if late(ARGV[10]) then return 'late' end
 local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 1)
 redis.call('DEL', KEYS[2])
 return {string.format('%.0f', v), nowms, notify(ARGV[7], event(ARGV[9], ARGV[8], v))}
 `;
 
 /**
- * forget — KEYS: value, lease. ARGV: channel, idjson. A DELETE without a
- * tombstone, for when Valkey refuses to store one (OOM): deletes the value and
+ * forget — KEYS: value, lease. ARGV: channel, idjson, deadline. A DELETE
+ * without a tombstone (nothing after its deadline: → `'late'`), for when Valkey refuses to store one (OOM): deletes the value and
  * the lease (Valkey accepts DEL under OOM) and tells the fleet, at a version
  * above the deleted value's.
  */
-const FORGET = `${LUA_ENVELOPE}${LUA_EVENT}
+const FORGET = `${LUA_ENVELOPE}${LUA_EVENT}${LUA_DEADLINE}
+if late(ARGV[3]) then return 'late' end
 local n = header(getv(KEYS[1]))
 local nowms, nowus = clock()
 local v = nowus
@@ -229,6 +242,14 @@ export interface WriteAck {
   unpublished?: string;
 }
 
+/**
+ * A write script ran after its deadline (see {@link L2.write}): its client
+ * had given up on it, so it wrote nothing. Not a failure of the server.
+ */
+export class LateWriteError extends Error {
+  override readonly name = 'LateWriteError';
+}
+
 /** The kinds of coherence message a write publishes. */
 export type WriteKind = 'put' | 'del';
 
@@ -255,6 +276,14 @@ export class L2 {
   readonly #breaker: Breakers;
   readonly #table: string;
   readonly #channel: string;
+  /** The client's command timeout, ms; undefined when it has none (a client of the caller's own). */
+  readonly #commandTimeoutMs: number | undefined;
+  /**
+   * How far Valkey's clock (epoch ms) is at least ahead of `performance.now()`:
+   * the largest `valkeyNowMs − receivedAt` of the answers seen (a lower bound,
+   * since Valkey read its clock before the answer was received); undefined before any.
+   */
+  #valkeyAheadMs: number | undefined;
   #corked = false;
 
   /** @param coherent false: the scripts publish nothing (coherence is off). */
@@ -264,6 +293,35 @@ export class L2 {
     this.#breaker = breaker;
     this.#table = table;
     this.#channel = coherent ? eventsChannel(table) : '';
+    this.#commandTimeoutMs = commandTimeoutOf(client);
+  }
+
+  /** Valkey answered at `valkeyNowMs` on its clock, received now: narrows {@link #valkeyAheadMs}. */
+  #sawClock(valkeyNowMs: number): void {
+    const ahead = valkeyNowMs - performance.now();
+    if (!Number.isFinite(ahead)) return;
+    if (this.#valkeyAheadMs === undefined || ahead > this.#valkeyAheadMs)
+      this.#valkeyAheadMs = ahead;
+  }
+
+  /**
+   * The deadline of a write sent now, on Valkey's clock (epoch ms; 0: none):
+   * the moment this process's command timeout will give up on it, moved onto
+   * Valkey's clock with a lower bound of the clocks' offset, so it is never
+   * later than the moment the client is told "failed". A write Valkey runs
+   * after it writes nothing, so one reported failed cannot land after a write
+   * acknowledged after that report. Before the offset is known, one `TIME`
+   * finds it; a client without a command timeout gets no deadline.
+   */
+  async #deadline(key: string): Promise<number> {
+    const timeoutMs = this.#commandTimeoutMs;
+    if (timeoutMs === undefined) return 0;
+    const sentAt = performance.now();
+    if (this.#valkeyAheadMs === undefined) {
+      const [sec, us] = (await this.#breaker.run(() => this.#client.time(), { key })).map(Number);
+      this.#sawClock((sec as number) * 1000 + Math.floor((us as number) / 1000));
+    }
+    return Math.floor(sentAt + (this.#valkeyAheadMs as number) + timeoutMs);
   }
 
   /** Runs script `name`; its first argument is its first key, which picks the shard. */
@@ -300,6 +358,7 @@ export class L2 {
   /** `read`: the value key's text (null when absent or not a string) and Valkey's clock (cache-aside without the lease). */
   async read(id: string): Promise<{ text: string | null; valkeyNowMs: number }> {
     const reply = (await this.#call('read', valueKey(this.#table, id))) as unknown[];
+    this.#sawClock(Number(reply[1]));
     return { text: optionalText(reply[0]) ?? null, valkeyNowMs: Number(reply[1]) };
   }
 
@@ -319,6 +378,7 @@ export class L2 {
       leaseMs,
       String(replaceUpTo),
     )) as unknown[];
+    this.#sawClock(Number(reply[reply[0] === 3 ? 3 : 2]));
     if (reply[0] === 1) {
       return { kind: 'value', text: String(reply[1]), valkeyNowMs: Number(reply[2]) };
     }
@@ -358,7 +418,7 @@ export class L2 {
     now: number,
   ): Promise<WriteAck | undefined> {
     const args = writeArgs(envelope, now);
-    return versionOf(
+    return this.#filled(
       await this.#call(
         'fillAndRelease',
         valueKey(this.#table, id),
@@ -386,7 +446,7 @@ export class L2 {
     now: number,
   ): Promise<WriteAck | undefined> {
     const args = writeArgs(envelope, now);
-    return versionOf(
+    return this.#filled(
       await this.#call(
         'fillIfUnchanged',
         valueKey(this.#table, id),
@@ -402,9 +462,13 @@ export class L2 {
   /**
    * `writeAndCancel`: PUT (`kind` "put") or DELETE (`kind` "del", `envelope` a
    * tombstone), kept `pxMs`: writes with a version above the key's, deletes
-   * the lease (so any fill in flight is refused) and publishes the change.
+   * the lease (so any fill in flight is refused) and publishes the change —
+   * unless Valkey runs it after the moment this client gives up on it (see
+   * {@link L2.#deadline}): then it writes nothing.
    *
    * @returns the version Valkey ordered the write at.
+   * @throws {LateWriteError} when Valkey ran it after its deadline (nothing was written);
+   *   otherwise what `Breaker.run` throws.
    */
   async write(
     id: string,
@@ -413,19 +477,37 @@ export class L2 {
     pxMs: number,
     kind: WriteKind,
   ): Promise<WriteAck> {
-    const v = versionOf(
-      await this.#call(
-        'writeAndCancel',
-        valueKey(this.#table, id),
-        leaseKey(this.#table, id),
-        ...writeArgs(envelope, now),
-        Math.max(1, Math.round(pxMs)),
-        this.#channel,
-        JSON.stringify(id),
-        kind,
-      ),
+    const key = valueKey(this.#table, id);
+    const deadline = await this.#deadline(key);
+    const reply = await this.#call(
+      'writeAndCancel',
+      key,
+      leaseKey(this.#table, id),
+      ...writeArgs(envelope, now),
+      Math.max(1, Math.round(pxMs)),
+      this.#channel,
+      JSON.stringify(id),
+      kind,
+      deadline,
     );
-    if (v === undefined) throw new Error('the write script answered no version');
+    return this.#acknowledged(reply, 'write');
+  }
+
+  /** A fill's answer: its {@link WriteAck}, or undefined when it was refused. */
+  #filled(reply: unknown): WriteAck | undefined {
+    const v = versionOf(reply);
+    if (v !== undefined) this.#sawClock(v.valkeyNowMs);
+    return v;
+  }
+
+  /** A write script's answer as its {@link WriteAck}; its clock narrows the offset. */
+  #acknowledged(reply: unknown, script: string): WriteAck {
+    if (reply === 'late') {
+      throw new LateWriteError(`the ${script} script ran after its deadline: nothing was written`);
+    }
+    const v = versionOf(reply);
+    if (v === undefined) throw new Error(`the ${script} script answered no version`);
+    this.#sawClock(v.valkeyNowMs);
     return v;
   }
 
@@ -433,13 +515,16 @@ export class L2 {
    * `forget`: DELETE without a tombstone (the fallback when Valkey refuses to
    * store one, OOM): deletes the value and the lease and publishes the
    * deletion. Sent even while the circuit is open because the server refuses
-   * (`whileRefused`): Valkey accepts DEL under OOM.
+   * (`whileRefused`): Valkey accepts DEL under OOM. Like {@link write}, it
+   * deletes nothing after its deadline.
    *
    * @returns the version the deletion was announced at.
+   * @throws {LateWriteError} when Valkey ran it after its deadline.
    */
   async forget(id: string): Promise<WriteAck> {
     const command = commandOf('forget');
     const key = valueKey(this.#table, id);
+    const deadline = await this.#deadline(key);
     const reply = await this.#breaker.run(
       () =>
         this.#client[command]?.(
@@ -447,12 +532,11 @@ export class L2 {
           leaseKey(this.#table, id),
           this.#channel,
           JSON.stringify(id),
+          deadline,
         ) as Promise<unknown>,
       { whileRefused: true, key },
     );
-    const v = versionOf(reply);
-    if (v === undefined) throw new Error('the forget script answered no version');
-    return v;
+    return this.#acknowledged(reply, 'forget');
   }
 
   /** `release`: deletes the lease if it still holds `token` and wakes the waiters (a failed load). */
@@ -475,6 +559,16 @@ function versionOf(reply: unknown): WriteAck | undefined {
     valkeyNowMs: Number(reply[1]),
     ...(unpublished === undefined ? {} : { unpublished }),
   };
+}
+
+/** The command timeout `client` was created with, ms (a cluster's from its node options). */
+function commandTimeoutOf(client: Redis | Cluster): number | undefined {
+  const options = client.options as {
+    commandTimeout?: number;
+    redisOptions?: { commandTimeout?: number };
+  };
+  const ms = options.commandTimeout ?? options.redisOptions?.commandTimeout;
+  return typeof ms === 'number' && ms > 0 ? ms : undefined;
 }
 
 function optionalText(x: unknown): string | undefined {
