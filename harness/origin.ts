@@ -15,6 +15,12 @@ export interface StampedRead {
   answeredAtMs: number | undefined;
 }
 
+/** An answer other than the item (see {@link Origin.answerWith}). */
+export interface OriginAnswer {
+  status: number;
+  headers?: Record<string, string>;
+}
+
 /** Ids with this prefix are held open until {@link Origin.release} (or `maxHoldMs`). */
 export const HOLD_PREFIX = 'hold-';
 
@@ -34,6 +40,12 @@ export interface Origin {
   seen(id: string, timeoutMs: number): Promise<boolean>;
   /** Answers the held reads of `id`; later reads of it answer after the usual latency. */
   release(id: string): void;
+  /**
+   * From now on, reads of `id` are answered `status` with `headers` and an
+   * empty body (a 503 with `Retry-After`, a blip of 404s), still counted; `undefined`
+   * restores the normal answer.
+   */
+  answerWith(id: string, answer: OriginAnswer | undefined): void;
   /** Changes the latency of reads from now on (a source that slows down, or recovers). */
   setLatency(ms: number): void;
   /** Reads being served right now (arrived, not yet answered). */
@@ -58,6 +70,7 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
   const held = new Map<string, Array<() => void>>();
   const arrivals = new Map<string, Array<() => void>>();
   const timers = new Set<NodeJS.Timeout>();
+  const overrides = new Map<string, OriginAnswer>();
   let total = 0;
   let inFlight = 0;
   let peak = 0;
@@ -73,6 +86,11 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
     inFlight--;
     if (res.destroyed || res.writableEnded) return;
     read.answeredAtMs = Date.now();
+    const override = overrides.get(id);
+    if (override !== undefined) {
+      res.writeHead(override.status, override.headers).end();
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ id, read: read.n, nonce: randomUUID() }));
   };
@@ -132,6 +150,10 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
           },
         ]);
       });
+    },
+    answerWith(id, answer) {
+      if (answer === undefined) overrides.delete(id);
+      else overrides.set(id, answer);
     },
     setLatency(ms) {
       latencyMs = ms;

@@ -35,6 +35,8 @@ export interface TableCounters {
   shed: number;
   /** Loader results that arrived after their load timed out (discarded). */
   lateLoads: number;
+  /** Flights answered with a remembered load failure (or stale) instead of asking the source. */
+  rememberedFailures: number;
   /** L2 values that could not be decoded (a miss, overwritten). */
   badEnvelopes: number;
   /** Background refreshes started, by reason. */
@@ -68,6 +70,7 @@ export function newCounters(): TableCounters {
     lease: { acquired: 0, contended: 0, lost: 0, takeover: 0, renewed: 0, expired: 0 },
     shed: 0,
     lateLoads: 0,
+    rememberedFailures: 0,
     badEnvelopes: 0,
     refreshes: { early: 0, stale: 0 },
     refreshFailures: 0,
@@ -142,6 +145,11 @@ const MIRRORS: Mirror[] = [
     name: 'echostore_late_loads_total',
     help: 'Loader results that arrived after their load timed out (discarded).',
     pick: (c) => c.lateLoads,
+  },
+  {
+    name: 'echostore_remembered_failures_total',
+    help: 'Flights answered with a remembered load failure of their id (ECC_LOAD_FAILED with Retry-After, or a stale value) instead of asking the source (errorTtlMs, Retry-After).',
+    pick: (c) => c.rememberedFailures,
   },
   {
     name: 'echostore_bad_envelopes_total',

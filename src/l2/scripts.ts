@@ -44,6 +44,11 @@ export function leaseKey(table: string, id: string): string {
   return `ecc:${table}:${taggedId(id)}:lease`;
 }
 
+/** The Valkey key of an item's remembered load failure: {@link valueKey} + `:error`, in the same slot. */
+export function errorKey(table: string, id: string): string {
+  return `ecc:${table}:${taggedId(id)}:error`;
+}
+
 /** `{<id>}`, or `~{<escaped id>}` for an id with a brace (see {@link valueKey}). */
 function taggedId(id: string): string {
   if (!/[{}]/.test(id)) return `{${id}}`;
@@ -72,19 +77,32 @@ local function notify(channel, message)
 end
 `;
 
+// A remembered load failure of the item (KEYS[3] of the reads): its text and what remains of it, ms.
+const LUA_FAILURE = `
+local function failure(k)
+  local e = getv(k)
+  if not e then return false, 0 end
+  return e, redis.call('PTTL', k)
+end
+`;
+
 /**
- * readOrLease — KEYS: value, lease. ARGV: token, leaseMs, replaceUpTo.
+ * readOrLease — KEYS: value, lease, error. ARGV: token, leaseMs, replaceUpTo.
  * Fresh on Valkey's clock (soft expiry after its now, version above
- * replaceUpTo) → `{1, value, now}`. Anything else (absent, stale, older
- * format, garbage, another type) needs a load: the caller competes for the
- * lease → `{2, old, now}` (leased) or `{3, pttl, old, now}` (contended). A
- * lease without an expiry (or of another type) is broken: it is taken over at once.
+ * replaceUpTo) → `{1, value, now}`. A load of it failed lately (the error
+ * key holds what failed) → `{4, failure, pttl, old, now}`: no lease, no load.
+ * Anything else (absent, stale, older format, garbage, another type) needs a
+ * load: the caller competes for the lease → `{2, old, now}` (leased) or
+ * `{3, pttl, old, now}` (contended). A lease without an expiry (or of another
+ * type) is broken: it is taken over at once.
  */
-const READ_OR_LEASE = `${LUA_ENVELOPE}
+const READ_OR_LEASE = `${LUA_ENVELOPE}${LUA_FAILURE}
 local nowms = clock()
 local v = getv(KEYS[1])
 local n, soft = header(v)
 if n and soft > nowms and n > tonumber(ARGV[3]) then return {1, v, nowms} end
+local e, ettl = failure(KEYS[3])
+if e then return {4, e, ettl, v, nowms} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2, v, nowms} end
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl < 0 then
@@ -95,9 +113,14 @@ end
 return {3, ttl, v, nowms}
 `;
 
-/** read — KEYS: value. The value (or false) and Valkey's now: `{v, now}` (cache-aside without the lease). */
-const READ = `${LUA_ENVELOPE}
-return {getv(KEYS[1]), (clock())}
+/**
+ * read — KEYS: value, error. The value (or false), Valkey's now, and a
+ * remembered load failure (or false) with what remains of it:
+ * `{v, now, failure, pttl}` (cache-aside without the lease).
+ */
+const READ = `${LUA_ENVELOPE}${LUA_FAILURE}
+local e, ettl = failure(KEYS[2])
+return {getv(KEYS[1]), (clock()), e, ettl}
 `;
 
 /**
@@ -199,8 +222,8 @@ return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], 
 
 /** The scripts by name: the ioredis command is `ecc` + the capitalised name. */
 const SCRIPTS = {
-  readOrLease: { keys: 2, lua: READ_OR_LEASE },
-  read: { keys: 1, lua: READ },
+  readOrLease: { keys: 3, lua: READ_OR_LEASE },
+  read: { keys: 2, lua: READ },
   renew: { keys: 1, lua: RENEW },
   fillAndRelease: { keys: 2, lua: FILL_AND_RELEASE },
   release: { keys: 1, lua: RELEASE },
@@ -232,7 +255,21 @@ export type LeaseAnswer =
   /** This caller holds the lease and must load; `stale` is the old envelope text, if any. */
   | { kind: 'leased'; token: string; stale: string | undefined; valkeyNowMs: number }
   /** Another loader holds the lease for `remainingMs` more. */
-  | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number };
+  | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number }
+  /** A load of it failed lately (`failure`: the error's code) and is remembered for `remainingMs` more. */
+  | {
+      kind: 'failed';
+      failure: string;
+      remainingMs: number;
+      stale: string | undefined;
+      valkeyNowMs: number;
+    };
+
+/** A load failure remembered for an id: the error's code and what remains of it, ms. */
+export interface RememberedFailure {
+  failure: string;
+  remainingMs: number;
+}
 
 /** Valkey's acknowledgement of a write script: the version it gave the value, and its clock then. */
 export interface WriteAck {
@@ -356,15 +393,43 @@ export class L2 {
   }
 
   /** `read`: the value key's text (null when absent or not a string) and Valkey's clock (cache-aside without the lease). */
-  async read(id: string): Promise<{ text: string | null; valkeyNowMs: number }> {
-    const reply = (await this.#call('read', valueKey(this.#table, id))) as unknown[];
+  async read(
+    id: string,
+  ): Promise<{ text: string | null; valkeyNowMs: number; failed: RememberedFailure | undefined }> {
+    const reply = (await this.#call(
+      'read',
+      valueKey(this.#table, id),
+      errorKey(this.#table, id),
+    )) as unknown[];
     this.#sawClock(Number(reply[1]));
-    return { text: optionalText(reply[0]) ?? null, valkeyNowMs: Number(reply[1]) };
+    const failure = optionalText(reply[2]);
+    return {
+      text: optionalText(reply[0]) ?? null,
+      valkeyNowMs: Number(reply[1]),
+      failed:
+        failure === undefined ? undefined : { failure, remainingMs: Math.max(0, Number(reply[3])) },
+    };
+  }
+
+  /**
+   * Remembers that a load of `id` failed (`failure`: the error's code) for
+   * `ttlMs`, fleet-wide: until then `readOrLease` and `read` answer the
+   * failure instead of a lease, so the source is not asked again.
+   */
+  async rememberFailure(id: string, failure: string, ttlMs: number): Promise<void> {
+    const key = errorKey(this.#table, id);
+    await this.#breaker.run(
+      () => this.#client.set(key, failure, 'PX', Math.max(1, Math.round(ttlMs))),
+      {
+        key,
+      },
+    );
   }
 
   /**
    * `readOrLease`: the value if fresh on Valkey's clock and newer than
-   * `replaceUpTo`; else `SET <lease> <random token> NX PX leaseMs`. An early
+   * `replaceUpTo`; else a remembered failure of its load, if any; else
+   * `SET <lease> <random token> NX PX leaseMs`. An early
    * refresh passes the version it means to replace; a caller that could not
    * decode the value passes `Number.MAX_SAFE_INTEGER`.
    */
@@ -374,11 +439,21 @@ export class L2 {
       'readOrLease',
       valueKey(this.#table, id),
       leaseKey(this.#table, id),
+      errorKey(this.#table, id),
       token,
       leaseMs,
       String(replaceUpTo),
     )) as unknown[];
-    this.#sawClock(Number(reply[reply[0] === 3 ? 3 : 2]));
+    this.#sawClock(Number(reply[reply[0] === 3 ? 3 : reply[0] === 4 ? 4 : 2]));
+    if (reply[0] === 4) {
+      return {
+        kind: 'failed',
+        failure: String(reply[1]),
+        remainingMs: Math.max(0, Number(reply[2])),
+        stale: optionalText(reply[3]),
+        valkeyNowMs: Number(reply[4]),
+      };
+    }
     if (reply[0] === 1) {
       return { kind: 'value', text: String(reply[1]), valkeyNowMs: Number(reply[2]) };
     }

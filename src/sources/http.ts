@@ -43,7 +43,8 @@ const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
  * The loader rejects with {@link BadIdError} `ECC_BAD_ID`, before any request,
  * for an id that is a dot-segment (`.`, `..`, `%2e`, `.%2E`, …), which URL
  * parsing would resolve to another path of the origin. It rejects with
- * {@link SourceError} on any other status (`status` set), on a redirect, on a
+ * {@link SourceError} on any other status (`status` set, and `retryAfterMs` when the
+ * origin sent `Retry-After`), on a redirect, on a
  * 200 whose body is not JSON or is larger than `maxBodyBytes` (declared by
  * `content-length` or counted while reading), on a network error and on a
  * timeout; with the signal's reason when the flight aborts it.
@@ -132,8 +133,10 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
       }
       await response.body?.cancel().catch(() => {});
       if (response.status === 404) return undefined;
+      const retryAfterMs = retryAfter(response.headers.get('retry-after'), Date.now());
       throw new SourceError(`GET ${shown} answered ${response.status}`, shown, {
         status: response.status,
+        ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
       });
     },
     close() {
@@ -174,6 +177,18 @@ async function readBody(response: Response, maxBodyBytes: number, url: string): 
     chunks.push(value);
   }
   return new TextDecoder().decode(Buffer.concat(chunks));
+}
+
+/**
+ * A `Retry-After` header (RFC 9110 §10.2.3: delay-seconds, or an HTTP-date) as
+ * ms from `nowMs`; undefined when absent or unreadable, 0 for a date in the past.
+ */
+export function retryAfter(header: string | null, nowMs: number): number | undefined {
+  if (header === null) return undefined;
+  const text = header.trim();
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }
 
 /** What undici says went wrong (its `TypeError: fetch failed` carries the reason in `cause`). */

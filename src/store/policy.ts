@@ -138,6 +138,24 @@ export const TablePolicySchema = Type.Object(
           'Most loads queued for a slot at once: a memory bound only (loads are shed by queueing delay, `maxQueueDelayMs`).',
       }),
     ),
+    errorTtlMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_MS,
+        default: 1_000,
+        description:
+          'How long a failed load (the loader threw: a SQL error, an origin 5xx) is remembered for its id, fleet-wide in Valkey, when the source said nothing of when to retry: meanwhile every caller of the id gets the same `ECC_LOAD_FAILED` with `Retry-After` (or a stale value), and the source is not asked. 0: not remembered. Timeouts and shed loads are never remembered.',
+      }),
+    ),
+    maxErrorTtlMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_MS,
+        default: 30_000,
+        description:
+          "Cap on how long a failure is remembered when the source said when to retry (an http origin's `Retry-After`, honoured up to this).",
+      }),
+    ),
     maxWaitersPerFlight: Type.Optional(
       Type.Integer({
         minimum: 1,
