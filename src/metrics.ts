@@ -37,6 +37,8 @@ export interface TableCounters {
   lateLoads: number;
   /** Flights answered with a remembered load failure (or stale) instead of asking the source. */
   rememberedFailures: number;
+  /** Loads whose "not found" did not replace the id's value: not yet confirmed (`confirmNotFoundMs`). */
+  unconfirmedNotFound: number;
   /** L2 values that could not be decoded (a miss, overwritten). */
   badEnvelopes: number;
   /** Background refreshes started, by reason. */
@@ -71,6 +73,7 @@ export function newCounters(): TableCounters {
     shed: 0,
     lateLoads: 0,
     rememberedFailures: 0,
+    unconfirmedNotFound: 0,
     badEnvelopes: 0,
     refreshes: { early: 0, stale: 0 },
     refreshFailures: 0,
@@ -150,6 +153,11 @@ const MIRRORS: Mirror[] = [
     name: 'echostore_remembered_failures_total',
     help: 'Flights answered with a remembered load failure of their id (ECC_LOAD_FAILED with Retry-After, or a stale value) instead of asking the source (errorTtlMs, Retry-After).',
     pick: (c) => c.rememberedFailures,
+  },
+  {
+    name: 'echostore_unconfirmed_not_found_total',
+    help: 'Loads that answered "not found" for an id with a value and did not replace it: not yet confirmed for confirmNotFoundMs (the value is served stale meanwhile).',
+    pick: (c) => c.unconfirmedNotFound,
   },
   {
     name: 'echostore_bad_envelopes_total',

@@ -9,6 +9,7 @@ import type { Envelope } from '../l2/format.js';
 import type { L2, WriteAck } from '../l2/scripts.js';
 import { bump, type TableCounters, type TableHistograms } from '../metrics.js';
 import type { Admission } from '../protection/admission.js';
+import type { NotFoundConfirmations } from '../store/not-found.js';
 import type { TablePolicy } from '../store/policy.js';
 import type { LoadFn, ReadLayer, ReadResult } from '../store/types.js';
 import type { VersionClock } from '../store/version-clock.js';
@@ -95,6 +96,8 @@ export interface TableContext {
   clock: VersionClock;
   /** Admission to the source: the adaptive limit and the delay-bounded queue. */
   admission: Admission;
+  /** Which ids with a value were answered "not found", and since when (`confirmNotFoundMs`). */
+  notFound: NotFoundConfirmations;
   log: Logger;
   /** This process's monotonic clock, ms, for L1 and flights (injected in tests); Valkey judges its own values on its own clock. */
   now(): number;

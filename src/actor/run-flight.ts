@@ -86,9 +86,9 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
     return { kind: 'value', envelope: cached, layer: 'l2', refused: false };
   }
   if (failed !== undefined) return rememberedFailure(ctx, flight, failed, cached);
-  if (cached !== undefined && servable(cached, now) && !flight.background)
-    serveStale(flight, cached);
-  const loaded = await loadOrRemember(ctx, flight);
+  const previous = cached !== undefined && servable(cached, now) ? cached : undefined;
+  if (previous !== undefined && !flight.background) serveStale(flight, previous);
+  const loaded = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight), previous);
   const version = await fillWithoutLease(ctx, flight, loaded, readMark(text));
   return {
     kind: 'value',
@@ -157,7 +157,7 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         counters.lease[waitStarted === undefined ? 'acquired' : 'takeover']++;
         waited();
         if (servableStale !== undefined && !flight.background) serveStale(flight, servableStale);
-        return await loadAndFill(ctx, flight, answer.token);
+        return await loadAndFill(ctx, flight, answer.token, servableStale);
       }
       // Contended: another instance loads. A refresh has nothing to wait for, and a
       // reader with a stale value in hand is answered with it (stale-while-revalidate).
@@ -199,14 +199,20 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
 /**
  * Holding the lease: load while renewing it, then `fillAndRelease`; on a
  * failed load, release the lease and wake the waiters. A renewal that finds
- * the lease gone fences the flight: its answer is not stored.
+ * the lease gone fences the flight: its answer is not stored. `previous` is
+ * the servable value the key held, if any (see {@link confirmNotFound}).
  */
-async function loadAndFill(ctx: TableContext, flight: Flight, token: string): Promise<Outcome> {
+async function loadAndFill(
+  ctx: TableContext,
+  flight: Flight,
+  token: string,
+  previous: Envelope | undefined,
+): Promise<Outcome> {
   let envelope: Envelope;
   const lease = keepLease(ctx, flight.id, token);
   try {
     // A failure is remembered before the lease goes: the waiters it wakes find it.
-    envelope = await loadOrRemember(ctx, flight);
+    envelope = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight), previous);
   } catch (err) {
     release(ctx, flight.id, token);
     throw err;
@@ -379,6 +385,36 @@ async function loadOrRemember(ctx: TableContext, flight: Flight): Promise<Envelo
       retryAfterMs: ttlMs,
     });
   }
+}
+
+/**
+ * A load answered "not found" (`loaded` negative) for an id whose key holds a
+ * servable value (`previous`): unless the table's source is authoritative
+ * (`confirmNotFoundMs` 0) the value is not thrown away on one answer. Until
+ * "not found" has been answered for `confirmNotFoundMs` the load counts as a
+ * failed refresh — the value keeps being served stale (stale-if-error), the
+ * id backs off and a later refresh asks again — and only then is the
+ * negative entry stored.
+ *
+ * @returns `loaded`, when it may replace what the key holds.
+ * @throws {LoadFailedError} `ECC_LOAD_FAILED` while the "not found" is unconfirmed.
+ */
+function confirmNotFound(
+  ctx: TableContext,
+  flight: Flight,
+  loaded: Envelope,
+  previous: Envelope | undefined,
+): Envelope {
+  if (!loaded.negative || previous === undefined || previous.negative) {
+    ctx.notFound.found(flight.id);
+    return loaded;
+  }
+  if (ctx.notFound.confirmed(flight.id)) return loaded;
+  ctx.counters.unconfirmedNotFound++;
+  throw new LoadFailedError(
+    `the source answered "not found" for an item that has a value; kept until that holds for ${ctx.policy.confirmNotFoundMs} ms`,
+    { table: ctx.name, id: flight.id },
+  );
 }
 
 /** How long a load failure `err` is remembered, ms (0: not at all): only the loader's own failures. */

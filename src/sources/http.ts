@@ -23,6 +23,8 @@ export interface HttpSourceOptions {
 
 /** Default of `timeoutMs`, ms. */
 export const DEFAULT_HTTP_TIMEOUT_MS = 10_000;
+/** How long an origin's 404 for an id that has a value is confirmed before it replaces it, ms (see `confirmNotFoundMs`). */
+export const DEFAULT_HTTP_CONFIRM_NOT_FOUND_MS = 5_000;
 /** Default of `maxBodyBytes`: 8 MiB. */
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 const MAX_MAX_BODY_BYTES = 1024 * 1024 * 1024;
@@ -102,6 +104,7 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
   };
   return {
     checkId,
+    confirmNotFoundMs: DEFAULT_HTTP_CONFIRM_NOT_FOUND_MS,
     async load(id, { signal }) {
       checkId(id);
       const encoded = encodeURIComponent(id);

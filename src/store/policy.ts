@@ -138,6 +138,14 @@ export const TablePolicySchema = Type.Object(
           'Most loads queued for a slot at once: a memory bound only (loads are shed by queueing delay, `maxQueueDelayMs`).',
       }),
     ),
+    confirmNotFoundMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_MS,
+        description:
+          'A load that answers "not found" for an id that has a (stale) value replaces it only once "not found" has been answered for this long (a later refresh at least this much after the first); meanwhile the value is served stale. 0: "not found" replaces it at once (an authoritative source). Default: the source kind\'s (`http`: 5,000; SQL kinds and a `load` function: 0).',
+      }),
+    ),
     errorTtlMs: Type.Optional(
       Type.Integer({
         minimum: 0,
@@ -214,7 +222,10 @@ export type TablePolicyInput = Static<typeof TablePolicySchema>;
 export type L1Policy = Required<Static<typeof L1PolicySchema>>;
 
 /** A table's policy with every default applied; `idPattern` compiled. */
-export interface TablePolicy extends Required<Omit<TablePolicyInput, 'idPattern' | 'l1'>> {
+export interface TablePolicy
+  extends Required<Omit<TablePolicyInput, 'idPattern' | 'l1' | 'confirmNotFoundMs'>> {
+  /** See {@link TablePolicySchema}; 0 unless the table or its source kind sets it. */
+  confirmNotFoundMs: number;
   /** The compiled `idPattern` (flag `u`), or `undefined`: only the default id rule applies. */
   idPattern: RegExp | undefined;
   /** L1 bounds, every default applied. */
@@ -224,6 +235,7 @@ export interface TablePolicy extends Required<Omit<TablePolicyInput, 'idPattern'
 /** Every policy default, read from the `default` of each field of {@link TablePolicySchema}. */
 export const DEFAULT_POLICY: Omit<TablePolicy, 'idPattern'> = Object.freeze({
   ...(Value.Default(TablePolicySchema, {}) as Omit<TablePolicy, 'idPattern' | 'l1'>),
+  confirmNotFoundMs: 0,
   l1: Object.freeze(Value.Default(L1PolicySchema, {}) as L1Policy),
 });
 
