@@ -42,7 +42,7 @@ export interface TableCounters {
   /** L2 values that could not be decoded (a miss, overwritten). */
   badEnvelopes: number;
   /** Background refreshes started, by reason. */
-  refreshes: { early: number; stale: number };
+  refreshes: { early: number; stale: number; revalidate: number };
   /** Background refreshes that failed. */
   refreshFailures: number;
   /** DELETEs accepted by Valkey. */
@@ -75,7 +75,7 @@ export function newCounters(): TableCounters {
     rememberedFailures: 0,
     unconfirmedNotFound: 0,
     badEnvelopes: 0,
-    refreshes: { early: 0, stale: 0 },
+    refreshes: { early: 0, stale: 0, revalidate: 0 },
     refreshFailures: 0,
     invalidations: 0,
     tombstoneFallbacks: 0,
@@ -166,7 +166,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_refreshes_total',
-    help: 'Background refreshes started: early (XFetch) or stale (a stale value was served).',
+    help: 'Background refreshes started: early (XFetch), stale (a stale value was served), or revalidate (a row loaded while Valkey was unusable, read once it is usable again).',
     label: 'reason',
     pick: (c) => c.refreshes,
   },

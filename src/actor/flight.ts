@@ -26,12 +26,20 @@ export interface Waiter {
  * What a flight reports to its owner in its `landed` message.
  * - `value`: the answer; `refused` means the fill lost its lease (expired, or
  *   cancelled by a write or delete): it answers this flight's waiters but is
- *   not kept in L1.
+ *   not kept in L1. `unconfirmed`: loaded while Valkey was unusable, so
+ *   coherence events may have been missed: kept in L1, but re-validated
+ *   by its first read once Valkey is usable again.
  * - `error`: every waiter gets this one error (or a stale value, stale-if-error).
  * - `skipped`: a background refresh found another instance refreshing.
  */
 export type Outcome =
-  | { kind: 'value'; envelope: Envelope; layer: 'l2' | 'origin'; refused: boolean }
+  | {
+      kind: 'value';
+      envelope: Envelope;
+      layer: 'l2' | 'origin';
+      refused: boolean;
+      unconfirmed?: true;
+    }
   | { kind: 'error'; error: EchoStoreError }
   | { kind: 'skipped'; retryAfterMs: number };
 

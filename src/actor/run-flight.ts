@@ -304,7 +304,7 @@ async function runDegraded(
   valkeyFailed(ctx, err, op);
   const envelope = await loadEnvelope(ctx, flight);
   void fillWithoutLease(ctx, flight, envelope, '');
-  return { kind: 'value', envelope, layer: 'origin', refused: false };
+  return { kind: 'value', envelope, layer: 'origin', refused: false, unconfirmed: true };
 }
 
 /**

@@ -361,6 +361,11 @@ export class L2 {
     return Math.floor(sentAt + (this.#valkeyAheadMs as number) + timeoutMs);
   }
 
+  /** False while the breaker says Valkey is unusable (degraded, for any shard). */
+  get usable(): boolean {
+    return !this.#breaker.degraded;
+  }
+
   /** Runs script `name`; its first argument is its first key, which picks the shard. */
   #call(name: ScriptName, key: string, ...args: (string | number)[]): Promise<unknown> {
     const command = commandOf(name);
