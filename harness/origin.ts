@@ -52,6 +52,10 @@ export interface Origin {
   inFlight(): number;
   /** The most reads it ever served at once (since start, or since `resetPeak`). */
   peakInFlight(): number;
+  /** Requests whose client still waits for them now (a held read its client gave up on is not one). */
+  open(): number;
+  /** The most such requests at once since start: the concurrency the clients put on the origin. */
+  peakOpen(): number;
   resetPeak(): void;
   close(): Promise<void>;
 }
@@ -74,6 +78,8 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
   let total = 0;
   let inFlight = 0;
   let peak = 0;
+  let open = 0;
+  let peakOpen = 0;
 
   const later = (ms: number, fn: () => void) => {
     const t = setTimeout(() => {
@@ -112,6 +118,11 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
     reads.push(read);
     total++;
     inFlight++;
+    open++;
+    peakOpen = Math.max(peakOpen, open);
+    res.on('close', () => {
+      open--;
+    });
     peak = Math.max(peak, inFlight);
     for (const wake of arrivals.get(id) ?? []) wake();
     arrivals.delete(id);
@@ -159,6 +170,8 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
       latencyMs = ms;
     },
     inFlight: () => inFlight,
+    open: () => open,
+    peakOpen: () => peakOpen,
     peakInFlight: () => peak,
     resetPeak() {
       peak = inFlight;

@@ -852,6 +852,7 @@ describe('table policy defaults', () => {
       maxConcurrentLoads: 16,
       maxQueueDelayMs: 2_000,
       maxQueuedLoads: 10_000,
+      maxOverdueLoads: 64,
       confirmNotFoundMs: 0,
       errorTtlMs: 1_000,
       maxErrorTtlMs: 30_000,

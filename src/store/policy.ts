@@ -129,6 +129,15 @@ export const TablePolicySchema = Type.Object(
           'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) plus one load exceeds it — whose predicted wait exceeds half of it while the load limit is moving — is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',
       }),
     ),
+    maxOverdueLoads: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 100_000,
+        default: 64,
+        description:
+          "Loads that ran ten times the table's usual load latency (at least 100 ms) are overdue — hanging on their id — and leave the limit, so they cannot starve healthy ids: at most this many at once, per table and process; beyond it they keep their slot. An id whose load went overdue in the last 30 s is admitted only here (shed when full). So the source sees at most `maxConcurrentLoads` + this many of the table's loads at once. 0: overdue loads keep their slots (the bulkhead alone).",
+      }),
+    ),
     maxQueuedLoads: Type.Optional(
       Type.Integer({
         minimum: 0,

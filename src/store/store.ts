@@ -350,6 +350,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
       maxLimit: policy.maxConcurrentLoads,
       maxQueueDelayMs: policy.maxQueueDelayMs,
       maxQueued: policy.maxQueuedLoads,
+      maxOverdue: policy.maxOverdueLoads,
     }),
     notFound: new NotFoundConfirmations(policy.confirmNotFoundMs, deps.now),
     log: deps.log.child({ table: name }),

@@ -59,6 +59,7 @@ export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {})
       maxLimit: resolved.maxConcurrentLoads,
       maxQueueDelayMs: resolved.maxQueueDelayMs,
       maxQueued: resolved.maxQueuedLoads,
+      maxOverdue: resolved.maxOverdueLoads,
     }),
     notFound: new NotFoundConfirmations(resolved.confirmNotFoundMs, () => now),
     log: pino({ level: 'silent' }),
