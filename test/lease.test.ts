@@ -162,6 +162,8 @@ describe('fleet lease', () => {
         ...policy,
         maxConcurrentLoads: 1,
         maxQueueDelayMs: 5_000,
+        // The pool alone: the held 'busy' load never leaves it for the overdue partition.
+        maxOverdueLoads: 0,
         load: async (id) => {
           if (id === 'busy') {
             busy.resolve();
