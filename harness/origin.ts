@@ -15,6 +15,12 @@ export interface StampedRead {
   answeredAtMs: number | undefined;
 }
 
+/** An answer other than the item (see {@link Origin.answerWith}). */
+export interface OriginAnswer {
+  status: number;
+  headers?: Record<string, string>;
+}
+
 /** Ids with this prefix are held open until {@link Origin.release} (or `maxHoldMs`). */
 export const HOLD_PREFIX = 'hold-';
 
@@ -34,12 +40,22 @@ export interface Origin {
   seen(id: string, timeoutMs: number): Promise<boolean>;
   /** Answers the held reads of `id`; later reads of it answer after the usual latency. */
   release(id: string): void;
+  /**
+   * From now on, reads of `id` are answered `status` with `headers` and an
+   * empty body (a 503 with `Retry-After`, a blip of 404s), still counted; `undefined`
+   * restores the normal answer.
+   */
+  answerWith(id: string, answer: OriginAnswer | undefined): void;
   /** Changes the latency of reads from now on (a source that slows down, or recovers). */
   setLatency(ms: number): void;
   /** Reads being served right now (arrived, not yet answered). */
   inFlight(): number;
   /** The most reads it ever served at once (since start, or since `resetPeak`). */
   peakInFlight(): number;
+  /** Requests whose client still waits for them now (a held read its client gave up on is not one). */
+  open(): number;
+  /** The most such requests at once since start: the concurrency the clients put on the origin. */
+  peakOpen(): number;
   resetPeak(): void;
   close(): Promise<void>;
 }
@@ -58,9 +74,12 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
   const held = new Map<string, Array<() => void>>();
   const arrivals = new Map<string, Array<() => void>>();
   const timers = new Set<NodeJS.Timeout>();
+  const overrides = new Map<string, OriginAnswer>();
   let total = 0;
   let inFlight = 0;
   let peak = 0;
+  let open = 0;
+  let peakOpen = 0;
 
   const later = (ms: number, fn: () => void) => {
     const t = setTimeout(() => {
@@ -73,6 +92,11 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
     inFlight--;
     if (res.destroyed || res.writableEnded) return;
     read.answeredAtMs = Date.now();
+    const override = overrides.get(id);
+    if (override !== undefined) {
+      res.writeHead(override.status, override.headers).end();
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ id, read: read.n, nonce: randomUUID() }));
   };
@@ -94,6 +118,11 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
     reads.push(read);
     total++;
     inFlight++;
+    open++;
+    peakOpen = Math.max(peakOpen, open);
+    res.on('close', () => {
+      open--;
+    });
     peak = Math.max(peak, inFlight);
     for (const wake of arrivals.get(id) ?? []) wake();
     arrivals.delete(id);
@@ -133,10 +162,16 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
         ]);
       });
     },
+    answerWith(id, answer) {
+      if (answer === undefined) overrides.delete(id);
+      else overrides.set(id, answer);
+    },
     setLatency(ms) {
       latencyMs = ms;
     },
     inFlight: () => inFlight,
+    open: () => open,
+    peakOpen: () => peakOpen,
     peakInFlight: () => peak,
     resetPeak() {
       peak = inFlight;

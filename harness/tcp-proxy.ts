@@ -4,6 +4,9 @@
  * - **freeze** a connection: stop forwarding both ways while keeping both
  *   sockets open, which is what a peer behind a dead NAT or a hung proxy looks
  *   like (no FIN, no RST, nothing);
+ * - **hold** a connection's bytes towards the server and later **deliver**
+ *   them, in order: a link that buffers (a congested path, a retransmitting
+ *   NAT) rather than drops, so a command the client gave up on still arrives;
  * - **retarget**: send new connections to another port, as a DNS name or a
  *   proxy does after a failover.
  */
@@ -30,6 +33,16 @@ export interface TcpProxy {
    * @returns how many were frozen.
    */
   freeze(marker: string): number;
+  /**
+   * Holds what the clients of every open connection whose client has sent
+   * `marker` send from now on (kept, not forwarded; the server's answers
+   * still flow back), until {@link deliver}.
+   *
+   * @returns how many connections now hold.
+   */
+  hold(marker: string): number;
+  /** Forwards every held byte, in the order it was sent, and stops holding. @returns the bytes delivered. */
+  deliver(): number;
   /** New connections go to `port` from now on; open ones keep their server. */
   retarget(port: number): void;
   /** Closes every connection and the listener. */
@@ -41,6 +54,8 @@ const MAX_SENT_CHARS = 65_536;
 class Connection implements ProxiedConnection {
   sent = '';
   frozen = false;
+  /** Bytes from the client kept while holding; undefined while not holding. */
+  held: Buffer[] | undefined;
   constructor(
     readonly client: Socket,
     readonly upstream: Socket,
@@ -69,7 +84,8 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
     open.add(c);
     client.on('data', (chunk: Buffer) => {
       if (c.sent.length < MAX_SENT_CHARS) c.sent += chunk.toString('latin1');
-      if (!c.frozen) upstream.write(chunk);
+      if (c.held !== undefined) c.held.push(chunk);
+      else if (!c.frozen) upstream.write(chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
       if (!c.frozen) client.write(chunk);
@@ -103,6 +119,29 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
         }
       }
       return n;
+    },
+    hold(marker) {
+      const m = marker.toLowerCase();
+      let n = 0;
+      for (const c of open) {
+        if (c.held === undefined && c.sent.toLowerCase().includes(m)) {
+          c.held = [];
+          n++;
+        }
+      }
+      return n;
+    },
+    deliver() {
+      let bytes = 0;
+      for (const c of open) {
+        if (c.held === undefined) continue;
+        for (const chunk of c.held) {
+          bytes += chunk.length;
+          c.upstream.write(chunk);
+        }
+        c.held = undefined;
+      }
+      return bytes;
     },
     retarget(port) {
       target = port;

@@ -66,17 +66,30 @@ export class NotFoundError extends EchoStoreError {
   static override readonly statusCode = 404;
 }
 
-/** The loader rejected or threw; every waiter of that flight gets this same error. */
+/**
+ * The loader rejected or threw; every waiter of that flight gets this same error, and so
+ * does every caller of the id, fleet-wide, while the failure is remembered (`errorTtlMs`, or
+ * the origin's `Retry-After` up to `maxErrorTtlMs`): `retryAfterMs` is what remains of that.
+ */
 export class LoadFailedError extends EchoStoreError {
   static override readonly code = 'ECC_LOAD_FAILED';
   static override readonly statusCode = 502;
   static override readonly publicMessage = 'the source failed to load the item';
+  /** How long the failure is remembered for the id, ms (the `Retry-After` answered); undefined: not remembered. */
+  readonly retryAfterMs: number | undefined;
+
+  constructor(message: string, options: EchoStoreErrorOptions & { retryAfterMs?: number } = {}) {
+    super(message, options);
+    this.retryAfterMs = options.retryAfterMs;
+  }
 }
 
 /** Fields of a {@link SourceError}. */
 export interface SourceErrorOptions extends EchoStoreErrorOptions {
   /** The HTTP status, when the origin answered. */
   status?: number;
+  /** The origin's `Retry-After`, in ms from when it answered, when it sent one. */
+  retryAfterMs?: number;
 }
 
 /**
@@ -95,11 +108,14 @@ export class SourceError extends EchoStoreError {
   readonly status: number | undefined;
   /** The URL requested, without its query string and fragment (origin + path). */
   readonly url: string;
+  /** The origin's `Retry-After` (RFC 9110 §10.2.3), ms, when it sent one: how long the store remembers the failure (capped by `maxErrorTtlMs`). */
+  readonly retryAfterMs: number | undefined;
 
   constructor(message: string, url: string, options: SourceErrorOptions = {}) {
     super(message, options);
     this.url = url;
     this.status = options.status;
+    this.retryAfterMs = options.retryAfterMs;
   }
 }
 

@@ -54,6 +54,10 @@ async function main(): Promise<void> {
         load: built.load,
         ...(built.loadMany === undefined ? {} : { loadMany: built.loadMany }),
         ...(built.checkId === undefined ? {} : { checkId: built.checkId }),
+        // The kind's default unless the table sets it: an http origin's 404 is confirmed first.
+        ...(policy.confirmNotFoundMs === undefined && built.confirmNotFoundMs !== undefined
+          ? { confirmNotFoundMs: built.confirmNotFoundMs }
+          : {}),
       };
       if (warm !== undefined) {
         warmIdsOf.set(name, { config: warm, ids: await warmIds(warm, built, name, log) });

@@ -35,10 +35,14 @@ export interface TableCounters {
   shed: number;
   /** Loader results that arrived after their load timed out (discarded). */
   lateLoads: number;
+  /** Flights answered with a remembered load failure (or stale) instead of asking the source. */
+  rememberedFailures: number;
+  /** Loads whose "not found" did not replace the id's value: not yet confirmed (`confirmNotFoundMs`). */
+  unconfirmedNotFound: number;
   /** L2 values that could not be decoded (a miss, overwritten). */
   badEnvelopes: number;
   /** Background refreshes started, by reason. */
-  refreshes: { early: number; stale: number };
+  refreshes: { early: number; stale: number; revalidate: number };
   /** Background refreshes that failed. */
   refreshFailures: number;
   /** DELETEs accepted by Valkey. */
@@ -68,8 +72,10 @@ export function newCounters(): TableCounters {
     lease: { acquired: 0, contended: 0, lost: 0, takeover: 0, renewed: 0, expired: 0 },
     shed: 0,
     lateLoads: 0,
+    rememberedFailures: 0,
+    unconfirmedNotFound: 0,
     badEnvelopes: 0,
-    refreshes: { early: 0, stale: 0 },
+    refreshes: { early: 0, stale: 0, revalidate: 0 },
     refreshFailures: 0,
     invalidations: 0,
     tombstoneFallbacks: 0,
@@ -144,13 +150,23 @@ const MIRRORS: Mirror[] = [
     pick: (c) => c.lateLoads,
   },
   {
+    name: 'echostore_remembered_failures_total',
+    help: 'Flights answered with a remembered load failure of their id (ECC_LOAD_FAILED with Retry-After, or a stale value) instead of asking the source (errorTtlMs, Retry-After).',
+    pick: (c) => c.rememberedFailures,
+  },
+  {
+    name: 'echostore_unconfirmed_not_found_total',
+    help: 'Loads that answered "not found" for an id with a value and did not replace it: not yet confirmed for confirmNotFoundMs (the value is served stale meanwhile).',
+    pick: (c) => c.unconfirmedNotFound,
+  },
+  {
     name: 'echostore_bad_envelopes_total',
     help: 'L2 values that could not be decoded (treated as a miss and overwritten).',
     pick: (c) => c.badEnvelopes,
   },
   {
     name: 'echostore_refreshes_total',
-    help: 'Background refreshes started: early (XFetch) or stale (a stale value was served).',
+    help: 'Background refreshes started: early (XFetch), stale (a stale value was served), or revalidate (a row loaded while Valkey was unusable, read once it is usable again).',
     label: 'reason',
     pick: (c) => c.refreshes,
   },

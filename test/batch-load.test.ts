@@ -89,6 +89,8 @@ describe('batched loading', () => {
           return new Map(batch.map((id) => [id, { id }]));
         },
         ...WINDOW,
+        // Failures not remembered (errorTtlMs: 0): "loads again next time" at once.
+        errorTtlMs: 0,
       },
     });
     const t = store.table(table);

@@ -63,6 +63,8 @@ describe('single-flight', () => {
     let loads = 0;
     const store = await openStore({
       [table]: {
+        // Failures not remembered (errorTtlMs: 0): the next call loads again at once.
+        errorTtlMs: 0,
         load: async (id) => {
           loads++;
           if (loads === 1) {

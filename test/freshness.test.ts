@@ -183,6 +183,8 @@ describe('stale-if-error', () => {
       {
         [table]: {
           ...policy,
+          // The back-off alone (errorTtlMs: 0): a remembered failure lives on Valkey's real clock, not on this test's.
+          errorTtlMs: 0,
           load: async () => {
             calls++;
             if (failing) throw new Error('source down');

@@ -35,10 +35,13 @@ describe('fleet lease', () => {
     const table = uniqueTable('fleet-err');
     const gate = deferred<void>();
     const started = deferred<void>();
+    // Failures not remembered (errorTtlMs: 0; remembered-failures.test.ts covers that the
+    // waiter then gets the failure instead of loading).
     const a = await openStore({
       [table]: {
         leaseMs: 30_000,
         loadTimeoutMs: 20_000,
+        errorTtlMs: 0,
         load: async () => {
           started.resolve();
           await gate.promise;
@@ -48,7 +51,7 @@ describe('fleet lease', () => {
     });
     const source = countingLoader(10);
     const b = await openStore({
-      [table]: { leaseMs: 30_000, loadTimeoutMs: 20_000, load: source.load },
+      [table]: { leaseMs: 30_000, loadTimeoutMs: 20_000, errorTtlMs: 0, load: source.load },
     });
     const failing = errorOf(a.table(table).get('x'));
     await started.promise;
@@ -159,6 +162,8 @@ describe('fleet lease', () => {
         ...policy,
         maxConcurrentLoads: 1,
         maxQueueDelayMs: 5_000,
+        // The pool alone: the held 'busy' load never leaves it for the overdue partition.
+        maxOverdueLoads: 0,
         load: async (id) => {
           if (id === 'busy') {
             busy.resolve();

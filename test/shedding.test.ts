@@ -55,6 +55,8 @@ describe('shedding and bounded waiting', () => {
       [table]: {
         maxConcurrentLoads: 1,
         maxQueueDelayMs: 150,
+        // The pool alone: held loads never leave it for the overdue partition (hanging-ids.test.ts).
+        maxOverdueLoads: 0,
         load: async (id) => {
           await gate.promise;
           return { id };
@@ -122,6 +124,8 @@ describe('shedding and bounded waiting', () => {
         maxConcurrentLoads: 2,
         loadTimeoutMs: 100,
         maxQueueDelayMs: 300,
+        // The pool alone: held loads never leave it for the overdue partition (hanging-ids.test.ts).
+        maxOverdueLoads: 0,
         // Counted at the source: a loader that ignores its signal and answers only when let go.
         load: async (id) => {
           if (id === 'after') return { id };

@@ -52,7 +52,16 @@ describe('load timeouts, shedding and close', () => {
       { write: (l: string) => void lines.push(JSON.parse(l)) },
     );
     const store = await openStore(
-      { [table]: { loadTimeoutMs: 100, leaseMs: 200, maxConcurrentLoads: 1, load: () => never() } },
+      {
+        [table]: {
+          loadTimeoutMs: 100,
+          leaseMs: 200,
+          maxConcurrentLoads: 1,
+          // The pool alone: the stuck load never leaves it for the overdue partition.
+          maxOverdueLoads: 0,
+          load: () => never(),
+        },
+      },
       { logger },
     );
     const t = store.table(table);
@@ -106,6 +115,8 @@ describe('load timeouts, shedding and close', () => {
     const store = await openStore({
       [table]: {
         maxConcurrentLoads: 1,
+        // The pool alone: held loads never leave it for the overdue partition (hanging-ids.test.ts).
+        maxOverdueLoads: 0,
         load: async (id) => {
           loads++;
           await gate.promise;

@@ -9,6 +9,7 @@ import type { Envelope } from '../l2/format.js';
 import type { L2, WriteAck } from '../l2/scripts.js';
 import { bump, type TableCounters, type TableHistograms } from '../metrics.js';
 import type { Admission } from '../protection/admission.js';
+import type { NotFoundConfirmations } from '../store/not-found.js';
 import type { TablePolicy } from '../store/policy.js';
 import type { LoadFn, ReadLayer, ReadResult } from '../store/types.js';
 import type { VersionClock } from '../store/version-clock.js';
@@ -25,12 +26,20 @@ export interface Waiter {
  * What a flight reports to its owner in its `landed` message.
  * - `value`: the answer; `refused` means the fill lost its lease (expired, or
  *   cancelled by a write or delete): it answers this flight's waiters but is
- *   not kept in L1.
+ *   not kept in L1. `unconfirmed`: loaded while Valkey was unusable, so
+ *   coherence events may have been missed: kept in L1, but re-validated
+ *   by its first read once Valkey is usable again.
  * - `error`: every waiter gets this one error (or a stale value, stale-if-error).
  * - `skipped`: a background refresh found another instance refreshing.
  */
 export type Outcome =
-  | { kind: 'value'; envelope: Envelope; layer: 'l2' | 'origin'; refused: boolean }
+  | {
+      kind: 'value';
+      envelope: Envelope;
+      layer: 'l2' | 'origin';
+      refused: boolean;
+      unconfirmed?: true;
+    }
   | { kind: 'error'; error: EchoStoreError }
   | { kind: 'skipped'; retryAfterMs: number };
 
@@ -95,6 +104,8 @@ export interface TableContext {
   clock: VersionClock;
   /** Admission to the source: the adaptive limit and the delay-bounded queue. */
   admission: Admission;
+  /** Which ids with a value were answered "not found", and since when (`confirmNotFoundMs`). */
+  notFound: NotFoundConfirmations;
   log: Logger;
   /** This process's monotonic clock, ms, for L1 and flights (injected in tests); Valkey judges its own values on its own clock. */
   now(): number;

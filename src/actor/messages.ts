@@ -20,7 +20,7 @@ export interface WriteWaiter<T> {
 }
 
 /** Why a background refresh started: XFetch (`early`) or a stale read (`stale`). */
-export type RefreshReason = 'early' | 'stale';
+export type RefreshReason = 'early' | 'stale' | 'revalidate';
 
 /**
  * A caller missed L1. Callers of the same id that miss while it waits in the

@@ -11,6 +11,7 @@
  *   write's acknowledgement, by `ECC_INTERNAL` when a handler throws, or by
  *   `ECC_CLOSED` on forced shutdown.
  */
+import { LRUCache } from 'lru-cache';
 import { ClosedError, type EchoStoreError, InternalError, ShedError } from '../errors.js';
 import type { TableEvent } from '../l2/events.js';
 import type { Envelope } from '../l2/format.js';
@@ -47,6 +48,12 @@ export class TableOwner {
   readonly #flights = new Map<string, Flight>();
   readonly #writes: Writes;
   readonly #backoff = new RefreshBackoff();
+  /**
+   * Ids whose L1 row was loaded while Valkey was unusable (coherence events may
+   * have been missed meanwhile): the first read of one once Valkey is usable
+   * again re-validates it (`revalidate` refresh). Bounded like L1.
+   */
+  readonly #unconfirmed: LRUCache<string, true>;
   #closed = false;
   #idle: (() => void) | undefined;
 
@@ -54,6 +61,7 @@ export class TableOwner {
   constructor(ctx: TableContext, l1: L1, runner: RunnerFactory = flightRunner) {
     this.#ctx = ctx;
     this.#l1 = l1;
+    this.#unconfirmed = new LRUCache<string, true>({ max: ctx.policy.l1.maxEntries });
     this.#mailbox = new Mailbox<Message>(
       (m) => this.#handle(m),
       (m, err) => this.#failed(m, err),
@@ -85,6 +93,14 @@ export class TableOwner {
   /** Flights in progress. */
   get flights(): number {
     return this.#flights.size;
+  }
+
+  /**
+   * Whether the L1 row of `id` was loaded while Valkey was unusable and is
+   * not re-validated yet. Read-only; costs a size check while there is none.
+   */
+  unconfirmed(id: string): boolean {
+    return this.#unconfirmed.size > 0 && this.#unconfirmed.has(id);
   }
 
   /**
@@ -146,6 +162,7 @@ export class TableOwner {
     event: (m) => this.#event(m.event),
     flush: () => {
       this.#l1.clear();
+      this.#unconfirmed.clear();
       this.#ctx.counters.l1Flushes++;
     },
   };
@@ -240,7 +257,11 @@ export class TableOwner {
     const { envelope, layer } = outcome;
     if (layer === 'l2') counters.l2_hits++;
     const kept = !flight.superseded && !outcome.refused;
-    if (kept) this.#l1.set(flight.id, envelope, now);
+    if (kept) {
+      this.#l1.set(flight.id, envelope, now);
+      if (outcome.unconfirmed === true) this.#unconfirmed.set(flight.id, true);
+      else this.#unconfirmed.delete(flight.id);
+    }
     counters.reads[envelope.negative ? 'negative' : layer] += flight.callers;
     const stored = kept && layer === 'origin';
     answerAll(flight.waiters, (coalesced) => answerOf(envelope, layer, coalesced, now, stored));
@@ -252,6 +273,7 @@ export class TableOwner {
     const now = this.#ctx.now();
     // In L1, later callers get the stale value without the mailbox while the refresh runs.
     this.#l1.set(flight.id, envelope, now);
+    this.#unconfirmed.delete(flight.id);
     this.#ctx.counters.reads.stale += flight.callers;
     this.#ctx.counters.refreshes.stale++;
     answerAll(flight.waiters, (coalesced) => answerOf(envelope, 'l2', coalesced, now));
@@ -265,7 +287,8 @@ export class TableOwner {
     if (!this.wantsRefresh(id, this.#ctx.now())) return;
     this.#ctx.counters.refreshes[reason]++;
     const flight = new Flight(id);
-    flight.replaceUpTo = this.#l1.peek(id)?.version ?? 0;
+    // A row loaded while Valkey was unusable yields to whatever Valkey holds fresh (the fleet's value).
+    flight.replaceUpTo = this.unconfirmed(id) ? 0 : (this.#l1.peek(id)?.version ?? 0);
     this.#launch(flight);
   }
 
@@ -283,6 +306,7 @@ export class TableOwner {
     if (row === undefined) return;
     if (event.v > row.version) {
       this.#l1.delete(event.id);
+      this.#unconfirmed.delete(event.id);
       this.#ctx.counters.coherence.applied++;
     } else {
       this.#ctx.counters.coherence.stale++;
@@ -366,6 +390,7 @@ export class TableOwner {
   #write(m: Extract<Message, { kind: 'put' | 'invalidate' }>, send: () => void): void {
     if (this.#closed) m.waiter.reject(this.#closedError(m.id));
     else if (!this.#writes.park(m.id, m)) {
+      this.#unconfirmed.delete(m.id);
       this.#supersede(m.id);
       send();
     }

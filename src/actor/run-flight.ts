@@ -18,7 +18,7 @@ import {
 } from '../errors.js';
 import type { Watch } from '../l2/events.js';
 import { decodeEnvelope, type Envelope, localize, readMark, toJson } from '../l2/format.js';
-import type { LeaseAnswer } from '../l2/scripts.js';
+import type { LeaseAnswer, RememberedFailure } from '../l2/scripts.js';
 import { bump } from '../metrics.js';
 import type { LoadEnd, Permit } from '../protection/admission.js';
 import { LoadResult, type RowPolicy } from '../store/load-result.js';
@@ -67,11 +67,13 @@ type Run = (
 const runPlain: Run = async (ctx, flight, serveStale) => {
   let text: string | null;
   let cached: Envelope | undefined;
+  let failed: RememberedFailure | undefined;
   const sentAt = ctx.now();
   try {
     const read = await ctx.l2.read(flight.id);
     ctx.clock.sawValkeyTime(read.valkeyNowMs);
     text = read.text;
+    failed = read.failed;
     cached = text === null ? undefined : decode(ctx, text, read.valkeyNowMs, sentAt);
   } catch (err) {
     if (classifyValkeyError(err) !== 'data') return runDegraded(ctx, flight, err, 'get');
@@ -83,9 +85,10 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
   if (cached !== undefined && cached.softExpiresAt > now && cached.version > flight.replaceUpTo) {
     return { kind: 'value', envelope: cached, layer: 'l2', refused: false };
   }
-  if (cached !== undefined && servable(cached, now) && !flight.background)
-    serveStale(flight, cached);
-  const loaded = await loadEnvelope(ctx, flight);
+  if (failed !== undefined) return rememberedFailure(ctx, flight, failed, cached);
+  const previous = cached !== undefined && servable(cached, now) ? cached : undefined;
+  if (previous !== undefined && !flight.background) serveStale(flight, previous);
+  const loaded = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight), previous);
   const version = await fillWithoutLease(ctx, flight, loaded, readMark(text));
   return {
     kind: 'value',
@@ -146,11 +149,15 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
           ? undefined
           : decode(ctx, answer.stale, answer.valkeyNowMs, sentAt);
       const servableStale = stale !== undefined && servable(stale, ctx.now()) ? stale : undefined;
+      if (answer.kind === 'failed') {
+        waited();
+        return rememberedFailure(ctx, flight, answer, servableStale);
+      }
       if (answer.kind === 'leased') {
         counters.lease[waitStarted === undefined ? 'acquired' : 'takeover']++;
         waited();
         if (servableStale !== undefined && !flight.background) serveStale(flight, servableStale);
-        return await loadAndFill(ctx, flight, answer.token);
+        return await loadAndFill(ctx, flight, answer.token, servableStale);
       }
       // Contended: another instance loads. A refresh has nothing to wait for, and a
       // reader with a stale value in hand is answered with it (stale-while-revalidate).
@@ -192,13 +199,20 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
 /**
  * Holding the lease: load while renewing it, then `fillAndRelease`; on a
  * failed load, release the lease and wake the waiters. A renewal that finds
- * the lease gone fences the flight: its answer is not stored.
+ * the lease gone fences the flight: its answer is not stored. `previous` is
+ * the servable value the key held, if any (see {@link confirmNotFound}).
  */
-async function loadAndFill(ctx: TableContext, flight: Flight, token: string): Promise<Outcome> {
+async function loadAndFill(
+  ctx: TableContext,
+  flight: Flight,
+  token: string,
+  previous: Envelope | undefined,
+): Promise<Outcome> {
   let envelope: Envelope;
   const lease = keepLease(ctx, flight.id, token);
   try {
-    envelope = await loadEnvelope(ctx, flight);
+    // A failure is remembered before the lease goes: the waiters it wakes find it.
+    envelope = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight), previous);
   } catch (err) {
     release(ctx, flight.id, token);
     throw err;
@@ -290,7 +304,7 @@ async function runDegraded(
   valkeyFailed(ctx, err, op);
   const envelope = await loadEnvelope(ctx, flight);
   void fillWithoutLease(ctx, flight, envelope, '');
-  return { kind: 'value', envelope, layer: 'origin', refused: false };
+  return { kind: 'value', envelope, layer: 'origin', refused: false, unconfirmed: true };
 }
 
 /**
@@ -315,6 +329,100 @@ async function fillWithoutLease(
     valkeyFailed(ctx, err, 'set');
     return undefined;
   }
+}
+
+/**
+ * A load of the flight's id failed lately and is remembered (fleet-wide):
+ * its callers get a stale value when one is servable (stale-if-error),
+ * else `ECC_LOAD_FAILED` with what remains of the memory as `Retry-After`.
+ * The source is not asked.
+ */
+function rememberedFailure(
+  ctx: TableContext,
+  flight: Flight,
+  failed: RememberedFailure,
+  stale: Envelope | undefined,
+): Outcome {
+  ctx.counters.rememberedFailures++;
+  if (stale !== undefined && servable(stale, ctx.now()) && !flight.background) {
+    return { kind: 'value', envelope: stale, layer: 'l2', refused: false };
+  }
+  return {
+    kind: 'error',
+    error: new LoadFailedError('the source failed to load the item', {
+      table: ctx.name,
+      id: flight.id,
+      retryAfterMs: failed.remainingMs,
+    }),
+  };
+}
+
+/**
+ * {@link loadEnvelope}, and when the loader itself failed (it threw: not a
+ * timeout, a shed load or a bad id), that failure is remembered in Valkey for
+ * the id — the origin's `Retry-After` up to `maxErrorTtlMs`, else
+ * `errorTtlMs` — so that for that long no instance asks the source again.
+ *
+ * @throws {LoadFailedError} `ECC_LOAD_FAILED` with `retryAfterMs` for a remembered failure;
+ *   otherwise what {@link loadEnvelope} throws.
+ */
+async function loadOrRemember(ctx: TableContext, flight: Flight): Promise<Envelope> {
+  try {
+    return await loadEnvelope(ctx, flight);
+  } catch (err) {
+    const ttlMs = failureTtlMs(ctx, err);
+    if (ttlMs <= 0) throw err;
+    try {
+      await ctx.l2.rememberFailure(flight.id, LoadFailedError.code, ttlMs);
+    } catch (valkeyErr) {
+      valkeyFailed(ctx, valkeyErr, 'remember');
+      throw err;
+    }
+    throw new LoadFailedError('the source failed to load the item', {
+      table: ctx.name,
+      id: flight.id,
+      cause: err,
+      retryAfterMs: ttlMs,
+    });
+  }
+}
+
+/**
+ * A load answered "not found" (`loaded` negative) for an id whose key holds a
+ * servable value (`previous`): unless the table's source is authoritative
+ * (`confirmNotFoundMs` 0) the value is not thrown away on one answer. Until
+ * "not found" has been answered for `confirmNotFoundMs` the load counts as a
+ * failed refresh — the value keeps being served stale (stale-if-error), the
+ * id backs off and a later refresh asks again — and only then is the
+ * negative entry stored.
+ *
+ * @returns `loaded`, when it may replace what the key holds.
+ * @throws {LoadFailedError} `ECC_LOAD_FAILED` while the "not found" is unconfirmed.
+ */
+function confirmNotFound(
+  ctx: TableContext,
+  flight: Flight,
+  loaded: Envelope,
+  previous: Envelope | undefined,
+): Envelope {
+  if (!loaded.negative || previous === undefined || previous.negative) {
+    ctx.notFound.found(flight.id);
+    return loaded;
+  }
+  if (ctx.notFound.confirmed(flight.id)) return loaded;
+  ctx.counters.unconfirmedNotFound++;
+  throw new LoadFailedError(
+    `the source answered "not found" for an item that has a value; kept until that holds for ${ctx.policy.confirmNotFoundMs} ms`,
+    { table: ctx.name, id: flight.id },
+  );
+}
+
+/** How long a load failure `err` is remembered, ms (0: not at all): only the loader's own failures. */
+function failureTtlMs(ctx: TableContext, err: unknown): number {
+  if (err instanceof EchoStoreError && !(err instanceof SourceError)) return 0;
+  const { errorTtlMs, maxErrorTtlMs } = ctx.policy;
+  const asked = err instanceof SourceError ? err.retryAfterMs : undefined;
+  return asked === undefined ? errorTtlMs : Math.min(asked, maxErrorTtlMs);
 }
 
 /** Counts and logs a failed Valkey command (one the open circuit did not send is neither). */

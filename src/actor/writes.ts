@@ -13,6 +13,7 @@
  *   first) does not go into L1.
  */
 import { ValkeyUnavailableError } from '../errors.js';
+import { LateWriteError } from '../l2/scripts.js';
 import { bump } from '../metrics.js';
 import type { L1 } from '../store/l1.js';
 import { hardTtlMs, mintEnvelope, tombstone } from '../store/mint.js';
@@ -190,9 +191,19 @@ export class Writes {
   /**
    * The client's error, saying what is known of the write: not sent (open
    * circuit), refused (a reply error: each script's first effect is the one
-   * refused, so nothing was written), or unconfirmed (a timeout: it may have landed).
+   * refused, so nothing was written), too late (run after its deadline:
+   * nothing was written), or unconfirmed (a timeout: it may have landed, but
+   * only before the moment it was given up on, so never after a write
+   * acknowledged after this error).
    */
   #valkeyError(op: 'put' | 'delete', id: string, cause: unknown): ValkeyUnavailableError {
+    if (cause instanceof LateWriteError) {
+      bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
+      return new ValkeyUnavailableError(
+        `valkey ran the ${op} after its deadline: nothing was written`,
+        { table: this.#ctx.name, id, cause, notSent: true },
+      );
+    }
     const kind = classifyValkeyError(cause);
     if (kind !== 'unsent') bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
     const reason = valkeyReason(cause);

@@ -5,6 +5,7 @@ import {
   BadRequestError,
   EchoStoreError,
   InternalError,
+  LoadFailedError,
   PayloadTooLargeError,
   RouteNotFoundError,
   ShedError,
@@ -199,6 +200,7 @@ function causeMessage(cause: unknown): string | undefined {
 
 /**
  * Sends the coded JSON error answer, with `Retry-After` (seconds) on shedding
+ * and on a source failure the store remembers (`ECC_LOAD_FAILED`),
  * and the Bearer challenge on a 401.
  */
 export function sendError(
@@ -208,8 +210,10 @@ export function sendError(
 ): FastifyReply {
   const e = toStoreError(err);
   logAnswered(request, e);
-  if (e instanceof ShedError)
-    reply.header('retry-after', String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))));
+  const retryAfterMs =
+    e instanceof ShedError || e instanceof LoadFailedError ? e.retryAfterMs : undefined;
+  if (retryAfterMs !== undefined)
+    reply.header('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))));
   if (e instanceof UnauthorizedError) reply.header('www-authenticate', BEARER_CHALLENGE);
   return reply.code(e.statusCode).type('application/json; charset=utf-8').send(errorBody(e));
 }

@@ -44,6 +44,11 @@ export function leaseKey(table: string, id: string): string {
   return `ecc:${table}:${taggedId(id)}:lease`;
 }
 
+/** The Valkey key of an item's remembered load failure: {@link valueKey} + `:error`, in the same slot. */
+export function errorKey(table: string, id: string): string {
+  return `ecc:${table}:${taggedId(id)}:error`;
+}
+
 /** `{<id>}`, or `~{<escaped id>}` for an id with a brace (see {@link valueKey}). */
 function taggedId(id: string): string {
   if (!/[{}]/.test(id)) return `{${id}}`;
@@ -72,19 +77,32 @@ local function notify(channel, message)
 end
 `;
 
+// A remembered load failure of the item (KEYS[3] of the reads): its text and what remains of it, ms.
+const LUA_FAILURE = `
+local function failure(k)
+  local e = getv(k)
+  if not e then return false, 0 end
+  return e, redis.call('PTTL', k)
+end
+`;
+
 /**
- * readOrLease — KEYS: value, lease. ARGV: token, leaseMs, replaceUpTo.
+ * readOrLease — KEYS: value, lease, error. ARGV: token, leaseMs, replaceUpTo.
  * Fresh on Valkey's clock (soft expiry after its now, version above
- * replaceUpTo) → `{1, value, now}`. Anything else (absent, stale, older
- * format, garbage, another type) needs a load: the caller competes for the
- * lease → `{2, old, now}` (leased) or `{3, pttl, old, now}` (contended). A
- * lease without an expiry (or of another type) is broken: it is taken over at once.
+ * replaceUpTo) → `{1, value, now}`. A load of it failed lately (the error
+ * key holds what failed) → `{4, failure, pttl, old, now}`: no lease, no load.
+ * Anything else (absent, stale, older format, garbage, another type) needs a
+ * load: the caller competes for the lease → `{2, old, now}` (leased) or
+ * `{3, pttl, old, now}` (contended). A lease without an expiry (or of another
+ * type) is broken: it is taken over at once.
  */
-const READ_OR_LEASE = `${LUA_ENVELOPE}
+const READ_OR_LEASE = `${LUA_ENVELOPE}${LUA_FAILURE}
 local nowms = clock()
 local v = getv(KEYS[1])
 local n, soft = header(v)
 if n and soft > nowms and n > tonumber(ARGV[3]) then return {1, v, nowms} end
+local e, ettl = failure(KEYS[3])
+if e then return {4, e, ettl, v, nowms} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2, v, nowms} end
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl < 0 then
@@ -95,9 +113,14 @@ end
 return {3, ttl, v, nowms}
 `;
 
-/** read — KEYS: value. The value (or false) and Valkey's now: `{v, now}` (cache-aside without the lease). */
-const READ = `${LUA_ENVELOPE}
-return {getv(KEYS[1]), (clock())}
+/**
+ * read — KEYS: value, error. The value (or false), Valkey's now, and a
+ * remembered load failure (or false) with what remains of it:
+ * `{v, now, failure, pttl}` (cache-aside without the lease).
+ */
+const READ = `${LUA_ENVELOPE}${LUA_FAILURE}
+local e, ettl = failure(KEYS[2])
+return {getv(KEYS[1]), (clock()), e, ettl}
 `;
 
 /**
@@ -108,6 +131,16 @@ return {getv(KEYS[1]), (clock())}
 const RENEW = `
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+`;
+
+// A client's write deadline on Valkey's clock (epoch ms; '0': none). A script run after it
+// was given up on by its client (the command timed out, answered 503), so it must not
+// write: a later write, acknowledged, may already be there (see L2.#deadline).
+const LUA_DEADLINE = `
+local function late(deadline)
+  local d = tonumber(deadline)
+  return d > 0 and (clock()) > d
+end
 `;
 
 // The written value's ARGV, shared by the write scripts: softIn, hardIn, delta, flags, json, pxMs.
@@ -144,24 +177,27 @@ return 1
 
 /**
  * writeAndCancel — KEYS: value, lease. ARGV: softIn, hardIn, delta, flags,
- * json, pxMs, channel, idjson, kind. PUT (kind "put") or DELETE (kind "del",
- * a tombstone): replaces the value with a version above the current one and
- * cancels any lease, so a fill already in flight anywhere is refused, then
- * tells the fleet.
+ * json, pxMs, channel, idjson, kind, deadline. PUT (kind "put") or DELETE
+ * (kind "del", a tombstone): replaces the value with a version above the
+ * current one and cancels any lease, so a fill already in flight anywhere is
+ * refused, then tells the fleet. Run after its deadline, it writes nothing
+ * (→ `'late'`).
  */
-const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
+const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}${LUA_DEADLINE}
+if late(ARGV[10]) then return 'late' end
 local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 1)
 redis.call('DEL', KEYS[2])
 return {string.format('%.0f', v), nowms, notify(ARGV[7], event(ARGV[9], ARGV[8], v))}
 `;
 
 /**
- * forget — KEYS: value, lease. ARGV: channel, idjson. A DELETE without a
- * tombstone, for when Valkey refuses to store one (OOM): deletes the value and
+ * forget — KEYS: value, lease. ARGV: channel, idjson, deadline. A DELETE
+ * without a tombstone (nothing after its deadline: → `'late'`), for when Valkey refuses to store one (OOM): deletes the value and
  * the lease (Valkey accepts DEL under OOM) and tells the fleet, at a version
  * above the deleted value's.
  */
-const FORGET = `${LUA_ENVELOPE}${LUA_EVENT}
+const FORGET = `${LUA_ENVELOPE}${LUA_EVENT}${LUA_DEADLINE}
+if late(ARGV[3]) then return 'late' end
 local n = header(getv(KEYS[1]))
 local nowms, nowus = clock()
 local v = nowus
@@ -186,8 +222,8 @@ return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], 
 
 /** The scripts by name: the ioredis command is `ecc` + the capitalised name. */
 const SCRIPTS = {
-  readOrLease: { keys: 2, lua: READ_OR_LEASE },
-  read: { keys: 1, lua: READ },
+  readOrLease: { keys: 3, lua: READ_OR_LEASE },
+  read: { keys: 2, lua: READ },
   renew: { keys: 1, lua: RENEW },
   fillAndRelease: { keys: 2, lua: FILL_AND_RELEASE },
   release: { keys: 1, lua: RELEASE },
@@ -219,7 +255,21 @@ export type LeaseAnswer =
   /** This caller holds the lease and must load; `stale` is the old envelope text, if any. */
   | { kind: 'leased'; token: string; stale: string | undefined; valkeyNowMs: number }
   /** Another loader holds the lease for `remainingMs` more. */
-  | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number };
+  | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number }
+  /** A load of it failed lately (`failure`: the error's code) and is remembered for `remainingMs` more. */
+  | {
+      kind: 'failed';
+      failure: string;
+      remainingMs: number;
+      stale: string | undefined;
+      valkeyNowMs: number;
+    };
+
+/** A load failure remembered for an id: the error's code and what remains of it, ms. */
+export interface RememberedFailure {
+  failure: string;
+  remainingMs: number;
+}
 
 /** Valkey's acknowledgement of a write script: the version it gave the value, and its clock then. */
 export interface WriteAck {
@@ -227,6 +277,14 @@ export interface WriteAck {
   valkeyNowMs: number;
   /** Why the coherence message was not sent (its PUBLISH was refused, e.g. by the ACL); the write itself happened. */
   unpublished?: string;
+}
+
+/**
+ * A write script ran after its deadline (see {@link L2.write}): its client
+ * had given up on it, so it wrote nothing. Not a failure of the server.
+ */
+export class LateWriteError extends Error {
+  override readonly name = 'LateWriteError';
 }
 
 /** The kinds of coherence message a write publishes. */
@@ -255,6 +313,14 @@ export class L2 {
   readonly #breaker: Breakers;
   readonly #table: string;
   readonly #channel: string;
+  /** The client's command timeout, ms; undefined when it has none (a client of the caller's own). */
+  readonly #commandTimeoutMs: number | undefined;
+  /**
+   * How far Valkey's clock (epoch ms) is at least ahead of `performance.now()`:
+   * the largest `valkeyNowMs − receivedAt` of the answers seen (a lower bound,
+   * since Valkey read its clock before the answer was received); undefined before any.
+   */
+  #valkeyAheadMs: number | undefined;
   #corked = false;
 
   /** @param coherent false: the scripts publish nothing (coherence is off). */
@@ -264,6 +330,40 @@ export class L2 {
     this.#breaker = breaker;
     this.#table = table;
     this.#channel = coherent ? eventsChannel(table) : '';
+    this.#commandTimeoutMs = commandTimeoutOf(client);
+  }
+
+  /** Valkey answered at `valkeyNowMs` on its clock, received now: narrows {@link #valkeyAheadMs}. */
+  #sawClock(valkeyNowMs: number): void {
+    const ahead = valkeyNowMs - performance.now();
+    if (!Number.isFinite(ahead)) return;
+    if (this.#valkeyAheadMs === undefined || ahead > this.#valkeyAheadMs)
+      this.#valkeyAheadMs = ahead;
+  }
+
+  /**
+   * The deadline of a write sent now, on Valkey's clock (epoch ms; 0: none):
+   * the moment this process's command timeout will give up on it, moved onto
+   * Valkey's clock with a lower bound of the clocks' offset, so it is never
+   * later than the moment the client is told "failed". A write Valkey runs
+   * after it writes nothing, so one reported failed cannot land after a write
+   * acknowledged after that report. Before the offset is known, one `TIME`
+   * finds it; a client without a command timeout gets no deadline.
+   */
+  async #deadline(key: string): Promise<number> {
+    const timeoutMs = this.#commandTimeoutMs;
+    if (timeoutMs === undefined) return 0;
+    const sentAt = performance.now();
+    if (this.#valkeyAheadMs === undefined) {
+      const [sec, us] = (await this.#breaker.run(() => this.#client.time(), { key })).map(Number);
+      this.#sawClock((sec as number) * 1000 + Math.floor((us as number) / 1000));
+    }
+    return Math.floor(sentAt + (this.#valkeyAheadMs as number) + timeoutMs);
+  }
+
+  /** False while the breaker says Valkey is unusable (degraded, for any shard). */
+  get usable(): boolean {
+    return !this.#breaker.degraded;
   }
 
   /** Runs script `name`; its first argument is its first key, which picks the shard. */
@@ -298,14 +398,43 @@ export class L2 {
   }
 
   /** `read`: the value key's text (null when absent or not a string) and Valkey's clock (cache-aside without the lease). */
-  async read(id: string): Promise<{ text: string | null; valkeyNowMs: number }> {
-    const reply = (await this.#call('read', valueKey(this.#table, id))) as unknown[];
-    return { text: optionalText(reply[0]) ?? null, valkeyNowMs: Number(reply[1]) };
+  async read(
+    id: string,
+  ): Promise<{ text: string | null; valkeyNowMs: number; failed: RememberedFailure | undefined }> {
+    const reply = (await this.#call(
+      'read',
+      valueKey(this.#table, id),
+      errorKey(this.#table, id),
+    )) as unknown[];
+    this.#sawClock(Number(reply[1]));
+    const failure = optionalText(reply[2]);
+    return {
+      text: optionalText(reply[0]) ?? null,
+      valkeyNowMs: Number(reply[1]),
+      failed:
+        failure === undefined ? undefined : { failure, remainingMs: Math.max(0, Number(reply[3])) },
+    };
+  }
+
+  /**
+   * Remembers that a load of `id` failed (`failure`: the error's code) for
+   * `ttlMs`, fleet-wide: until then `readOrLease` and `read` answer the
+   * failure instead of a lease, so the source is not asked again.
+   */
+  async rememberFailure(id: string, failure: string, ttlMs: number): Promise<void> {
+    const key = errorKey(this.#table, id);
+    await this.#breaker.run(
+      () => this.#client.set(key, failure, 'PX', Math.max(1, Math.round(ttlMs))),
+      {
+        key,
+      },
+    );
   }
 
   /**
    * `readOrLease`: the value if fresh on Valkey's clock and newer than
-   * `replaceUpTo`; else `SET <lease> <random token> NX PX leaseMs`. An early
+   * `replaceUpTo`; else a remembered failure of its load, if any; else
+   * `SET <lease> <random token> NX PX leaseMs`. An early
    * refresh passes the version it means to replace; a caller that could not
    * decode the value passes `Number.MAX_SAFE_INTEGER`.
    */
@@ -315,10 +444,21 @@ export class L2 {
       'readOrLease',
       valueKey(this.#table, id),
       leaseKey(this.#table, id),
+      errorKey(this.#table, id),
       token,
       leaseMs,
       String(replaceUpTo),
     )) as unknown[];
+    this.#sawClock(Number(reply[reply[0] === 3 ? 3 : reply[0] === 4 ? 4 : 2]));
+    if (reply[0] === 4) {
+      return {
+        kind: 'failed',
+        failure: String(reply[1]),
+        remainingMs: Math.max(0, Number(reply[2])),
+        stale: optionalText(reply[3]),
+        valkeyNowMs: Number(reply[4]),
+      };
+    }
     if (reply[0] === 1) {
       return { kind: 'value', text: String(reply[1]), valkeyNowMs: Number(reply[2]) };
     }
@@ -358,7 +498,7 @@ export class L2 {
     now: number,
   ): Promise<WriteAck | undefined> {
     const args = writeArgs(envelope, now);
-    return versionOf(
+    return this.#filled(
       await this.#call(
         'fillAndRelease',
         valueKey(this.#table, id),
@@ -386,7 +526,7 @@ export class L2 {
     now: number,
   ): Promise<WriteAck | undefined> {
     const args = writeArgs(envelope, now);
-    return versionOf(
+    return this.#filled(
       await this.#call(
         'fillIfUnchanged',
         valueKey(this.#table, id),
@@ -402,9 +542,13 @@ export class L2 {
   /**
    * `writeAndCancel`: PUT (`kind` "put") or DELETE (`kind` "del", `envelope` a
    * tombstone), kept `pxMs`: writes with a version above the key's, deletes
-   * the lease (so any fill in flight is refused) and publishes the change.
+   * the lease (so any fill in flight is refused) and publishes the change —
+   * unless Valkey runs it after the moment this client gives up on it (see
+   * {@link L2.#deadline}): then it writes nothing.
    *
    * @returns the version Valkey ordered the write at.
+   * @throws {LateWriteError} when Valkey ran it after its deadline (nothing was written);
+   *   otherwise what `Breaker.run` throws.
    */
   async write(
     id: string,
@@ -413,19 +557,37 @@ export class L2 {
     pxMs: number,
     kind: WriteKind,
   ): Promise<WriteAck> {
-    const v = versionOf(
-      await this.#call(
-        'writeAndCancel',
-        valueKey(this.#table, id),
-        leaseKey(this.#table, id),
-        ...writeArgs(envelope, now),
-        Math.max(1, Math.round(pxMs)),
-        this.#channel,
-        JSON.stringify(id),
-        kind,
-      ),
+    const key = valueKey(this.#table, id);
+    const deadline = await this.#deadline(key);
+    const reply = await this.#call(
+      'writeAndCancel',
+      key,
+      leaseKey(this.#table, id),
+      ...writeArgs(envelope, now),
+      Math.max(1, Math.round(pxMs)),
+      this.#channel,
+      JSON.stringify(id),
+      kind,
+      deadline,
     );
-    if (v === undefined) throw new Error('the write script answered no version');
+    return this.#acknowledged(reply, 'write');
+  }
+
+  /** A fill's answer: its {@link WriteAck}, or undefined when it was refused. */
+  #filled(reply: unknown): WriteAck | undefined {
+    const v = versionOf(reply);
+    if (v !== undefined) this.#sawClock(v.valkeyNowMs);
+    return v;
+  }
+
+  /** A write script's answer as its {@link WriteAck}; its clock narrows the offset. */
+  #acknowledged(reply: unknown, script: string): WriteAck {
+    if (reply === 'late') {
+      throw new LateWriteError(`the ${script} script ran after its deadline: nothing was written`);
+    }
+    const v = versionOf(reply);
+    if (v === undefined) throw new Error(`the ${script} script answered no version`);
+    this.#sawClock(v.valkeyNowMs);
     return v;
   }
 
@@ -433,13 +595,16 @@ export class L2 {
    * `forget`: DELETE without a tombstone (the fallback when Valkey refuses to
    * store one, OOM): deletes the value and the lease and publishes the
    * deletion. Sent even while the circuit is open because the server refuses
-   * (`whileRefused`): Valkey accepts DEL under OOM.
+   * (`whileRefused`): Valkey accepts DEL under OOM. Like {@link write}, it
+   * deletes nothing after its deadline.
    *
    * @returns the version the deletion was announced at.
+   * @throws {LateWriteError} when Valkey ran it after its deadline.
    */
   async forget(id: string): Promise<WriteAck> {
     const command = commandOf('forget');
     const key = valueKey(this.#table, id);
+    const deadline = await this.#deadline(key);
     const reply = await this.#breaker.run(
       () =>
         this.#client[command]?.(
@@ -447,12 +612,11 @@ export class L2 {
           leaseKey(this.#table, id),
           this.#channel,
           JSON.stringify(id),
+          deadline,
         ) as Promise<unknown>,
       { whileRefused: true, key },
     );
-    const v = versionOf(reply);
-    if (v === undefined) throw new Error('the forget script answered no version');
-    return v;
+    return this.#acknowledged(reply, 'forget');
   }
 
   /** `release`: deletes the lease if it still holds `token` and wakes the waiters (a failed load). */
@@ -475,6 +639,16 @@ function versionOf(reply: unknown): WriteAck | undefined {
     valkeyNowMs: Number(reply[1]),
     ...(unpublished === undefined ? {} : { unpublished }),
   };
+}
+
+/** The command timeout `client` was created with, ms (a cluster's from its node options). */
+function commandTimeoutOf(client: Redis | Cluster): number | undefined {
+  const options = client.options as {
+    commandTimeout?: number;
+    redisOptions?: { commandTimeout?: number };
+  };
+  const ms = options.commandTimeout ?? options.redisOptions?.commandTimeout;
+  return typeof ms === 'number' && ms > 0 ? ms : undefined;
 }
 
 function optionalText(x: unknown): string | undefined {

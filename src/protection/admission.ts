@@ -25,6 +25,16 @@
  *    this process drains it slowly (a busy or starved CPU slows the measured
  *    rate, not the source); a slow one sheds the excess fast instead of
  *    letting callers queue into timeouts. `maxQueuedLoads` only bounds memory.
+ * 3. **A partition for overdue loads.** A load that has run far past the
+ *    table's normal latency ({@link OVERDUE_FACTOR} × the long-term average,
+ *    at least {@link MIN_OVERDUE_MS}) is hanging on its id, not measuring the
+ *    source: it leaves the pool above and runs on in a partition of its own
+ *    (at most `maxOverdueLoads`), so a few ids whose source never answers
+ *    cannot take every slot from the healthy ones (a partitioned limit, as
+ *    Netflix's concurrency-limits partitions one). Its end teaches the limit
+ *    nothing. An id whose load went overdue lately is admitted straight to
+ *    that partition, and shed when it is full. So one table's loader calls
+ *    at once never exceed `maxConcurrentLoads` + `maxOverdueLoads`.
  */
 import { LRUCache } from 'lru-cache';
 import type { ShedError } from '../errors.js';
@@ -37,6 +47,8 @@ export interface AdmissionOptions {
   maxQueueDelayMs: number;
   /** Most loads queued at once, a memory bound (`maxQueuedLoads`). */
   maxQueued: number;
+  /** Most overdue loads running at once, beyond the limit (`maxOverdueLoads`). Default 0: none leave the pool. */
+  maxOverdue?: number;
   /** Clock, ms (tests inject one). Default `performance.now`. */
   now?: () => number;
 }
@@ -78,14 +90,51 @@ const REPEAT_WINDOW_MS = 10_000;
 const MAX_REMEMBERED_FAILURES = 1_000;
 /** Loads may take up to this many times their long-term latency before the limit shrinks. */
 const TOLERANCE = 2;
+/**
+ * A load running this many times the long-term latency is overdue: hanging on
+ * its id. Ten: a healthy load with exponentially distributed latency runs that
+ * long once in e¹⁰ ≈ 22,000 loads.
+ */
+const OVERDUE_FACTOR = 10;
+/** Nor before this long, ms: a source of sub-millisecond loads has jitter of this order. */
+const MIN_OVERDUE_MS = 100;
+/**
+ * A pool in which no load finished for this long (ms, or the overdue time if
+ * longer) is stalled: its loads may be moved out although none overtook them.
+ * Not shorter: a source that is merely slow, or a busy process that reads its
+ * answers late, must keep its loads in the pool (and so its bound).
+ */
+const MIN_STALL_MS = 1_000;
+/** An id whose load went overdue is admitted straight to the overdue partition for this long, ms. */
+const HANGING_MEMORY_MS = 30_000;
+
+/** A load holding a slot: when it started, for which id, the pool's loads done by then, and whether it is overdue. */
+interface Running {
+  startedAt: number;
+  id: string | undefined;
+  doneAtStart: number;
+  overdue: boolean;
+}
 
 export class Admission {
   readonly #maxLimit: number;
   readonly #maxQueueDelayMs: number;
   readonly #maxQueued: number;
+  readonly #maxOverdue: number;
   readonly #now: () => number;
   #limit: number;
+  /** Loads in the pool (not overdue), oldest first. */
+  readonly #running = new Set<Running>();
   #active = 0;
+  /** Loads in the overdue partition. */
+  #overdue = 0;
+  /** Ids whose load went overdue within {@link HANGING_MEMORY_MS}. */
+  readonly #hanging: LRUCache<string, true>;
+  /** Loads of the pool finished since the start, and when the last one did. */
+  #poolDone = 0;
+  #lastPoolDoneAt: number;
+  /** Moves overdue loads out while loads are queued (none while nothing waits). */
+  #sweepTimer: NodeJS.Timeout | undefined;
   readonly #queue: Queued[] = [];
   #shortMs = 0;
   #longMs = 0;
@@ -103,14 +152,22 @@ export class Admission {
     this.#maxLimit = options.maxLimit;
     this.#maxQueueDelayMs = options.maxQueueDelayMs;
     this.#maxQueued = options.maxQueued;
+    this.#maxOverdue = options.maxOverdue ?? 0;
     this.#now = options.now ?? (() => performance.now());
     this.#limit = options.maxLimit;
+    this.#lastPoolDoneAt = this.#now();
     const now = this.#now;
     this.#recentlyFailed = new LRUCache<string, true>({
       max: MAX_REMEMBERED_FAILURES,
       ttl: REPEAT_WINDOW_MS,
       // On this admission's clock, read every time (no cached reading, no timers). lru-cache
       // keeps an entry through the millisecond its ttl ends: "within" includes the end.
+      perf: { now },
+      ttlResolution: 0,
+    });
+    this.#hanging = new LRUCache<string, true>({
+      max: MAX_REMEMBERED_FAILURES,
+      ttl: HANGING_MEMORY_MS,
       perf: { now },
       ttlResolution: 0,
     });
@@ -121,9 +178,23 @@ export class Admission {
     return Math.floor(this.#limit);
   }
 
-  /** Loader calls running now. */
+  /** Loader calls running now, overdue ones included. */
   get active(): number {
-    return this.#active;
+    return this.#active + this.#overdue;
+  }
+
+  /** Overdue loader calls running now, outside the limit (see rule 3 above). */
+  get overdue(): number {
+    return this.#overdue;
+  }
+
+  /**
+   * How long a load runs before it may be overdue, ms: ten times the usual
+   * latency, long- or short-term whichever is higher (a source that slows
+   * down, or a busy process, raises it at once), at least {@link MIN_OVERDUE_MS}.
+   */
+  get overdueAfterMs(): number {
+    return Math.max(MIN_OVERDUE_MS, OVERDUE_FACTOR * Math.max(this.#longMs, this.#shortMs));
   }
 
   /** Loads waiting for a slot now. */
@@ -193,6 +264,11 @@ export class Admission {
    *   `maxQueueDelayMs`, or `maxQueuedLoads` loads wait already.
    */
   acquire(shed: (retryAfterMs: number) => ShedError, id?: string): Promise<Permit> {
+    if (id !== undefined && this.#hanging.has(id)) {
+      // It hung lately: it runs in the overdue partition or not at all.
+      if (this.#overdue < this.#maxOverdue) return Promise.resolve(this.#take(id, true));
+      return Promise.reject(shed(this.#maxQueueDelayMs));
+    }
     if (this.#active < this.limit) return Promise.resolve(this.#take(id));
     if (!this.#busy) {
       this.#busy = true;
@@ -218,27 +294,121 @@ export class Admission {
         }, this.#maxQueueDelayMs),
       };
       this.#queue.push(entry);
+      this.#scheduleSweep();
     });
   }
 
-  #take(id: string | undefined): Permit {
-    this.#active++;
+  #take(id: string | undefined, overdue = false): Permit {
     const started = this.#now();
+    const running: Running = { startedAt: started, id, doneAtStart: this.#poolDone, overdue };
+    if (overdue) this.#overdue++;
+    else {
+      this.#active++;
+      this.#running.add(running);
+    }
     let released = false;
     return {
       release: (end) => {
         if (released) return;
         released = true;
+        const latencyMs = this.#now() - started;
+        if (id !== undefined && latencyMs < this.overdueAfterMs) this.#hanging.delete(id);
+        if (running.overdue) {
+          // Hanging on its id: it says nothing about the source's latency or health.
+          this.#overdue--;
+          if (this.#queue.length > 0) this.#scheduleSweep();
+          return;
+        }
+        // Overdue but never moved out (the partition was full, or it ended first), and
+        // overtaken: hanging on its id too. Its retries go to the partition, and its end,
+        // like a moved one's, teaches the limit nothing (its latency would raise the very
+        // overdue time that tells hanging loads apart, and its failure would halve the limit).
+        const overtaken =
+          latencyMs >= this.overdueAfterMs &&
+          this.#poolDone - running.doneAtStart >= 2 * this.limit;
+        if (overtaken && id !== undefined) this.#hanging.set(id, true);
+        this.#running.delete(running);
         this.#active--;
+        this.#poolDone++;
+        this.#lastPoolDoneAt = this.#now();
         if (this.#busy) {
           this.#busyDone++;
           this.#busyFirstDoneAt ??= this.#now();
         }
-        const repeated = end === 'failed' && id !== undefined && this.#failedAgain(id);
-        this.#learn(this.#now() - started, repeated ? 'repeated' : end);
+        if (!overtaken) {
+          const repeated = end === 'failed' && id !== undefined && this.#failedAgain(id);
+          this.#learn(latencyMs, repeated ? 'repeated' : end);
+        }
         this.#grant();
       },
     };
+  }
+
+  /**
+   * Whether `running` is overdue at `now`: it has run {@link overdueAfterMs},
+   * and meanwhile either loads that started after it finished (2 × the limit
+   * did since it started: it was overtaken) or none of the pool finished for
+   * {@link MIN_STALL_MS} (the pool is stalled). A pool that is merely slow —
+   * a slow source, or a busy process that answers late — finishes its loads
+   * about in order, and so keeps them.
+   */
+  #isOverdue(running: Running, now: number, overdueAfterMs: number): boolean {
+    if (now - running.startedAt < overdueAfterMs) return false;
+    const overtaken = this.#poolDone - running.doneAtStart >= 2 * this.limit;
+    return overtaken || now - this.#lastPoolDoneAt >= Math.max(overdueAfterMs, MIN_STALL_MS);
+  }
+
+  /**
+   * Moves the loads of the pool that are overdue into the overdue partition
+   * (while it has room), oldest first, and hands the slots they free to the queue.
+   */
+  #sweep(): void {
+    const now = this.#now();
+    const overdueAfterMs = this.overdueAfterMs;
+    for (const running of this.#running) {
+      // Oldest first: once one is not overdue, no younger one is.
+      if (this.#overdue >= this.#maxOverdue || !this.#isOverdue(running, now, overdueAfterMs))
+        break;
+      this.#running.delete(running);
+      running.overdue = true;
+      this.#active--;
+      this.#overdue++;
+      if (running.id !== undefined) this.#hanging.set(running.id, true);
+    }
+    this.#grant();
+  }
+
+  /**
+   * While loads are queued, sweeps when the oldest running load may be
+   * overdue, and again while loads stay queued. The
+   * sweep runs after the event loop's I/O (`setImmediate` from the timer), so
+   * loads that finished while this process was busy are counted first, not
+   * mistaken for a stalled pool.
+   */
+  #scheduleSweep(): void {
+    if (this.#sweepTimer !== undefined || this.#overdue >= this.#maxOverdue) return;
+    const oldest = this.#running.values().next().value as Running | undefined;
+    if (oldest === undefined) return;
+    // When the oldest may first be overdue: it has run long enough, and the pool is stalled by
+    // then — or, looked at every quarter of that, overtaken.
+    const overdueAfterMs = this.overdueAfterMs;
+    const now = this.#now();
+    const at = Math.max(
+      oldest.startedAt + overdueAfterMs,
+      Math.min(
+        this.#lastPoolDoneAt + Math.max(overdueAfterMs, MIN_STALL_MS),
+        now + overdueAfterMs / 4,
+      ),
+    );
+    const dueInMs = Math.max(1, at - now);
+    this.#sweepTimer = setTimeout(() => {
+      setImmediate(() => {
+        this.#sweepTimer = undefined;
+        this.#sweep();
+        if (this.#queue.length > 0) this.#scheduleSweep();
+      });
+    }, dueInMs);
+    this.#sweepTimer.unref();
   }
 
   /** Notes that `id` failed: true when it had failed within {@link REPEAT_WINDOW_MS} already. */

@@ -23,6 +23,8 @@ export interface HttpSourceOptions {
 
 /** Default of `timeoutMs`, ms. */
 export const DEFAULT_HTTP_TIMEOUT_MS = 10_000;
+/** How long an origin's 404 for an id that has a value is confirmed before it replaces it, ms (see `confirmNotFoundMs`). */
+export const DEFAULT_HTTP_CONFIRM_NOT_FOUND_MS = 5_000;
 /** Default of `maxBodyBytes`: 8 MiB. */
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 const MAX_MAX_BODY_BYTES = 1024 * 1024 * 1024;
@@ -43,7 +45,8 @@ const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
  * The loader rejects with {@link BadIdError} `ECC_BAD_ID`, before any request,
  * for an id that is a dot-segment (`.`, `..`, `%2e`, `.%2E`, …), which URL
  * parsing would resolve to another path of the origin. It rejects with
- * {@link SourceError} on any other status (`status` set), on a redirect, on a
+ * {@link SourceError} on any other status (`status` set, and `retryAfterMs` when the
+ * origin sent `Retry-After`), on a redirect, on a
  * 200 whose body is not JSON or is larger than `maxBodyBytes` (declared by
  * `content-length` or counted while reading), on a network error and on a
  * timeout; with the signal's reason when the flight aborts it.
@@ -101,6 +104,7 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
   };
   return {
     checkId,
+    confirmNotFoundMs: DEFAULT_HTTP_CONFIRM_NOT_FOUND_MS,
     async load(id, { signal }) {
       checkId(id);
       const encoded = encodeURIComponent(id);
@@ -132,8 +136,10 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
       }
       await response.body?.cancel().catch(() => {});
       if (response.status === 404) return undefined;
+      const retryAfterMs = retryAfter(response.headers.get('retry-after'), Date.now());
       throw new SourceError(`GET ${shown} answered ${response.status}`, shown, {
         status: response.status,
+        ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
       });
     },
     close() {
@@ -174,6 +180,18 @@ async function readBody(response: Response, maxBodyBytes: number, url: string): 
     chunks.push(value);
   }
   return new TextDecoder().decode(Buffer.concat(chunks));
+}
+
+/**
+ * A `Retry-After` header (RFC 9110 §10.2.3: delay-seconds, or an HTTP-date) as
+ * ms from `nowMs`; undefined when absent or unreadable, 0 for a date in the past.
+ */
+export function retryAfter(header: string | null, nowMs: number): number | undefined {
+  if (header === null) return undefined;
+  const text = header.trim();
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }
 
 /** What undici says went wrong (its `TypeError: fetch failed` carries the reason in `cause`). */

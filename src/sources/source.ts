@@ -27,6 +27,12 @@ export interface Source {
    * @throws {BadIdError} `ECC_BAD_ID`.
    */
   checkId?(id: string): void;
+  /**
+   * How long this kind confirms a "not found" before it replaces a value
+   * (the table's `confirmNotFoundMs` when the table does not set it): an
+   * `http` origin can blip, so 5,000; a SQL query is authoritative, so absent (0).
+   */
+  confirmNotFoundMs?: number;
   /** Releases the source's resources. Idempotent; `load` must not be called after it. */
   close(): void | Promise<void>;
 }

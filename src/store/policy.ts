@@ -129,6 +129,15 @@ export const TablePolicySchema = Type.Object(
           'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) plus one load exceeds it — whose predicted wait exceeds half of it while the load limit is moving — is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',
       }),
     ),
+    maxOverdueLoads: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 100_000,
+        default: 64,
+        description:
+          "Loads that ran ten times the table's usual load latency (at least 100 ms) are overdue — hanging on their id — and leave the limit, so they cannot starve healthy ids: at most this many at once, per table and process; beyond it they keep their slot. An id whose load went overdue in the last 30 s is admitted only here (shed when full). So the source sees at most `maxConcurrentLoads` + this many of the table's loads at once. 0: overdue loads keep their slots (the bulkhead alone).",
+      }),
+    ),
     maxQueuedLoads: Type.Optional(
       Type.Integer({
         minimum: 0,
@@ -136,6 +145,32 @@ export const TablePolicySchema = Type.Object(
         default: 10_000,
         description:
           'Most loads queued for a slot at once: a memory bound only (loads are shed by queueing delay, `maxQueueDelayMs`).',
+      }),
+    ),
+    confirmNotFoundMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_MS,
+        description:
+          'A load that answers "not found" for an id that has a (stale) value replaces it only once "not found" has been answered for this long (a later refresh at least this much after the first); meanwhile the value is served stale. 0: "not found" replaces it at once (an authoritative source). Default: the source kind\'s (`http`: 5,000; SQL kinds and a `load` function: 0).',
+      }),
+    ),
+    errorTtlMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_MS,
+        default: 1_000,
+        description:
+          'How long a failed load (the loader threw: a SQL error, an origin 5xx) is remembered for its id, fleet-wide in Valkey, when the source said nothing of when to retry: meanwhile every caller of the id gets the same `ECC_LOAD_FAILED` with `Retry-After` (or a stale value), and the source is not asked. 0: not remembered. Timeouts and shed loads are never remembered.',
+      }),
+    ),
+    maxErrorTtlMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_MS,
+        default: 30_000,
+        description:
+          "Cap on how long a failure is remembered when the source said when to retry (an http origin's `Retry-After`, honoured up to this).",
       }),
     ),
     maxWaitersPerFlight: Type.Optional(
@@ -196,7 +231,10 @@ export type TablePolicyInput = Static<typeof TablePolicySchema>;
 export type L1Policy = Required<Static<typeof L1PolicySchema>>;
 
 /** A table's policy with every default applied; `idPattern` compiled. */
-export interface TablePolicy extends Required<Omit<TablePolicyInput, 'idPattern' | 'l1'>> {
+export interface TablePolicy
+  extends Required<Omit<TablePolicyInput, 'idPattern' | 'l1' | 'confirmNotFoundMs'>> {
+  /** See {@link TablePolicySchema}; 0 unless the table or its source kind sets it. */
+  confirmNotFoundMs: number;
   /** The compiled `idPattern` (flag `u`), or `undefined`: only the default id rule applies. */
   idPattern: RegExp | undefined;
   /** L1 bounds, every default applied. */
@@ -206,6 +244,7 @@ export interface TablePolicy extends Required<Omit<TablePolicyInput, 'idPattern'
 /** Every policy default, read from the `default` of each field of {@link TablePolicySchema}. */
 export const DEFAULT_POLICY: Omit<TablePolicy, 'idPattern'> = Object.freeze({
   ...(Value.Default(TablePolicySchema, {}) as Omit<TablePolicy, 'idPattern' | 'l1'>),
+  confirmNotFoundMs: 0,
   l1: Object.freeze(Value.Default(L1PolicySchema, {}) as L1Policy),
 });
 

@@ -25,6 +25,7 @@ import { checkTopology } from '../valkey/topology.js';
 import { batchingLoader } from './batch-load.js';
 import { coarseClock } from './clock.js';
 import { L1 } from './l1.js';
+import { NotFoundConfirmations } from './not-found.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
 import type { LoadFn, LoadManyFn } from './types.js';
@@ -349,7 +350,9 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
       maxLimit: policy.maxConcurrentLoads,
       maxQueueDelayMs: policy.maxQueueDelayMs,
       maxQueued: policy.maxQueuedLoads,
+      maxOverdue: policy.maxOverdueLoads,
     }),
+    notFound: new NotFoundConfirmations(policy.confirmNotFoundMs, deps.now),
     log: deps.log.child({ table: name }),
     now: deps.now,
   };

@@ -160,6 +160,8 @@ export class Table {
     if (row === undefined) return this.#miss(id);
     const counters = this.#counters;
     counters.hits++;
+    // Loaded while Valkey was unusable: once it is usable again, the first read re-validates it.
+    if (this.#owner.unconfirmed(id) && this.#ctx.l2.usable) this.#refresh(id, 'revalidate', now);
     if (now < row.softExpiresAt) {
       if (row.negative) counters.reads.negative++;
       else counters.reads.l1++;

@@ -10,6 +10,7 @@ import type { L2 } from '../../src/l2/scripts.js';
 import { newCounters } from '../../src/metrics.js';
 import { Admission } from '../../src/protection/admission.js';
 import { L1 } from '../../src/store/l1.js';
+import { NotFoundConfirmations } from '../../src/store/not-found.js';
 import { resolvePolicy, type TablePolicyInput } from '../../src/store/policy.js';
 import type { ReadResult } from '../../src/store/types.js';
 import { VersionClock } from '../../src/store/version-clock.js';
@@ -58,7 +59,9 @@ export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {})
       maxLimit: resolved.maxConcurrentLoads,
       maxQueueDelayMs: resolved.maxQueueDelayMs,
       maxQueued: resolved.maxQueuedLoads,
+      maxOverdue: resolved.maxOverdueLoads,
     }),
+    notFound: new NotFoundConfirmations(resolved.confirmNotFoundMs, () => now),
     log: pino({ level: 'silent' }),
     now: () => now,
   };

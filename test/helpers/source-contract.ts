@@ -75,6 +75,8 @@ export function describeSource(
       const table = uniqueTable(`contract-${kind}`);
       const store = await openStore({
         [table]: {
+          // Failures not remembered (remembered-failures.test.ts covers errorTtlMs).
+          errorTtlMs: 0,
           load: (id, ctx) =>
             (s.source.load(id, ctx) as Promise<unknown>).catch((err: unknown) => {
               failures.push(err);
@@ -89,7 +91,7 @@ export function describeSource(
       const err = await errorOf(t.get(s.failing));
       expect(err.code).toBe('ECC_LOAD_FAILED');
       expect(err.cause).toBe(failures[0]);
-      // A failure is not cached: the next read asks the source again.
+      // A failure is not cached as a value: with errorTtlMs 0 the next read asks the source again.
       expect((await errorOf(t.get(s.failing))).code).toBe('ECC_LOAD_FAILED');
       expect(failures).toHaveLength(2);
       await store.close();

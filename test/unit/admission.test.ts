@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ShedError } from '../../src/errors.js';
 import { Admission, type Permit } from '../../src/protection/admission.js';
+import { delay } from '../helpers/store.js';
 
 function admission(maxLimit: number, maxQueueDelayMs = 1_000, maxQueued = 100) {
   // Not 0: a clock reading must never be mistaken for a duration.
@@ -266,5 +267,111 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(a.queueDelayMs).toBeGreaterThanOrEqual(0);
     p.release('ok');
     (await queued).release('ok');
+  });
+});
+
+describe('admission: overdue loads leave the pool (a partitioned limit)', () => {
+  function partitioned(maxLimit: number, maxOverdue: number) {
+    let now = 10_000;
+    const a = new Admission({
+      maxLimit,
+      maxQueueDelayMs: 5_000,
+      maxQueued: 100,
+      maxOverdue,
+      now: () => now,
+    });
+    const shed = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
+    return {
+      a,
+      take: (id?: string) => a.acquire(shed, id),
+      advance(ms: number) {
+        now += ms;
+      },
+    };
+  }
+  type T = ReturnType<typeof partitioned>;
+  /** Twenty loads of 20 ms: the usual latency is 20 ms, so a load is overdue after 200 ms. */
+  const warm = (t: T) => loads(t as unknown as ReturnType<typeof admission>, 20, 20);
+
+  it('a stalled pool (no load finished for 1 s) moves its loads out, and the queued load gets a slot', async () => {
+    const t = partitioned(2, 4);
+    await warm(t);
+    expect(t.a.overdueAfterMs).toBe(200);
+    await t.take('hang-1');
+    await t.take('hang-2');
+    t.advance(999);
+    const waiting = t.take('healthy');
+    // A fixed wait only to show that nothing moves before the pool has stalled for 1 s.
+    await delay(30);
+    expect(t.a.queued).toBe(1);
+    expect(t.a.overdue).toBe(0);
+    t.advance(1);
+    (await waiting).release('ok');
+    expect(t.a.overdue).toBe(2);
+    expect(t.a.active).toBe(2);
+  });
+
+  it('a load overtaken by twice the limit of later loads, past ten times the usual latency, moves out', async () => {
+    const t = partitioned(2, 4);
+    await warm(t);
+    const hung = await t.take('hang');
+    for (let i = 0; i < 4; i++) {
+      const p = await t.take(`o${i}`);
+      t.advance(20); // as fast as usual: the overdue time stays 200 ms
+      p.release('ok');
+      t.advance(40);
+    }
+    await t.take('f');
+    const g = await t.take('g'); // queued, until the sweep moves the hanging load out
+    expect(t.a.overdue).toBe(1);
+    g.release('ok');
+    hung.release('failed');
+  });
+
+  it("an overdue load's end teaches the limit nothing: a timed-out hanging id does not halve it", async () => {
+    const t = partitioned(2, 4);
+    await warm(t);
+    expect(t.a.limit).toBe(2);
+    const hung = await t.take('hang');
+    const filler = await t.take('filler');
+    t.advance(1_000);
+    const next = await t.take('next');
+    expect(t.a.overdue).toBe(2);
+    hung.release('failed');
+    filler.release('failed');
+    expect(t.a.limit).toBe(2);
+    next.release('ok');
+  });
+
+  it('an id whose load went overdue is admitted only to the overdue partition, and shed while it is full', async () => {
+    const t = partitioned(1, 1);
+    await warm(t);
+    const first = await t.take('hang');
+    t.advance(1_000);
+    const healthy = await t.take('healthy');
+    expect(t.a.overdue).toBe(1);
+    // The same id again: only the partition may take it, and it is full.
+    await expect(t.take('hang')).rejects.toMatchObject({ code: 'ECC_SHED' });
+    first.release('failed');
+    const again = await t.take('hang');
+    expect(t.a.overdue).toBe(1);
+    again.release('ok');
+    healthy.release('ok');
+  });
+
+  it('beyond maxOverdue an overdue load keeps its slot: at most maxLimit + maxOverdue loads run at once', async () => {
+    const t = partitioned(2, 1);
+    await warm(t);
+    await t.take('a');
+    await t.take('b');
+    t.advance(1_000);
+    await t.take('c'); // a moved out (the partition holds one); c took its slot
+    expect(t.a.overdue).toBe(1);
+    t.advance(1_000);
+    void t.take('d').catch(() => {}); // the partition is full: nothing moves, d waits
+    // A fixed wait only to show that nothing more moves.
+    await delay(30);
+    expect(t.a.active).toBe(3);
+    expect(t.a.queued).toBe(1);
   });
 });

@@ -1,0 +1,199 @@
+/**
+ * Hanging-ids drill: a few ids whose origin never answers must not starve the
+ * table. One real service over HTTP, one table on a counting origin; healthy
+ * readers make cold GETs of new ids, one after another, first alone (the
+ * baseline), then while 16 and then 40 callers ask, over and over, for ids the
+ * origin holds open forever.
+ *
+ *   npm run drill:hanging -- [--phase-s 15] [--readers 4] [--latency-ms 10] [--json [file]]
+ *
+ * Laws, per hanging phase, counted by the origin and the callers: ≥ 95 % of
+ * healthy GETs answered 200, their p95 within 2 × the baseline's + 10 ms;
+ * every hanging caller answered (`ECC_LOAD_TIMEOUT` or `ECC_SHED`) within
+ * `maxQueueDelayMs` + `loadTimeoutMs` + 0.5 s; the origin never holds more than
+ * `maxConcurrentLoads` + `maxOverdueLoads` requests at once.
+ * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL`. Exits 1 when a law
+ * does not hold.
+ */
+import { randomBytes } from 'node:crypto';
+import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
+import { type Service, startService } from '../harness/service.js';
+import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
+import { itemUrl } from './lib/http.js';
+import { bump, columns, listCounts, percentile, round } from './lib/report.js';
+import { drillValkey } from './lib/valkey-target.js';
+
+const args = drillArgs({
+  'phase-s': float(15, 1, 600),
+  readers: int(4, 1, 64),
+  'latency-ms': float(10, 0, 1_000),
+  valkey: valkeyOption(),
+});
+
+const TABLE = 'hanging';
+const MAX_CONCURRENT_LOADS = 16;
+const MAX_OVERDUE_LOADS = 64;
+const LOAD_TIMEOUT_MS = 2_000;
+const PHASES = [0, 16, 40];
+/**
+ * A hanging caller is answered within loadTimeoutMs + this: its load may first wait for a slot
+ * up to maxQueueDelayMs (2 s by default: the first callers of fresh hanging ids queue until the
+ * pool is found stalled), and a timer on a shared, busy CPU fires late.
+ */
+const HANGING_SLACK_MS = 2_500;
+
+interface Phase {
+  hanging: number;
+  healthy: number;
+  healthyAnswered: number;
+  healthyAnsweredShare: number;
+  healthyP50Ms: number;
+  healthyP95Ms: number;
+  healthyCodes: Record<string, number>;
+  hangingAnswers: number;
+  hangingCodes: Record<string, number>;
+  hangingMaxMs: number;
+  originPeakOpen: number;
+}
+
+/** One GET: its status and error code (or 'ok'), and how long it took, ms. */
+async function get(url: string): Promise<{ code: string; ms: number }> {
+  const started = performance.now();
+  try {
+    const res = await fetch(url);
+    const body = (await res.json()) as { error?: { code: string } };
+    return {
+      code: res.status === 200 ? 'ok' : (body.error?.code ?? String(res.status)),
+      ms: performance.now() - started,
+    };
+  } catch (err) {
+    return { code: `fetch: ${(err as Error).message}`, ms: performance.now() - started };
+  }
+}
+
+async function main() {
+  const origin = await startOrigin(args['latency-ms'], 600_000);
+  const valkey = await drillValkey(args.valkey, false);
+  const run = randomBytes(4).toString('hex');
+  let service: Service | undefined;
+  const phases: Phase[] = [];
+  try {
+    service = await startService({
+      valkey: valkey.section,
+      log: { level: 'error' },
+      tables: {
+        [TABLE]: {
+          source: { kind: 'http', url: origin.template },
+          loadTimeoutMs: LOAD_TIMEOUT_MS,
+          maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+          maxOverdueLoads: MAX_OVERDUE_LOADS,
+        },
+      },
+    });
+    const url = service.url;
+    // Warm-up, not counted: the first requests pay for JIT and connections.
+    for (let i = 0; i < 200; i++) await get(itemUrl(url, TABLE, `warm-${run}-${i}`));
+    for (const hanging of PHASES) {
+      const openAtStart = origin.open();
+      let peakOpen = openAtStart;
+      const sampler = setInterval(() => {
+        peakOpen = Math.max(peakOpen, origin.open());
+      }, 5);
+      const endAt = performance.now() + args['phase-s'] * 1000;
+      const healthyMs: number[] = [];
+      const healthyCodes: Record<string, number> = {};
+      const hangingCodes: Record<string, number> = {};
+      let hangingMaxMs = 0;
+      let hangingAnswers = 0;
+      const askHanging = async (id: string) => {
+        while (performance.now() < endAt) {
+          const r = await get(itemUrl(url, TABLE, id));
+          hangingAnswers++;
+          bump(hangingCodes, r.code);
+          hangingMaxMs = Math.max(hangingMaxMs, r.ms);
+          // A client that backs off a little after a refusal.
+          if (r.code !== 'ECC_LOAD_TIMEOUT') await new Promise((res) => setTimeout(res, 20));
+        }
+      };
+      const askHealthy = async (reader: number) => {
+        // The hanging callers go first, so their loads hold slots before the healthy ones come.
+        await new Promise((res) => setTimeout(res, hanging === 0 ? 0 : 100));
+        for (let i = 0; performance.now() < endAt; i++) {
+          const r = await get(itemUrl(url, TABLE, `ok-${run}-${hanging}-${reader}-${i}`));
+          bump(healthyCodes, r.code);
+          if (r.code === 'ok') healthyMs.push(r.ms);
+        }
+      };
+      await Promise.all([
+        ...Array.from({ length: hanging }, (_, i) =>
+          askHanging(`${HOLD_PREFIX}${run}-${hanging}-${i}`),
+        ),
+        ...Array.from({ length: args.readers }, (_, r) => askHealthy(r)),
+      ]);
+      clearInterval(sampler);
+      const healthy = Object.values(healthyCodes).reduce((a, b) => a + b, 0);
+      phases.push({
+        hanging,
+        healthy,
+        healthyAnswered: healthyMs.length,
+        healthyAnsweredShare: round(healthyMs.length / Math.max(1, healthy), 4),
+        healthyP50Ms: round(percentile(healthyMs, 50), 1),
+        healthyP95Ms: round(percentile(healthyMs, 95), 1),
+        healthyCodes,
+        hangingAnswers,
+        hangingCodes,
+        hangingMaxMs: Math.round(hangingMaxMs),
+        originPeakOpen: peakOpen,
+      });
+      // The last hanging loads are aborted at loadTimeoutMs: let them go before the next phase.
+      const settleBy = performance.now() + LOAD_TIMEOUT_MS + 1_000;
+      while (origin.open() > 0 && performance.now() < settleBy) {
+        await new Promise((res) => setTimeout(res, 50));
+      }
+    }
+  } finally {
+    await service?.stop();
+    await origin.close();
+    await valkey.close();
+  }
+  const base = phases[0] as Phase;
+  const boundMs = 2 * base.healthyP95Ms + 10;
+  const concurrencyBound = MAX_CONCURRENT_LOADS + MAX_OVERDUE_LOADS;
+  const laws = phases.slice(1).map((p) => ({
+    hanging: p.hanging,
+    answered: p.healthyAnsweredShare >= 0.95,
+    latency: p.healthyP95Ms <= boundMs,
+    hangingBounded:
+      p.hangingMaxMs <= LOAD_TIMEOUT_MS + HANGING_SLACK_MS &&
+      Object.keys(p.hangingCodes).every((c) => c === 'ECC_LOAD_TIMEOUT' || c === 'ECC_SHED'),
+    concurrency: p.originPeakOpen <= concurrencyBound,
+  }));
+  return {
+    drill: 'hanging',
+    valkey: valkey.label,
+    phaseS: args['phase-s'],
+    readers: args.readers,
+    sourceLatencyMs: args['latency-ms'],
+    loadTimeoutMs: LOAD_TIMEOUT_MS,
+    maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+    maxOverdueLoads: MAX_OVERDUE_LOADS,
+    healthyP95BoundMs: round(boundMs, 1),
+    phases,
+    laws,
+    pass: laws.every((l) => l.answered && l.latency && l.hangingBounded && l.concurrency),
+  };
+}
+
+function render(r: Awaited<ReturnType<typeof main>>): string {
+  const rows = r.phases.map((p): [string, string] => [
+    `${p.hanging} hanging ids`,
+    `healthy ${p.healthyAnswered}/${p.healthy} answered (${round(p.healthyAnsweredShare * 100, 1)} %), p50 ${p.healthyP50Ms} ms, p95 ${p.healthyP95Ms} ms; hanging callers ${p.hangingAnswers} answers (${listCounts(p.hangingCodes)}), slowest ${p.hangingMaxMs} ms; origin peak ${p.originPeakOpen} open`,
+  ]);
+  const laws = r.laws.map((l): [string, string] => [
+    `laws with ${l.hanging}`,
+    `answered ≥ 95 %: ${l.answered}; p95 ≤ ${r.healthyP95BoundMs} ms: ${l.latency}; hanging ≤ ${r.loadTimeoutMs + HANGING_SLACK_MS} ms: ${l.hangingBounded}; origin ≤ ${r.maxConcurrentLoads + r.maxOverdueLoads} open: ${l.concurrency}`,
+  ]);
+  return `hanging drill: ${r.readers} healthy readers of cold ids, source latency ${r.sourceLatencyMs} ms, ${r.phaseS} s per phase, loadTimeoutMs ${r.loadTimeoutMs}, on ${r.valkey}\n${columns([...rows, ...laws])}\n${r.pass ? 'PASS' : 'FAIL'}: hanging ids ${r.pass ? 'do not starve' : 'starve'} the table\n`;
+}
+
+runDrill('hanging', args.json, main, render);
