@@ -52,7 +52,8 @@ function run(bin: string, args: string[]): void {
 
 /**
  * Creates and starts a private server: trust authentication, `fsync=off`
- * (a test's data is thrown away), `wal_level=logical`, room for ten
+ * (a test's data is thrown away; commits still write their WAL before they
+ * return, so `pg_current_wal_lsn()` after a commit is past it), `wal_level=logical`, room for ten
  * replication slots and WAL senders.
  *
  * @throws {Error} when the binaries are missing or the server does not start within 60 s.
@@ -76,7 +77,6 @@ export async function startPostgres(
     max_wal_senders: 10,
     max_replication_slots: 10,
     fsync: 'off',
-    synchronous_commit: 'off',
     full_page_writes: 'off',
     ...options.settings,
   };

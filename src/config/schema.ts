@@ -171,6 +171,91 @@ function sqlFields(listExample: string) {
   };
 }
 
+/** A replication slot's or publication's name (Postgres: lowercase letters, digits, `_`). */
+export const SLOT_NAME_PATTERN = '^[a-z0-9_]{1,63}$';
+
+/** `source.follow` of a `postgres` table: invalidation from Postgres's change stream. */
+export const PostgresFollowSchema = Type.Object(
+  {
+    slot: Type.Optional(
+      Type.String({
+        pattern: SLOT_NAME_PATTERN,
+        description:
+          'The logical replication slot the fleet reads (one instance at a time, under a lease in Valkey). Default `echostore_<table>` (`-` as `_`).',
+      }),
+    ),
+    publication: Type.Optional(
+      Type.String({
+        pattern: SLOT_NAME_PATTERN,
+        description: "The publication of the watched tables. Default: the slot's name.",
+      }),
+    ),
+    create: Type.Optional(
+      Type.Boolean({
+        default: true,
+        description:
+          'Create the publication (`FOR TABLE` the watched tables) and the slot (`pgoutput`) when missing. false: both must exist (checked at start-up).',
+      }),
+    ),
+    tables: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            table: Type.String({
+              minLength: 1,
+              maxLength: 127,
+              description: '`name` or `schema.name` (schema `public` by default).',
+            }),
+            idColumn: Type.String({
+              minLength: 1,
+              maxLength: 63,
+              description:
+                "The column of this table's changes whose value, as text, is the cache id to invalidate (for a row built from several tables, the column naming it in each).",
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        {
+          minItems: 1,
+          maxItems: 100,
+          description:
+            "The watched tables and the column of each that names the cache id. Default: the table named like the cache table, by the source's `idColumn`.",
+        },
+      ),
+    ),
+    url: Type.Optional(
+      Type.String({
+        pattern: '^postgres(ql)?://',
+        description:
+          "The replication connection's URL (a user with REPLICATION). Default: the source's `url`.",
+      }),
+    ),
+    leaseMs: Type.Optional(
+      Type.Integer({
+        minimum: 200,
+        maximum: 60_000,
+        default: 1_500,
+        description:
+          "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
+      }),
+    ),
+    statusIntervalMs: Type.Optional(
+      Type.Integer({
+        minimum: 20,
+        maximum: 10_000,
+        default: 200,
+        description:
+          'How often the reader sends Postgres its acknowledged position and asks for a keepalive (which moves the stream position past WAL with no watched change), ms.',
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      "Follow Postgres's changes: each INSERT, UPDATE and DELETE of a watched table invalidates the cache ids it names, through the same path as DELETE, and is acknowledged to Postgres only after. Needs `wal_level=logical`.",
+  },
+);
+
 /** `source` of a table whose items are rows of a PostgreSQL database. */
 export const PostgresSourceSchema = Type.Object(
   {
@@ -181,6 +266,7 @@ export const PostgresSourceSchema = Type.Object(
         '`postgres://user[:password]@host[:port]/database` (libpq URL parameters such as `sslmode` allowed). Never repeated in error messages.',
     }),
     ...sqlFields('SELECT … FROM products WHERE id = ANY($1)'),
+    follow: Type.Optional(PostgresFollowSchema),
   },
   {
     additionalProperties: false,

@@ -1,0 +1,50 @@
+/** Starts a follower for every table of the service whose source has `follow` (Postgres's change stream). */
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { ServiceConfig } from '../config/schema.js';
+import { DEFAULT_ID_COLUMN } from '../sources/sql.js';
+import type { Store } from '../store/store.js';
+import { followPostgres } from './follow.js';
+import type { ChangeFollower } from './follower.js';
+import { changeMetrics } from './metrics.js';
+
+/**
+ * Checks each followed database and starts its follower, invalidating
+ * through the table's own DELETE path.
+ *
+ * @throws {ConfigError} (rejects) `ECC_BAD_CONFIG` naming `tables.<name>.source.follow…`; the followers already started are closed first.
+ */
+export async function startFollowers(
+  config: Pick<ServiceConfig, 'tables'>,
+  store: Store,
+  registry: Registry,
+  log: Logger,
+): Promise<ChangeFollower[]> {
+  const followed = Object.entries(config.tables).flatMap(([name, t]) =>
+    t.source.kind === 'postgres' && t.source.follow !== undefined
+      ? [{ name, source: t.source, follow: t.source.follow }]
+      : [],
+  );
+  if (followed.length === 0) return [];
+  const deps = { valkey: store.valkey, metrics: changeMetrics(registry), log };
+  const followers: ChangeFollower[] = [];
+  try {
+    for (const { name, source, follow } of followed) {
+      const table = store.table(name);
+      followers.push(
+        await followPostgres(
+          name,
+          { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
+          follow,
+          (id) => table.invalidate(id),
+          deps,
+          `tables.${name}.source.follow`,
+        ),
+      );
+    }
+  } catch (err) {
+    await Promise.all(followers.map((f) => f.close()));
+    throw err;
+  }
+  return followers;
+}
