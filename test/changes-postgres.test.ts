@@ -19,6 +19,7 @@ import type { ChangeFollower } from '../src/changes/follower.js';
 import { formatLsn, parseLsn } from '../src/changes/lsn.js';
 import { changeMetrics } from '../src/changes/metrics.js';
 import { StreamPosition, streamKeys } from '../src/changes/position.js';
+import { waitVisible } from '../src/changes/postgres-stream.js';
 import type { Store } from '../src/store/store.js';
 import { errorOf, openStore, scopedValkey, storedValue } from './helpers/probe.js';
 import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
@@ -343,4 +344,19 @@ describe('configuration', () => {
     );
     expect(err.code).toBe('ECC_BAD_CONFIG');
   }, 30_000);
+});
+
+describe('a commit is applied once it is visible', () => {
+  it('waits while the transaction still runs, and returns as soon as a new snapshot sees it', async () => {
+    const client = await admin.connect();
+    onTestFinished(() => client.release());
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ xid: string }>(
+      'SELECT (pg_current_xact_id()::text::bigint % 4294967296)::text AS xid',
+    );
+    const xid = Number(rows[0]?.xid);
+    expect(await waitVisible(admin, xid, new AbortController().signal, 200)).toBe(false);
+    await client.query('COMMIT');
+    expect(await waitVisible(admin, xid, new AbortController().signal, 200)).toBe(true);
+  });
 });

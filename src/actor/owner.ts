@@ -147,6 +147,8 @@ export class TableOwner {
     flush: () => {
       this.#l1.clear();
       this.#ctx.counters.l1Flushes++;
+      // A flight running now may have missed an event too: its answer goes to its waiters, not into L1.
+      for (const id of [...this.#flights.keys()]) this.#supersede(id);
     },
   };
 

@@ -57,6 +57,11 @@ export async function followPostgres(
     create: follow.create ?? true,
     statusIntervalMs: follow.statusIntervalMs ?? DEFAULT_STATUS_INTERVAL_MS,
     field,
+    onInvisible: (xid) =>
+      deps.log.warn(
+        { stream: slot, xid },
+        'a commit stayed invisible to new snapshots for 5 s: invalidating anyway',
+      ),
   });
   deps.metrics.lagReaders.set(slot, () => stream.lagBytes());
   const keys = streamKeys(slot);

@@ -37,6 +37,8 @@ export interface PostgresStreamOptions {
   statusIntervalMs: number;
   /** The config field, for errors. */
   field: string;
+  /** A commit stayed invisible to new snapshots for 5 s and was applied anyway (logged by the caller). */
+  onInvisible?: (xid: number) => void;
 }
 
 const qualified = (t: string) => (t.includes('.') ? t : `public.${t}`);
@@ -71,7 +73,8 @@ export async function postgresStream(
   let closed = false;
   return {
     name: options.slot,
-    run: (sink, signal) => run(pool, options, watched, sink, signal),
+    run: (sink, signal) =>
+      run(pool, options, watched, sink, signal, options.onInvisible ?? (() => {})),
     async lagBytes() {
       const { rows } = await pool.query<{ bytes: string | null }>(
         'SELECT GREATEST(0, pg_current_wal_lsn() - confirmed_flush_lsn)::text AS bytes FROM pg_replication_slots WHERE slot_name = $1',
@@ -166,7 +169,59 @@ async function ignoreDuplicate(q: Promise<unknown>): Promise<void> {
   }
 }
 
-type Item = { kind: 'batch'; batch: ChangeBatch } | { kind: 'passed'; position: bigint };
+/**
+ * Tells Postgres the stream is applied up to `position` exactly. The library
+ * reports the LSN it is given plus one; a transaction whose commit record
+ * starts at the reported position would then be skipped after a restart
+ * (Postgres skips commits before `confirmed_flush_lsn`), so it is given one less.
+ */
+function acknowledge(
+  service: LogicalReplicationService,
+  position: bigint,
+  ping = false,
+): Promise<boolean> {
+  return service.acknowledge(formatLsn(position - 1n), ping);
+}
+
+type Item =
+  | { kind: 'batch'; batch: ChangeBatch; xid: number }
+  | { kind: 'passed'; position: bigint };
+
+/** How long a received commit may stay invisible to new snapshots before it is applied anyway, ms. */
+const VISIBLE_WITHIN_MS = 5_000;
+
+/**
+ * Waits until transaction `xid` is visible to a new snapshot. Postgres
+ * writes (and so streams) a commit record before it takes the transaction
+ * out of the running set: for a moment a load can still read the old row
+ * after the stream delivered the change. Invalidating only once the commit
+ * is visible means a load that starts after the invalidation reads the new row.
+ *
+ * @param xid the 32-bit transaction id of pgoutput's BEGIN message.
+ * @returns false when it was still invisible after `withinMs` (default {@link VISIBLE_WITHIN_MS}).
+ */
+export async function waitVisible(
+  pool: Pick<pg.Pool, 'query'>,
+  xid: number,
+  signal: AbortSignal,
+  withinMs = VISIBLE_WITHIN_MS,
+): Promise<boolean> {
+  const deadline = performance.now() + withinMs;
+  while (!signal.aborted && performance.now() < deadline) {
+    const { rows } = await pool.query<{ xmax: string; xip: string[] }>(
+      'SELECT pg_snapshot_xmax(s)::text AS xmax, ARRAY(SELECT x::text FROM pg_snapshot_xip(s) x) AS xip FROM pg_current_snapshot() s',
+    );
+    const row = rows[0];
+    if (row === undefined) return false;
+    const xmax = BigInt(row.xmax);
+    // The transaction's 64-bit id: the 32-bit one is at most 2^31 behind xmax (else it is at or past xmax: running).
+    const behind = (xmax - BigInt(xid)) & 0xffffffffn;
+    if (behind > 0n && behind < 0x80000000n && !row.xip.includes(String(xmax - behind)))
+      return true;
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  return false;
+}
 
 /** One run: subscribe, apply in order, acknowledge what was applied; ends on abort or on the first failure. */
 async function run(
@@ -175,6 +230,7 @@ async function run(
   watched: Map<string, string>,
   sink: StreamSink,
   signal: AbortSignal,
+  onInvisible: (xid: number) => void,
 ): Promise<void> {
   let acknowledged = await prepare(pool, o);
   const service = new LogicalReplicationService(
@@ -186,7 +242,7 @@ async function run(
     { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: false } },
   );
   const queue: Item[] = [];
-  let open: { ids: Set<string>; truncated: boolean } | undefined;
+  let open: { ids: Set<string>; truncated: boolean; xid: number } | undefined;
   let draining = false;
   let broken = false;
   let reject: (err: unknown) => void = () => {};
@@ -207,12 +263,16 @@ async function run(
       for (let item = queue.shift(); item !== undefined; item = queue.shift()) {
         if (signal.aborted || broken) return;
         const position = item.kind === 'batch' ? item.batch.position : item.position;
-        if (item.kind === 'batch') await sink.apply(item.batch);
-        else if (position > acknowledged) await sink.passed(position);
+        if (item.kind === 'batch') {
+          if (item.batch.ids.size > 0 && !(await waitVisible(pool, item.xid, signal))) {
+            onInvisible(item.xid);
+          }
+          await sink.apply(item.batch);
+        } else if (position > acknowledged) await sink.passed(position);
         else continue;
         if (position > acknowledged) {
           acknowledged = position;
-          await service.acknowledge(formatLsn(position));
+          await acknowledge(service, position);
         }
       }
     } catch (err) {
@@ -225,7 +285,7 @@ async function run(
   service.on('data', (_lsn: string, m: Pgoutput.Message) => {
     switch (m.tag) {
       case 'begin':
-        open = { ids: new Set(), truncated: false };
+        open = { ids: new Set(), truncated: false, xid: m.xid };
         break;
       case 'insert':
       case 'update':
@@ -251,6 +311,7 @@ async function run(
         if (txn === undefined || m.commitEndLsn === null) break;
         queue.push({
           kind: 'batch',
+          xid: txn.xid,
           batch: {
             ids: txn.ids,
             truncated: txn.truncated,
@@ -272,7 +333,7 @@ async function run(
   service.on('error', (err: Error) => fail(err));
   service.on('start', () => sink.started());
   const ping = setInterval(() => {
-    void service.acknowledge(formatLsn(acknowledged), true).catch(() => {});
+    void acknowledge(service, acknowledged, true).catch(() => {});
   }, o.statusIntervalMs);
   const aborted = new Promise<void>((resolve) => {
     if (signal.aborted) resolve();
