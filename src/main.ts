@@ -10,7 +10,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import closeWithGrace from 'close-with-grace';
 import { pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { startFollowers } from './changes/start.js';
+import type { ChangeFollower } from './changes/follower.js';
+import { type Followers, startFollowers } from './changes/start.js';
 import { loadConfig } from './config/load.js';
 import { DEFAULT_WARM_CONCURRENCY, DEFAULT_WARM_TIMEOUT_MS } from './config/schema.js';
 import { ConfigError, EchoStoreError } from './errors.js';
@@ -74,9 +75,10 @@ async function main(): Promise<void> {
     readyTimeoutMs: config.valkey.connectTimeoutMs,
     coherence: config.valkey.coherence,
   });
-  let followers: Awaited<ReturnType<typeof startFollowers>>;
+  let followers: ChangeFollower[];
+  let readAfter: Followers['readAfter'];
   try {
-    followers = await startFollowers(config, store, registry, log);
+    ({ followers, readAfter } = await startFollowers(config, store, registry, log));
   } catch (err) {
     await store.close(0);
     await Promise.all(sources.map((s) => s.close()));
@@ -100,6 +102,7 @@ async function main(): Promise<void> {
     requestTimeoutMs: config.http.requestTimeoutMs,
     adminToken: config.http.adminToken,
     lifecycle,
+    readAfter: (name) => readAfter.get(name),
   });
 
   const stopWarmUp = new AbortController();

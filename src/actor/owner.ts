@@ -174,6 +174,10 @@ export class TableOwner {
       return;
     }
     if (this.#writes.park(id, m)) return;
+    if (m.fresh === true) {
+      this.#l1.delete(id);
+      this.#supersede(id);
+    }
     const callers = 1 + (coalesced?.count ?? 0);
     const now = this.#ctx.now();
     const row = this.#l1.get(id, now);

@@ -12,6 +12,9 @@ export const DEFAULT_FOLLOW_LEASE_MS = 1_500;
 /** Default interval of the status messages (and keepalive requests) sent to Postgres, ms. */
 export const DEFAULT_STATUS_INTERVAL_MS = 200;
 
+/** Default longest wait of a read-your-writes read for the stream to reach its position, ms. */
+export const DEFAULT_READ_YOUR_WRITES_WAIT_MS = 200;
+
 /** A postgres source's `follow` (see the config schema for each field's meaning). */
 export interface PostgresFollowConfig {
   slot?: string;
@@ -21,6 +24,7 @@ export interface PostgresFollowConfig {
   url?: string;
   leaseMs?: number;
   statusIntervalMs?: number;
+  readYourWritesWaitMs?: number;
 }
 
 /** What {@link followPostgres} needs of the running service. */

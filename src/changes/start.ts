@@ -4,9 +4,17 @@ import type { Registry } from 'prom-client';
 import type { ServiceConfig } from '../config/schema.js';
 import { DEFAULT_ID_COLUMN } from '../sources/sql.js';
 import type { Store } from '../store/store.js';
-import { followPostgres } from './follow.js';
+import { DEFAULT_READ_YOUR_WRITES_WAIT_MS, defaultSlot, followPostgres } from './follow.js';
 import type { ChangeFollower } from './follower.js';
 import { changeMetrics } from './metrics.js';
+import { StreamPosition, streamKeys } from './position.js';
+import { ReadAfter } from './read-your-writes.js';
+
+/** The service's followers, and the read-your-writes of each table that follows. */
+export interface Followers {
+  followers: ChangeFollower[];
+  readAfter: Map<string, ReadAfter>;
+}
 
 /**
  * Checks each followed database and starts its follower, invalidating
@@ -19,18 +27,27 @@ export async function startFollowers(
   store: Store,
   registry: Registry,
   log: Logger,
-): Promise<ChangeFollower[]> {
+): Promise<Followers> {
   const followed = Object.entries(config.tables).flatMap(([name, t]) =>
     t.source.kind === 'postgres' && t.source.follow !== undefined
       ? [{ name, source: t.source, follow: t.source.follow }]
       : [],
   );
-  if (followed.length === 0) return [];
+  const readAfter = new Map<string, ReadAfter>();
+  if (followed.length === 0) return { followers: [], readAfter };
   const deps = { valkey: store.valkey, metrics: changeMetrics(registry), log };
   const followers: ChangeFollower[] = [];
   try {
     for (const { name, source, follow } of followed) {
       const table = store.table(name);
+      const slot = follow.slot ?? defaultSlot(name);
+      readAfter.set(
+        name,
+        new ReadAfter(
+          new StreamPosition(store.valkey, streamKeys(slot).position),
+          follow.readYourWritesWaitMs ?? DEFAULT_READ_YOUR_WRITES_WAIT_MS,
+        ),
+      );
       followers.push(
         await followPostgres(
           name,
@@ -46,5 +63,5 @@ export async function startFollowers(
     await Promise.all(followers.map((f) => f.close()));
     throw err;
   }
-  return followers;
+  return { followers, readAfter };
 }

@@ -248,6 +248,15 @@ export const PostgresFollowSchema = Type.Object(
           'How often the reader sends Postgres its acknowledged position and asks for a keepalive (which moves the stream position past WAL with no watched change), ms.',
       }),
     ),
+    readYourWritesWaitMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 10_000,
+        default: 200,
+        description:
+          'A read with `Echostore-Min-Lsn` waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.',
+      }),
+    ),
   },
   {
     additionalProperties: false,
