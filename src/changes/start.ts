@@ -34,8 +34,10 @@ export async function startFollowers(
       : [],
   );
   const readAfter = new Map<string, ReadAfter>();
+  // Registered even when no table follows, so dashboards and alert rules always find the families.
+  const metrics = changeMetrics(registry);
   if (followed.length === 0) return { followers: [], readAfter };
-  const deps = { valkey: store.valkey, metrics: changeMetrics(registry), log };
+  const deps = { valkey: store.valkey, metrics, log };
   const followers: ChangeFollower[] = [];
   try {
     for (const { name, source, follow } of followed) {
