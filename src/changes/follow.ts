@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { ChangeFollower } from './follower.js';
 import { StreamLease } from './lease.js';
 import type { ChangeMetrics } from './metrics.js';
+import { mysqlStream } from './mysql-stream.js';
 import { StreamPosition, streamKeys } from './position.js';
 import { postgresStream, type WatchedTable } from './postgres-stream.js';
 
@@ -78,5 +79,51 @@ export async function followPostgres(
     leaseMs,
     metrics: deps.metrics,
     log: deps.log.child({ stream: slot }),
+  });
+}
+
+/** A mysql source's `follow` (see the config schema for each field's meaning). */
+export interface MysqlFollowConfig {
+  stream?: string;
+  tables?: WatchedTable[];
+  url?: string;
+  serverId?: number;
+  leaseMs?: number;
+}
+
+/** A stream's default replica server id: 4,200 plus a hash of its name below 100,000. */
+export const defaultServerId = (name: string) =>
+  4_200 + ([...name].reduce((h, c) => (h * 31 + (c.codePointAt(0) ?? 0)) >>> 0, 7) % 100_000);
+
+/**
+ * Starts following a `mysql` table's binlog: every instance competes for the
+ * stream's lease, the holder reads the binlog from the position saved in
+ * Valkey and invalidates through `invalidate`.
+ */
+export function followMysql(
+  table: string,
+  source: { url: string; idColumn: string },
+  follow: MysqlFollowConfig,
+  invalidate: (id: string) => Promise<void>,
+  deps: FollowDeps,
+): ChangeFollower {
+  const name = follow.stream ?? defaultSlot(table);
+  const stream = mysqlStream({
+    url: follow.url ?? source.url,
+    name,
+    tables: follow.tables ?? [{ table, idColumn: source.idColumn }],
+    serverId: follow.serverId ?? defaultServerId(name),
+    valkey: deps.valkey,
+  });
+  const keys = streamKeys(name);
+  const leaseMs = follow.leaseMs ?? DEFAULT_FOLLOW_LEASE_MS;
+  return new ChangeFollower({
+    stream,
+    lease: new StreamLease(deps.valkey, keys.lease, leaseMs),
+    position: new StreamPosition(deps.valkey, keys.position),
+    invalidate,
+    leaseMs,
+    metrics: deps.metrics,
+    log: deps.log.child({ stream: name }),
   });
 }

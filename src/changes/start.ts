@@ -1,10 +1,15 @@
-/** Starts a follower for every table of the service whose source has `follow` (Postgres's change stream). */
+/** Starts a follower for every table of the service whose source has `follow` (Postgres's change stream, MySQL's binlog). */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { ServiceConfig } from '../config/schema.js';
 import { DEFAULT_ID_COLUMN } from '../sources/sql.js';
 import type { Store } from '../store/store.js';
-import { DEFAULT_READ_YOUR_WRITES_WAIT_MS, defaultSlot, followPostgres } from './follow.js';
+import {
+  DEFAULT_READ_YOUR_WRITES_WAIT_MS,
+  defaultSlot,
+  followMysql,
+  followPostgres,
+} from './follow.js';
 import type { ChangeFollower } from './follower.js';
 import { changeMetrics } from './metrics.js';
 import { StreamPosition, streamKeys } from './position.js';
@@ -33,10 +38,15 @@ export async function startFollowers(
       ? [{ name, source: t.source, follow: t.source.follow }]
       : [],
   );
+  const binlogs = Object.entries(config.tables).flatMap(([name, t]) =>
+    t.source.kind === 'mysql' && t.source.follow !== undefined
+      ? [{ name, source: t.source, follow: t.source.follow }]
+      : [],
+  );
   const readAfter = new Map<string, ReadAfter>();
   // Registered even when no table follows, so dashboards and alert rules always find the families.
   const metrics = changeMetrics(registry);
-  if (followed.length === 0) return { followers: [], readAfter };
+  if (followed.length + binlogs.length === 0) return { followers: [], readAfter };
   const deps = { valkey: store.valkey, metrics, log };
   const followers: ChangeFollower[] = [];
   try {
@@ -58,6 +68,20 @@ export async function startFollowers(
           (id) => table.invalidate(id),
           deps,
           `tables.${name}.source.follow`,
+        ),
+      );
+    }
+    // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off), no read-your-writes yet.
+    for (const { name, source, follow } of binlogs) {
+      const table = store.table(name);
+      const idColumn = source.idColumn ?? DEFAULT_ID_COLUMN;
+      followers.push(
+        followMysql(
+          name,
+          { url: source.url, idColumn },
+          follow,
+          (id) => table.invalidate(id),
+          deps,
         ),
       );
     }

@@ -265,6 +265,74 @@ export const PostgresFollowSchema = Type.Object(
   },
 );
 
+/** `source.follow` of a `mysql` table: invalidation from the row binlog (MySQL or MariaDB). */
+export const MysqlFollowSchema = Type.Object(
+  {
+    stream: Type.Optional(
+      Type.String({
+        pattern: SLOT_NAME_PATTERN,
+        description:
+          "The stream's name: it names its lease and its saved binlog position in Valkey. Default `echostore_<table>` (`-` as `_`).",
+      }),
+    ),
+    tables: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            table: Type.String({
+              minLength: 1,
+              maxLength: 129,
+              description: "`name` or `database.name` (the URL's database by default).",
+            }),
+            idColumn: Type.String({
+              minLength: 1,
+              maxLength: 64,
+              description:
+                "The column of this table's row events whose value, as text, is the cache id.",
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        {
+          minItems: 1,
+          maxItems: 100,
+          description:
+            "The watched tables and the column of each that names the cache id. Default: the table named like the cache table, by the source's `idColumn`.",
+        },
+      ),
+    ),
+    url: Type.Optional(
+      Type.String({
+        pattern: '^(mysql|mariadb)://',
+        description:
+          "The binlog connection's URL (a user with REPLICATION SLAVE and REPLICATION CLIENT). Default: the source's `url`.",
+      }),
+    ),
+    serverId: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 4_294_967_295,
+        description:
+          "The replica server id the reader connects as; unique among the server's replicas. Default: 4,200 plus a hash of the stream's name.",
+      }),
+    ),
+    leaseMs: Type.Optional(
+      Type.Integer({
+        minimum: 200,
+        maximum: 60_000,
+        default: 1_500,
+        description:
+          "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'Follow the row binlog (`binlog_format=ROW`): each row event of a watched table invalidates the cache id it names, through the same path as DELETE; the position is saved in Valkey only after. Needs the binlog on.',
+  },
+);
+
 /** `source` of a table whose items are rows of a PostgreSQL database. */
 export const PostgresSourceSchema = Type.Object(
   {
@@ -294,6 +362,7 @@ export const MysqlSourceSchema = Type.Object(
         '`mysql://user[:password]@host[:port]/database` (MySQL or MariaDB). Never repeated in error messages.',
     }),
     ...sqlFields('SELECT … FROM products WHERE id IN (?)'),
+    follow: Type.Optional(MysqlFollowSchema),
   },
   {
     additionalProperties: false,

@@ -47,7 +47,7 @@ export async function buildSource(config: SourceConfig, context: BuildContext): 
       return postgresSource(options, { field, loadTimeoutMs: context.loadTimeoutMs });
     }
     case 'mysql': {
-      const { kind: _, ...options } = config;
+      const { kind: _, follow: _follow, ...options } = config;
       return mysqlSource(options, { field, loadTimeoutMs: context.loadTimeoutMs });
     }
   }
