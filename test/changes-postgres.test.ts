@@ -355,8 +355,8 @@ describe('a commit is applied once it is visible', () => {
       'SELECT (pg_current_xact_id()::text::bigint % 4294967296)::text AS xid',
     );
     const xid = Number(rows[0]?.xid);
-    expect(await waitVisible(admin, xid, new AbortController().signal, 200)).toBe(false);
+    expect(await waitVisible(admin, [xid], new AbortController().signal, 200)).toBe(false);
     await client.query('COMMIT');
-    expect(await waitVisible(admin, xid, new AbortController().signal, 200)).toBe(true);
+    expect(await waitVisible(admin, [xid], new AbortController().signal, 200)).toBe(true);
   });
 });

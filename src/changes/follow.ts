@@ -62,9 +62,9 @@ export async function followPostgres(
     create: follow.create ?? true,
     statusIntervalMs: follow.statusIntervalMs ?? DEFAULT_STATUS_INTERVAL_MS,
     field,
-    onInvisible: (xid) =>
+    onInvisible: (xids) =>
       deps.log.warn(
-        { stream: slot, xid },
+        { stream: slot, xids },
         'a commit stayed invisible to new snapshots for 5 s: invalidating anyway',
       ),
   });

@@ -37,8 +37,8 @@ export interface PostgresStreamOptions {
   statusIntervalMs: number;
   /** The config field, for errors. */
   field: string;
-  /** A commit stayed invisible to new snapshots for 5 s and was applied anyway (logged by the caller). */
-  onInvisible?: (xid: number) => void;
+  /** Commits stayed invisible to new snapshots for 5 s and were applied anyway (logged by the caller). */
+  onInvisible?: (xids: number[]) => void;
 }
 
 const qualified = (t: string) => (t.includes('.') ? t : `public.${t}`);
@@ -191,18 +191,18 @@ type Item =
 const VISIBLE_WITHIN_MS = 5_000;
 
 /**
- * Waits until transaction `xid` is visible to a new snapshot. Postgres
+ * Waits until transactions `xids` are visible to a new snapshot. Postgres
  * writes (and so streams) a commit record before it takes the transaction
  * out of the running set: for a moment a load can still read the old row
  * after the stream delivered the change. Invalidating only once the commit
  * is visible means a load that starts after the invalidation reads the new row.
  *
- * @param xid the 32-bit transaction id of pgoutput's BEGIN message.
- * @returns false when it was still invisible after `withinMs` (default {@link VISIBLE_WITHIN_MS}).
+ * @param xids 32-bit transaction ids of pgoutput's BEGIN messages.
+ * @returns false when one was still invisible after `withinMs` (default {@link VISIBLE_WITHIN_MS}).
  */
 export async function waitVisible(
   pool: Pick<pg.Pool, 'query'>,
-  xid: number,
+  xids: readonly number[],
   signal: AbortSignal,
   withinMs = VISIBLE_WITHIN_MS,
 ): Promise<boolean> {
@@ -214,13 +214,49 @@ export async function waitVisible(
     const row = rows[0];
     if (row === undefined) return false;
     const xmax = BigInt(row.xmax);
-    // The transaction's 64-bit id: the 32-bit one is at most 2^31 behind xmax (else it is at or past xmax: running).
-    const behind = (xmax - BigInt(xid)) & 0xffffffffn;
-    if (behind > 0n && behind < 0x80000000n && !row.xip.includes(String(xmax - behind)))
-      return true;
+    const running = new Set(row.xip);
+    // A transaction's 64-bit id: its 32-bit one is at most 2^31 behind xmax (else it is at or past xmax: running).
+    const visible = (xid: number) => {
+      const behind = (xmax - BigInt(xid)) & 0xffffffffn;
+      return behind > 0n && behind < 0x80000000n && !running.has(String(xmax - behind));
+    };
+    if (xids.every(visible)) return true;
     await new Promise((r) => setTimeout(r, 1));
   }
   return false;
+}
+
+/**
+ * The transactions and keepalives waiting in the queue, taken as one step:
+ * their ids together, the last position, the earliest commit time. Applying
+ * them at once costs one visibility check, one round of invalidations and
+ * one acknowledgement however many commits arrived meanwhile.
+ */
+function takeAll(queue: Item[]): {
+  batch: ChangeBatch | undefined;
+  xids: number[];
+  position: bigint;
+} {
+  const ids = new Set<string>();
+  const xids: number[] = [];
+  let truncated = false;
+  let commits = 0;
+  let commitTimeMs = Number.POSITIVE_INFINITY;
+  let position = 0n;
+  for (const item of queue.splice(0)) {
+    if (item.kind === 'passed') {
+      if (item.position > position) position = item.position;
+      continue;
+    }
+    commits++;
+    for (const id of item.batch.ids) ids.add(id);
+    if (item.batch.ids.size > 0) xids.push(item.xid);
+    truncated ||= item.batch.truncated;
+    commitTimeMs = Math.min(commitTimeMs, item.batch.commitTimeMs);
+    if (item.batch.position > position) position = item.batch.position;
+  }
+  const batch = commits === 0 ? undefined : { ids, truncated, position, commitTimeMs };
+  return { batch, xids, position };
 }
 
 /** One run: subscribe, apply in order, acknowledge what was applied; ends on abort or on the first failure. */
@@ -230,7 +266,7 @@ async function run(
   watched: Map<string, string>,
   sink: StreamSink,
   signal: AbortSignal,
-  onInvisible: (xid: number) => void,
+  onInvisible: (xids: number[]) => void,
 ): Promise<void> {
   let acknowledged = await prepare(pool, o);
   const service = new LogicalReplicationService(
@@ -260,14 +296,12 @@ async function run(
     if (draining || broken) return;
     draining = true;
     try {
-      for (let item = queue.shift(); item !== undefined; item = queue.shift()) {
+      while (queue.length > 0) {
         if (signal.aborted || broken) return;
-        const position = item.kind === 'batch' ? item.batch.position : item.position;
-        if (item.kind === 'batch') {
-          if (item.batch.ids.size > 0 && !(await waitVisible(pool, item.xid, signal))) {
-            onInvisible(item.xid);
-          }
-          await sink.apply(item.batch);
+        const { batch, xids, position } = takeAll(queue);
+        if (batch !== undefined) {
+          if (xids.length > 0 && !(await waitVisible(pool, xids, signal))) onInvisible(xids);
+          await sink.apply(batch);
         } else if (position > acknowledged) await sink.passed(position);
         else continue;
         if (position > acknowledged) {

@@ -1,14 +1,17 @@
 /** What a change stream (Postgres's logical replication, MySQL's binlog) gives its follower. */
 
-/** One committed transaction's effect on one cache table. */
+/**
+ * The effect on one cache table of one committed transaction, or of several
+ * consecutive ones taken together (what arrived while the last was applied).
+ */
 export interface ChangeBatch {
-  /** The cache ids whose rows the transaction inserted, updated or deleted. */
+  /** The cache ids whose rows the transactions inserted, updated or deleted. */
   ids: ReadonlySet<string>;
   /** True when the transaction truncated a watched table. */
   truncated: boolean;
-  /** The stream position just past the transaction's commit (a byte offset). */
+  /** The stream position just past the (last) transaction's commit (a byte offset). */
   position: bigint;
-  /** The commit's time on the database's clock, ms since the epoch. */
+  /** The (earliest) commit's time on the database's clock, ms since the epoch. */
   commitTimeMs: number;
 }
 
