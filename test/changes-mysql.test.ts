@@ -83,7 +83,7 @@ describe("invalidation from MariaDB's binlog", () => {
         expect(await versionOf(a, table, '2')).toBeUndefined();
         expect(await versionOf(a, table, '4')).toBe(5);
       },
-      { timeout: 5_000, interval: 20 },
+      { timeout: 10_000, interval: 20 },
     );
   }, 30_000);
 
@@ -122,10 +122,11 @@ describe("invalidation from MariaDB's binlog", () => {
 
   it('is configured on a mysql source with follow, and the service invalidates from it', async () => {
     const name = await itemsTable();
+    const cache = uniqueTable('my-svc');
     const service = await startService({
       valkey: { url: valkeyUrl() },
       tables: {
-        items: {
+        [cache]: {
           ttlMs: 600_000,
           source: {
             kind: 'mysql',
@@ -139,7 +140,7 @@ describe("invalidation from MariaDB's binlog", () => {
     onTestFinished(() => service.stop());
     const get = async () =>
       (
-        (await (await fetch(`${service.url}/v1/tables/items/items/1`)).json()) as {
+        (await (await fetch(`${service.url}/v1/tables/${cache}/items/1`)).json()) as {
           version: number;
         }
       ).version;
@@ -148,10 +149,10 @@ describe("invalidation from MariaDB's binlog", () => {
         const text = await (await fetch(`${service.url}/metrics`)).text();
         expect(text).toMatch(new RegExp(`echostore_changes_holder\\{stream="svc_${name}"\\} 1`));
       },
-      { timeout: 10_000, interval: 100 },
+      { timeout: 20_000, interval: 100 },
     );
     expect(await get()).toBe(1);
     await admin.query(`UPDATE ${name} SET version = 9 WHERE id = 1`);
-    await vi.waitFor(async () => expect(await get()).toBe(9), { timeout: 5_000, interval: 20 });
-  }, 30_000);
+    await vi.waitFor(async () => expect(await get()).toBe(9), { timeout: 10_000, interval: 20 });
+  }, 60_000);
 });

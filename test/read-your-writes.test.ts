@@ -10,12 +10,16 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PrivatePostgres, startPostgres } from '../harness/postgres-server.js';
 import { type Service, startService } from '../harness/service.js';
-import { valkeyUrl } from './helpers/store.js';
+import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 let db: PrivatePostgres;
 let admin: pg.Pool;
 let service: Service;
 let name: string;
+/** The cache tables' names, unique per run (test files share one Valkey). */
+const items = uniqueTable('ryw');
+const impatient = uniqueTable('ryw-impatient');
+const plain = uniqueTable('ryw-plain');
 
 beforeAll(async () => {
   db = await startPostgres();
@@ -39,9 +43,9 @@ beforeAll(async () => {
   service = await startService({
     valkey: { url: valkeyUrl() },
     tables: {
-      items: source(1_000),
-      impatient: source(0),
-      plain: {
+      [items]: source(1_000),
+      [impatient]: source(0),
+      [plain]: {
         source: {
           kind: 'postgres',
           url: db.url,
@@ -80,9 +84,9 @@ describe('read-your-writes', () => {
     for (let n = 2; n <= 41; n++) {
       const id = 1 + (n % 3);
       // Cached first, so a plain read would be an L1 hit of the old version.
-      await get('items', id);
+      await get(items, id);
       const lsn = await commit(`UPDATE ${name} SET version = $1 WHERE id = $2`, [n, id]);
-      const answer = await get('items', id, lsn);
+      const answer = await get(items, id, lsn);
       expect(answer.status).toBe(200);
       written.push(n);
       read.push(answer.body.version as number);
@@ -92,31 +96,31 @@ describe('read-your-writes', () => {
   });
 
   it('says ryw=stream when the stream passed the position within the wait', async () => {
-    await get('items', 5);
+    await get(items, 5);
     const lsn = await commit(`UPDATE ${name} SET version = version + 1 WHERE id = 5`);
     const { rows } = await admin.query<{ version: number }>(
       `SELECT version FROM ${name} WHERE id = 5`,
     );
-    const answer = await get('items', 5, lsn);
+    const answer = await get(items, 5, lsn);
     expect(answer.body.version).toBe(rows[0]?.version);
     expect(answer.cacheStatus).toMatch(/; ryw=stream$/);
   });
 
   it('says ryw=source when the stream has not reached the position in time, and reads the source', async () => {
-    await get('impatient', 6);
+    await get(impatient, 6);
     await commit(`UPDATE ${name} SET version = 99 WHERE id = 6`);
     // A position far ahead of the database's: no stream reaches it.
-    const answer = await get('impatient', 6, 'FFFF/0');
+    const answer = await get(impatient, 6, 'FFFF/0');
     expect(answer.body.version).toBe(99);
     expect(answer.cacheStatus).toMatch(/^echostore; fwd=miss; fwd-status=200; ttl=0; ryw=source$/);
   });
 
   it('refuses a malformed position, or one on a table that follows no stream, with ECC_BAD_REQUEST', async () => {
-    const malformed = await get('items', 1, 'not-an-lsn');
+    const malformed = await get(items, 1, 'not-an-lsn');
     expect(malformed.status).toBe(400);
     expect(malformed.body.error?.code).toBe('ECC_BAD_REQUEST');
-    const plain = await get('plain', 1, '0/0');
-    expect(plain.status).toBe(400);
-    expect(plain.body.error?.code).toBe('ECC_BAD_REQUEST');
+    const unfollowed = await get(plain, 1, '0/0');
+    expect(unfollowed.status).toBe(400);
+    expect(unfollowed.body.error?.code).toBe('ECC_BAD_REQUEST');
   });
 });
