@@ -10,6 +10,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import closeWithGrace from 'close-with-grace';
 import { pino } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import type { ChangeFollower } from './changes/follower.js';
+import { type Followers, startFollowers } from './changes/start.js';
 import { loadConfig } from './config/load.js';
 import { DEFAULT_WARM_CONCURRENCY, DEFAULT_WARM_TIMEOUT_MS } from './config/schema.js';
 import { ConfigError, EchoStoreError } from './errors.js';
@@ -77,6 +79,17 @@ async function main(): Promise<void> {
     readyTimeoutMs: config.valkey.connectTimeoutMs,
     coherence: config.valkey.coherence,
   });
+  let followers: ChangeFollower[];
+  let readAfter: Followers['readAfter'];
+  try {
+    ({ followers, readAfter } = await startFollowers(config, store, registry, log));
+  } catch (err) {
+    await store.close(0);
+    await Promise.all(sources.map((s) => s.close()));
+    if (err instanceof ConfigError)
+      throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err, field: err.field });
+    throw err;
+  }
   const plans: WarmPlan[] = [...warmIdsOf].map(([name, { config: warm, ids }]) => ({
     table: store.table(name),
     ids,
@@ -93,6 +106,7 @@ async function main(): Promise<void> {
     requestTimeoutMs: config.http.requestTimeoutMs,
     adminToken: config.http.adminToken,
     lifecycle,
+    readAfter: (name) => readAfter.get(name),
   });
 
   const stopWarmUp = new AbortController();
@@ -114,6 +128,8 @@ async function main(): Promise<void> {
       // Both at once: the server stops accepting and waits for running requests,
       // while the store gives flights 5 s and then fails what is left with
       // ECC_CLOSED, so those requests answer 503 instead of holding the close.
+      // Followers first: a follower's invalidations go through the store.
+      await Promise.all(followers.map((f) => f.close()));
       await Promise.all([app.close(), store.close(STORE_GRACE_MS)]);
       await Promise.all(sources.map((s) => s.close()));
     },
@@ -122,6 +138,7 @@ async function main(): Promise<void> {
   try {
     await app.listen({ host: config.http.host, port: config.http.port });
   } catch (err) {
+    await Promise.all(followers.map((f) => f.close()));
     await store.close(0);
     await Promise.all(sources.map((s) => s.close()));
     const code = (err as NodeJS.ErrnoException).code;

@@ -126,13 +126,15 @@ describe('dashboards and alerts', () => {
     }
   });
 
-  it('alerts on degraded > 1 min, shedding, load errors and lease takeovers', () => {
+  it('alerts on degraded > 1 min, shedding, load errors, lease takeovers and change stream lag', () => {
     const byName = new Map(rules.map((r) => [r.alert, r]));
     expect(byName.get('EchoStoreDegraded')).toMatchObject({ for: '1m' });
     expect(byName.get('EchoStoreDegraded')?.expr).toContain('echostore_valkey_degraded');
     expect(byName.get('EchoStoreShedding')?.expr).toContain('echostore_shed_total');
     expect(byName.get('EchoStoreLoadErrors')?.expr).toContain('echostore_load_errors_total');
     expect(byName.get('EchoStoreLeaseTakeovers')?.expr).toContain('outcome="takeover"');
+    expect(byName.get('EchoStoreChangeStreamLag')?.expr).toContain('echostore_changes_lag_bytes');
+    expect(byName.get('EchoStoreChangeStreamUnread')?.expr).toContain('echostore_changes_holder');
     for (const r of rules) {
       expect(['warning', 'critical'], r.alert).toContain(r.labels.severity);
       expect(r.annotations.summary, r.alert).toBeTruthy();
@@ -165,7 +167,7 @@ describe('dashboards and alerts', () => {
     }
     const run = (...argv: string[]) =>
       execFileSync('promtool', argv, { encoding: 'utf8', cwd: ROOT });
-    expect(run('check', 'rules', RULES)).toMatch(/SUCCESS: 4 rules found/);
+    expect(run('check', 'rules', RULES)).toMatch(/SUCCESS: 6 rules found/);
     expect(run('check', 'config', PROMETHEUS)).toMatch(/SUCCESS/);
     expect(run('test', 'rules', RULE_TESTS)).toMatch(/SUCCESS/);
   });

@@ -38,6 +38,12 @@ export interface Miss {
   coalesced?: Waiter & { readonly count: number };
   /** Still in the mailbox: callers may coalesce onto it. */
   open?: boolean;
+  /**
+   * Read-your-writes: ignore L1 and any flight running now (either may predate a
+   * commit the caller has seen); a new flight asks Valkey, which holds the
+   * change stream's invalidations up to the position the caller waited for.
+   */
+  fresh?: boolean;
 }
 
 /** The messages a table owner handles, one at a time, in arrival order. */

@@ -164,6 +164,8 @@ export class TableOwner {
       this.#l1.clear();
       this.#unconfirmed.clear();
       this.#ctx.counters.l1Flushes++;
+      // A flight running now may have missed an event too: its answer goes to its waiters, not into L1.
+      for (const id of [...this.#flights.keys()]) this.#supersede(id);
     },
   };
 
@@ -189,6 +191,10 @@ export class TableOwner {
       return;
     }
     if (this.#writes.park(id, m)) return;
+    if (m.fresh === true) {
+      this.#l1.delete(id);
+      this.#supersede(id);
+    }
     const callers = 1 + (coalesced?.count ?? 0);
     const now = this.#ctx.now();
     const row = this.#l1.get(id, now);

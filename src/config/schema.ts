@@ -171,6 +171,168 @@ function sqlFields(listExample: string) {
   };
 }
 
+/** A replication slot's or publication's name (Postgres: lowercase letters, digits, `_`). */
+export const SLOT_NAME_PATTERN = '^[a-z0-9_]{1,63}$';
+
+/** `source.follow` of a `postgres` table: invalidation from Postgres's change stream. */
+export const PostgresFollowSchema = Type.Object(
+  {
+    slot: Type.Optional(
+      Type.String({
+        pattern: SLOT_NAME_PATTERN,
+        description:
+          'The logical replication slot the fleet reads (one instance at a time, under a lease in Valkey). Default `echostore_<table>` (`-` as `_`).',
+      }),
+    ),
+    publication: Type.Optional(
+      Type.String({
+        pattern: SLOT_NAME_PATTERN,
+        description: "The publication of the watched tables. Default: the slot's name.",
+      }),
+    ),
+    create: Type.Optional(
+      Type.Boolean({
+        default: true,
+        description:
+          'Create the publication (`FOR TABLE` the watched tables) and the slot (`pgoutput`) when missing. false: both must exist (checked at start-up).',
+      }),
+    ),
+    tables: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            table: Type.String({
+              minLength: 1,
+              maxLength: 127,
+              description: '`name` or `schema.name` (schema `public` by default).',
+            }),
+            idColumn: Type.String({
+              minLength: 1,
+              maxLength: 63,
+              description:
+                "The column of this table's changes whose value, as text, is the cache id to invalidate (for a row built from several tables, the column naming it in each).",
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        {
+          minItems: 1,
+          maxItems: 100,
+          description:
+            "The watched tables and the column of each that names the cache id. Default: the table named like the cache table, by the source's `idColumn`.",
+        },
+      ),
+    ),
+    url: Type.Optional(
+      Type.String({
+        pattern: '^postgres(ql)?://',
+        description:
+          "The replication connection's URL (a user with REPLICATION). Default: the source's `url`.",
+      }),
+    ),
+    leaseMs: Type.Optional(
+      Type.Integer({
+        minimum: 200,
+        maximum: 60_000,
+        default: 1_500,
+        description:
+          "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
+      }),
+    ),
+    statusIntervalMs: Type.Optional(
+      Type.Integer({
+        minimum: 20,
+        maximum: 10_000,
+        default: 200,
+        description:
+          'How often the reader sends Postgres its acknowledged position and asks for a keepalive (which moves the stream position past WAL with no watched change), ms.',
+      }),
+    ),
+    readYourWritesWaitMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 10_000,
+        default: 200,
+        description:
+          'A read with `Echostore-Min-Lsn` waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.',
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      "Follow Postgres's changes: each INSERT, UPDATE and DELETE of a watched table invalidates the cache ids it names, through the same path as DELETE, and is acknowledged to Postgres only after. Needs `wal_level=logical`.",
+  },
+);
+
+/** `source.follow` of a `mysql` table: invalidation from the row binlog (MySQL or MariaDB). */
+export const MysqlFollowSchema = Type.Object(
+  {
+    stream: Type.Optional(
+      Type.String({
+        pattern: SLOT_NAME_PATTERN,
+        description:
+          "The stream's name: it names its lease and its saved binlog position in Valkey. Default `echostore_<table>` (`-` as `_`).",
+      }),
+    ),
+    tables: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            table: Type.String({
+              minLength: 1,
+              maxLength: 129,
+              description: "`name` or `database.name` (the URL's database by default).",
+            }),
+            idColumn: Type.String({
+              minLength: 1,
+              maxLength: 64,
+              description:
+                "The column of this table's row events whose value, as text, is the cache id.",
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        {
+          minItems: 1,
+          maxItems: 100,
+          description:
+            "The watched tables and the column of each that names the cache id. Default: the table named like the cache table, by the source's `idColumn`.",
+        },
+      ),
+    ),
+    url: Type.Optional(
+      Type.String({
+        pattern: '^(mysql|mariadb)://',
+        description:
+          "The binlog connection's URL (a user with REPLICATION SLAVE and REPLICATION CLIENT). Default: the source's `url`.",
+      }),
+    ),
+    serverId: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 4_294_967_295,
+        description:
+          "The replica server id the reader connects as; unique among the server's replicas. Default: 4,200 plus a hash of the stream's name.",
+      }),
+    ),
+    leaseMs: Type.Optional(
+      Type.Integer({
+        minimum: 200,
+        maximum: 60_000,
+        default: 1_500,
+        description:
+          "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'Follow the row binlog (`binlog_format=ROW`): each row event of a watched table invalidates the cache id it names, through the same path as DELETE; the position is saved in Valkey only after. Needs the binlog on.',
+  },
+);
+
 /** `source` of a table whose items are rows of a PostgreSQL database. */
 export const PostgresSourceSchema = Type.Object(
   {
@@ -181,6 +343,7 @@ export const PostgresSourceSchema = Type.Object(
         '`postgres://user[:password]@host[:port]/database` (libpq URL parameters such as `sslmode` allowed). Never repeated in error messages.',
     }),
     ...sqlFields('SELECT … FROM products WHERE id = ANY($1)'),
+    follow: Type.Optional(PostgresFollowSchema),
   },
   {
     additionalProperties: false,
@@ -199,6 +362,7 @@ export const MysqlSourceSchema = Type.Object(
         '`mysql://user[:password]@host[:port]/database` (MySQL or MariaDB). Never repeated in error messages.',
     }),
     ...sqlFields('SELECT … FROM products WHERE id IN (?)'),
+    follow: Type.Optional(MysqlFollowSchema),
   },
   {
     additionalProperties: false,

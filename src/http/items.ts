@@ -1,4 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { parseLsn } from '../changes/lsn.js';
+import type { ReadAfter } from '../changes/read-your-writes.js';
 import { BadRequestError, BadValueError, NotFoundError } from '../errors.js';
 import { entityTagOf } from '../store/answers.js';
 import type { Store } from '../store/store.js';
@@ -78,11 +80,33 @@ const readSchema = {
  * store, so the HTTP API and library callers get the same codes. `admin`
  * guards the writes (PUT, DELETE).
  */
-export function itemRoutes(app: FastifyInstance, store: Store, admin: AdminRouteOptions): void {
+export function itemRoutes(
+  app: FastifyInstance,
+  store: Store,
+  admin: AdminRouteOptions,
+  readAfter: (table: string) => ReadAfter | undefined,
+): void {
   const read = async (request: FastifyRequest<{ Params: ItemParams }>, reply: FastifyReply) => {
     const { table, id } = request.params;
-    const result = await store.table(table).get(id);
-    reply.header('cache-status', cacheStatus(result));
+    const minLsn = request.headers[MIN_LSN_HEADER];
+    let result: ReadResult;
+    if (minLsn === undefined) {
+      result = await store.table(table).get(id);
+      reply.header('cache-status', cacheStatus(result));
+    } else {
+      const t = store.table(table);
+      const ryw = readAfter(table);
+      if (ryw === undefined || typeof minLsn !== 'string') {
+        throw new BadRequestError(
+          `${MIN_LSN_HEADER} needs a table that follows a change stream (source.follow), once`,
+          { table },
+        );
+      }
+      const answer = await ryw.read(t, id, parseLsn(minLsn));
+      result = answer.result;
+      // An extension parameter (RFC 9211 §2.8): how the answer was made at least that new.
+      reply.header('cache-status', `${cacheStatus(result)}; ryw=${answer.via}`);
+    }
     if (!result.found) {
       return sendError(
         request,
@@ -198,6 +222,12 @@ function noneMatch(header: string | undefined, etag: string): boolean {
   if (header.trim() === '*') return true;
   return header.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag);
 }
+
+/**
+ * Read-your-writes: the commit position the answer must be at least as new as
+ * (Postgres: `pg_current_wal_lsn()` after the client's COMMIT, `X/Y`).
+ */
+export const MIN_LSN_HEADER = 'echostore-min-lsn';
 
 /** The cache's name in `Cache-Status` (RFC 9211 §2). */
 export const CACHE_NAME = 'echostore';

@@ -1,5 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import type { Logger } from 'pino';
+import type { ReadAfter } from '../changes/read-your-writes.js';
 import type { Store } from '../store/store.js';
 import { adminOnly } from './auth.js';
 import { batchRoutes } from './batch.js';
@@ -46,6 +47,11 @@ export interface ServerOptions {
    * a new one, neither warming nor closing.
    */
   lifecycle?: Lifecycle;
+  /**
+   * Read-your-writes of the tables that follow a change stream (a GET with
+   * `Echostore-Min-Lsn`); undefined for a table that does not. Default: none does.
+   */
+  readAfter?: (table: string) => ReadAfter | undefined;
 }
 
 /**
@@ -110,7 +116,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   });
   installOpenApi(app);
   app.register(async (api) => {
-    itemRoutes(api, options.store, admin);
+    itemRoutes(api, options.store, admin, options.readAfter ?? (() => undefined));
     batchRoutes(api, options.store, options.maxBatchBytes);
     warmRoutes(api, options.store, admin);
     opsRoutes(api, options.store, lifecycle);

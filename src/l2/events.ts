@@ -72,10 +72,18 @@ export class TableEvents {
     });
     this.#sub.on('error', (err) => log.debug({ err }, 'valkey subscriber error'));
     this.#sub.on('message', (channel: string, message: string) => this.#deliver(channel, message));
-    // A reconnect may have lost messages: every table flushes its L1 (coherence).
+    // A reconnect may have lost messages: every table flushes its L1 (coherence) once re-subscribed.
     this.#sub.on('ready', () => {
-      if (this.#connectedBefore) for (const h of this.#handlers.values()) h.onReconnect();
-      this.#connectedBefore = true;
+      if (!this.#connectedBefore) {
+        this.#connectedBefore = true;
+        return;
+      }
+      const flush = () => {
+        for (const h of this.#handlers.values()) h.onReconnect();
+      };
+      // ioredis re-subscribes just after this event: a PING sent next is answered after the
+      // SUBSCRIBEs, so flushing then also drops what was loaded before the channels were back.
+      process.nextTick(() => this.#sub.ping().then(flush, flush));
     });
     // A connection that stops delivering is replaced (and the reconnect flushes L1).
     this.#stopHeartbeat = keepAlive(

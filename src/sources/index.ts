@@ -42,11 +42,12 @@ export async function buildSource(config: SourceConfig, context: BuildContext): 
       return httpSource(options, field);
     }
     case 'postgres': {
-      const { kind: _, ...options } = config;
+      // `follow` is the change stream's (src/changes/), not the loader's.
+      const { kind: _, follow: _follow, ...options } = config;
       return postgresSource(options, { field, loadTimeoutMs: context.loadTimeoutMs });
     }
     case 'mysql': {
-      const { kind: _, ...options } = config;
+      const { kind: _, follow: _follow, ...options } = config;
       return mysqlSource(options, { field, loadTimeoutMs: context.loadTimeoutMs });
     }
   }

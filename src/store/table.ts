@@ -14,6 +14,8 @@ import {
   ClosedError,
   EchoStoreError,
   InternalError,
+  LoadFailedError,
+  LoadTimeoutError,
   WaitTimeoutError,
 } from '../errors.js';
 import { toJson } from '../l2/format.js';
@@ -22,6 +24,7 @@ import { rowAnswer } from './answers.js';
 import { entityTag } from './etag.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
 import type { L1 } from './l1.js';
+import { LoadResult } from './load-result.js';
 import type { TablePolicy } from './policy.js';
 import type { BatchEntry, ReadResult, TableStats, WriteResult } from './types.js';
 
@@ -209,6 +212,65 @@ export class Table {
     this.#open = miss;
     this.#owner.post(miss);
     return read.promise;
+  }
+
+  /**
+   * Reads an item past L1 and past any flight running now (read-your-writes,
+   * once the change stream has passed the caller's commit): a new flight
+   * asks Valkey, else the source. Concurrent fresh reads of one id share it.
+   *
+   * @throws (rejects) as {@link get}.
+   */
+  getFresh(id: string): Promise<ReadResult> {
+    try {
+      assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    this.#open = undefined;
+    this.#ctx.counters.misses++;
+    const read = this.#deadlines.add(id);
+    this.#owner.post({ kind: 'miss', id, waiter: read, fresh: true });
+    return read.promise;
+  }
+
+  /**
+   * Reads an item from the source alone, bypassing both layers and storing
+   * nothing (read-your-writes when the change stream has not caught up),
+   * bounded by `loadTimeoutMs`.
+   *
+   * @throws (rejects) `ECC_BAD_ID`; `ECC_LOAD_TIMEOUT`; `ECC_LOAD_FAILED` with the loader's error as `cause`.
+   */
+  async readSource(id: string): Promise<ReadResult> {
+    assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
+    const { loadTimeoutMs } = this.policy;
+    const signal = AbortSignal.timeout(loadTimeoutMs);
+    let value: unknown;
+    try {
+      value = await this.#ctx.load(id, { signal });
+    } catch (err) {
+      if (signal.aborted) {
+        throw new LoadTimeoutError(`no answer from the source within ${loadTimeoutMs} ms`, {
+          table: this.name,
+          id,
+          cause: err,
+        });
+      }
+      throw new LoadFailedError('the source failed', { table: this.name, id, cause: err });
+    }
+    if (value instanceof LoadResult)
+      value = value.policy.negative === true ? undefined : value.value;
+    const base = {
+      layer: 'origin',
+      coalesced: false,
+      version: 0,
+      stale: false,
+      ttlMs: 0,
+      stored: false,
+    } as const;
+    const json = value === undefined ? undefined : toJson(value);
+    if (json === undefined) return { ...base, found: false };
+    return { ...base, found: true, value, json };
   }
 
   /**

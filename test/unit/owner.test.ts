@@ -622,6 +622,18 @@ describe('table owner: writes of an id', () => {
     expect(t.l1.size).toBe(0);
     expect(t.ctx.counters.l1Flushes).toBe(1);
   });
+
+  it('a flight running through a flush answers its callers but does not go into L1 (it may have missed an event)', async () => {
+    const t = fakeOwner();
+    const read = t.fill('k');
+    await settle();
+    t.owner.post({ kind: 'flush' });
+    await settle();
+    expect(t.runs[0]?.flight.superseded).toBe(true);
+    t.runs[0]?.land(value(fresh('read before the flush', t.now())));
+    expect(await read).toMatchObject({ value: 'read before the flush' });
+    expect(t.l1.peek('k')).toBeUndefined();
+  });
 });
 
 describe('table owner: coherence events', () => {

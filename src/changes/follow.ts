@@ -1,0 +1,129 @@
+/** Builds the follower of a `postgres` table whose source has `follow` on. */
+import type { Cluster, Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { ChangeFollower } from './follower.js';
+import { StreamLease } from './lease.js';
+import type { ChangeMetrics } from './metrics.js';
+import { mysqlStream } from './mysql-stream.js';
+import { StreamPosition, streamKeys } from './position.js';
+import { postgresStream, type WatchedTable } from './postgres-stream.js';
+
+/** Default lease of a change stream, ms: a dead holder's successor reads within about 1.5 × this. */
+export const DEFAULT_FOLLOW_LEASE_MS = 1_500;
+/** Default interval of the status messages (and keepalive requests) sent to Postgres, ms. */
+export const DEFAULT_STATUS_INTERVAL_MS = 200;
+
+/** Default longest wait of a read-your-writes read for the stream to reach its position, ms. */
+export const DEFAULT_READ_YOUR_WRITES_WAIT_MS = 200;
+
+/** A postgres source's `follow` (see the config schema for each field's meaning). */
+export interface PostgresFollowConfig {
+  slot?: string;
+  publication?: string;
+  create?: boolean;
+  tables?: WatchedTable[];
+  url?: string;
+  leaseMs?: number;
+  statusIntervalMs?: number;
+  readYourWritesWaitMs?: number;
+}
+
+/** What {@link followPostgres} needs of the running service. */
+export interface FollowDeps {
+  valkey: Redis | Cluster;
+  metrics: ChangeMetrics;
+  log: Logger;
+}
+
+/** A table's default stream name: `echostore_<table>` (`-` as `_`: slot names are `[a-z0-9_]`). */
+export const defaultSlot = (table: string) => `echostore_${table.replaceAll('-', '_')}`;
+
+/**
+ * Checks the database, then starts following: every instance competes for the
+ * stream's lease, the holder reads the slot and invalidates through `invalidate`.
+ *
+ * @param table the cache table's name. @param sourceUrl, idColumn the source's.
+ * @throws {ConfigError} (rejects) `ECC_BAD_CONFIG` naming `field` (see {@link postgresStream}).
+ */
+export async function followPostgres(
+  table: string,
+  source: { url: string; idColumn: string },
+  follow: PostgresFollowConfig,
+  invalidate: (id: string) => Promise<void>,
+  deps: FollowDeps,
+  field: string,
+): Promise<ChangeFollower> {
+  const slot = follow.slot ?? defaultSlot(table);
+  const stream = await postgresStream({
+    url: follow.url ?? source.url,
+    slot,
+    publication: follow.publication ?? slot,
+    tables: follow.tables ?? [{ table, idColumn: source.idColumn }],
+    create: follow.create ?? true,
+    statusIntervalMs: follow.statusIntervalMs ?? DEFAULT_STATUS_INTERVAL_MS,
+    field,
+    onInvisible: (xids) =>
+      deps.log.warn(
+        { stream: slot, xids },
+        'a commit stayed invisible to new snapshots for 5 s: invalidating anyway',
+      ),
+  });
+  deps.metrics.lagReaders.set(slot, () => stream.lagBytes());
+  const keys = streamKeys(slot);
+  const leaseMs = follow.leaseMs ?? DEFAULT_FOLLOW_LEASE_MS;
+  return new ChangeFollower({
+    stream,
+    lease: new StreamLease(deps.valkey, keys.lease, leaseMs),
+    position: new StreamPosition(deps.valkey, keys.position),
+    invalidate,
+    leaseMs,
+    metrics: deps.metrics,
+    log: deps.log.child({ stream: slot }),
+  });
+}
+
+/** A mysql source's `follow` (see the config schema for each field's meaning). */
+export interface MysqlFollowConfig {
+  stream?: string;
+  tables?: WatchedTable[];
+  url?: string;
+  serverId?: number;
+  leaseMs?: number;
+}
+
+/** A stream's default replica server id: 4,200 plus a hash of its name below 100,000. */
+export const defaultServerId = (name: string) =>
+  4_200 + ([...name].reduce((h, c) => (h * 31 + (c.codePointAt(0) ?? 0)) >>> 0, 7) % 100_000);
+
+/**
+ * Starts following a `mysql` table's binlog: every instance competes for the
+ * stream's lease, the holder reads the binlog from the position saved in
+ * Valkey and invalidates through `invalidate`.
+ */
+export function followMysql(
+  table: string,
+  source: { url: string; idColumn: string },
+  follow: MysqlFollowConfig,
+  invalidate: (id: string) => Promise<void>,
+  deps: FollowDeps,
+): ChangeFollower {
+  const name = follow.stream ?? defaultSlot(table);
+  const stream = mysqlStream({
+    url: follow.url ?? source.url,
+    name,
+    tables: follow.tables ?? [{ table, idColumn: source.idColumn }],
+    serverId: follow.serverId ?? defaultServerId(name),
+    valkey: deps.valkey,
+  });
+  const keys = streamKeys(name);
+  const leaseMs = follow.leaseMs ?? DEFAULT_FOLLOW_LEASE_MS;
+  return new ChangeFollower({
+    stream,
+    lease: new StreamLease(deps.valkey, keys.lease, leaseMs),
+    position: new StreamPosition(deps.valkey, keys.position),
+    invalidate,
+    leaseMs,
+    metrics: deps.metrics,
+    log: deps.log.child({ stream: name }),
+  });
+}

@@ -1,0 +1,156 @@
+/**
+ * A change stream's follower: one per stream on every instance, of which
+ * the one holding the stream's lease reads it. Each committed transaction's
+ * ids go through the table's own DELETE path (`Table.invalidate`: a
+ * tombstone that cancels the id's lease, so a load that read the row before
+ * the commit never stores it after), then the stream's position is raised in
+ * Valkey, and only then is the transaction acknowledged to the database. A
+ * crash anywhere before the acknowledgement replays the transaction (at least
+ * once; replaying an invalidation is harmless).
+ */
+import type { Logger } from 'pino';
+import { EchoStoreError } from '../errors.js';
+import type { StreamLease } from './lease.js';
+import type { ChangeMetrics } from './metrics.js';
+import type { StreamPosition } from './position.js';
+import type { ChangeBatch, ChangeStream, StreamSink } from './stream.js';
+
+/** Options of {@link ChangeFollower}. */
+export interface FollowerOptions {
+  stream: ChangeStream;
+  lease: StreamLease;
+  position: StreamPosition;
+  /** The cache table's DELETE (`Table.invalidate`): resolves once Valkey applied and published it. */
+  invalidate: (id: string) => Promise<void>;
+  /** How long the lease outlives its holder, ms; it is renewed every quarter of that. */
+  leaseMs: number;
+  metrics: ChangeMetrics;
+  log: Logger;
+}
+
+/** Follows one stream: competes for its lease, reads it while holding it. */
+export class ChangeFollower {
+  readonly #o: FollowerOptions;
+  readonly #timer: NodeJS.Timeout;
+  /** The run in progress and how to stop it; undefined while this instance does not read. */
+  #run: { abort: AbortController; done: Promise<void>; streaming: boolean } | undefined;
+  /** When this instance last confirmed its lease (performance.now ms). */
+  #heldAt = Number.NEGATIVE_INFINITY;
+  #ticking = false;
+  #closed = false;
+
+  constructor(options: FollowerOptions) {
+    this.#o = options;
+    this.#timer = setInterval(() => void this.#tick(), Math.max(50, options.leaseMs / 4));
+    this.#timer.unref();
+    void this.#tick();
+  }
+
+  /** True while this instance reads the stream (it holds the lease and the database streams to it). */
+  get reading(): boolean {
+    return this.#run?.streaming === true;
+  }
+
+  /** Stops reading, gives the lease up, closes the stream. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    await this.#stop();
+    await this.#o.lease.release().catch(() => {});
+    await this.#o.stream.close();
+  }
+
+  async #tick(): Promise<void> {
+    if (this.#ticking || this.#closed) return;
+    this.#ticking = true;
+    try {
+      let held: boolean;
+      try {
+        held = await this.#o.lease.hold();
+        if (held) this.#heldAt = performance.now();
+      } catch {
+        // Valkey does not answer: the lease may still be ours until it would have expired.
+        held = performance.now() - this.#heldAt < this.#o.leaseMs;
+      }
+      if (this.#closed) return;
+      if (held && this.#run === undefined) this.#start();
+      else if (!held && this.#run !== undefined) {
+        this.#o.log.warn({ stream: this.#o.stream.name }, 'lost the change stream lease: stopping');
+        await this.#stop();
+      }
+      this.#o.metrics.holder.set({ stream: this.#o.stream.name }, this.reading ? 1 : 0);
+    } finally {
+      this.#ticking = false;
+    }
+  }
+
+  #start(): void {
+    const { stream, log, metrics } = this.#o;
+    const abort = new AbortController();
+    const run: { abort: AbortController; done: Promise<void>; streaming: boolean } = {
+      abort,
+      done: Promise.resolve(),
+      streaming: false,
+    };
+    const started = () => {
+      run.streaming = true;
+      log.info({ stream: stream.name }, 'reading the change stream');
+    };
+    run.done = stream.run(this.#sink(started), abort.signal).then(
+      () => {},
+      (err: unknown) => {
+        metrics.restarts.inc({ stream: stream.name });
+        log.warn(
+          { err, stream: stream.name },
+          'change stream stopped: reading again from the last acknowledged position',
+        );
+      },
+    );
+    this.#run = run;
+    // A failed run ends; the next tick starts another if the lease is still ours.
+    void run.done.then(() => {
+      if (this.#run === run) this.#run = undefined;
+    });
+  }
+
+  async #stop(): Promise<void> {
+    const run = this.#run;
+    if (run === undefined) return;
+    this.#run = undefined;
+    run.abort.abort();
+    await run.done;
+  }
+
+  #sink(started: () => void): StreamSink {
+    const { invalidate, position, metrics, log, stream } = this.#o;
+    const labels = { stream: stream.name };
+    return {
+      started,
+      apply: async (batch: ChangeBatch) => {
+        await Promise.all([...batch.ids].map((id) => invalidateOne(invalidate, id)));
+        if (batch.truncated) {
+          metrics.truncates.inc(labels);
+          log.warn(labels, 'a watched table was truncated: its cached rows stay until their TTL');
+        }
+        await position.raise(batch.position);
+        metrics.transactions.inc(labels);
+        metrics.invalidations.inc(labels, batch.ids.size);
+        metrics.lagSeconds.set(labels, Math.max(0, Date.now() - batch.commitTimeMs) / 1000);
+      },
+      passed: async (at: bigint) => {
+        await position.raise(at);
+        metrics.lagSeconds.set(labels, 0);
+      },
+    };
+  }
+}
+
+/** An id the table refuses (`ECC_BAD_ID`: not its pattern) is never cached: nothing to invalidate. */
+async function invalidateOne(invalidate: (id: string) => Promise<void>, id: string): Promise<void> {
+  try {
+    await invalidate(id);
+  } catch (err) {
+    if (err instanceof EchoStoreError && err.code === 'ECC_BAD_ID') return;
+    throw err;
+  }
+}

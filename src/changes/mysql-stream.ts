@@ -1,0 +1,155 @@
+/**
+ * MySQL's and MariaDB's change stream: the row binlog (through
+ * @vlasky/zongji), read from the position saved in Valkey after the last
+ * applied transaction (from the binlog's end on the very first run). Each
+ * transaction's ids go to the sink at its commit (the `Xid` event), and its
+ * end position is saved only once the sink has applied it.
+ */
+import ZongJi, { type AnyBinlogEvent } from '@vlasky/zongji';
+import type { Cluster, Redis } from 'ioredis';
+import type { WatchedTable } from './postgres-stream.js';
+import type { ChangeBatch, ChangeStream, StreamSink } from './stream.js';
+
+/** Options of {@link mysqlStream}. */
+export interface MysqlStreamOptions {
+  /** A user with REPLICATION SLAVE and REPLICATION CLIENT (`mysql://…/database`). */
+  url: string;
+  /** The stream's name: it names the lease and the saved position. */
+  name: string;
+  /** `name` or `database.name` (the URL's database by default). */
+  tables: readonly WatchedTable[];
+  /** The replica server id the stream connects as (unique among the server's replicas). */
+  serverId: number;
+  /** Where the resume position (`file:position`) is kept. */
+  valkey: Redis | Cluster;
+}
+
+const BINLOG_FILE = /^(.*)\.(\d+)$/;
+
+/** A binlog position as one number that grows along the log: file sequence × 2^32 + offset. */
+export function binlogPosition(file: string, offset: number): bigint {
+  const seq = BINLOG_FILE.exec(file)?.[2];
+  return (BigInt(seq ?? 0) << 32n) | BigInt(offset);
+}
+
+/** Builds the stream (nothing connects until a run). */
+export function mysqlStream(options: MysqlStreamOptions): ChangeStream {
+  const database = new URL(options.url).pathname.slice(1);
+  const watched = new Map(
+    options.tables.map((t) => [
+      t.table.includes('.') ? t.table : `${database}.${t.table}`,
+      t.idColumn,
+    ]),
+  );
+  const resumeKey = `ecc:changes:{${options.name}}:binlog`;
+  return {
+    name: options.name,
+    run: (sink, signal) => run(options, watched, resumeKey, sink, signal),
+    async close() {},
+  };
+}
+
+type Rows = { rows: Array<Record<string, unknown>> };
+
+async function run(
+  o: MysqlStreamOptions,
+  watched: Map<string, string>,
+  resumeKey: string,
+  sink: StreamSink,
+  signal: AbortSignal,
+): Promise<void> {
+  const resume = await o.valkey.get(resumeKey);
+  const at = resume === null ? undefined : /^(.+):(\d+)$/.exec(resume);
+  const zongji = new ZongJi(o.url);
+  const queue: Array<{ batch: ChangeBatch; resume: string }> = [];
+  let file = at?.[1] ?? '';
+  let ids = new Set<string>();
+  let draining = false;
+  let broken = false;
+  let reject: (err: unknown) => void = () => {};
+  const failed = new Promise<never>((_, r) => {
+    reject = r;
+  });
+  failed.catch(() => {});
+  const fail = (err: unknown) => {
+    broken = true;
+    reject(err);
+  };
+  const drain = async () => {
+    if (draining || broken) return;
+    draining = true;
+    try {
+      for (let item = queue.shift(); item !== undefined; item = queue.shift()) {
+        if (signal.aborted || broken) return;
+        await sink.apply(item.batch);
+        await o.valkey.set(resumeKey, item.resume);
+      }
+    } catch (err) {
+      fail(err);
+    } finally {
+      draining = false;
+    }
+  };
+  const idsOf = (e: AnyBinlogEvent) => {
+    const { tableId, tableMap } = e as unknown as {
+      tableId: number;
+      tableMap: Record<number, { parentSchema: string; tableName: string }>;
+    };
+    const table = tableMap?.[tableId];
+    const column =
+      table === undefined ? undefined : watched.get(`${table.parentSchema}.${table.tableName}`);
+    if (column === undefined) return;
+    for (const row of (e as unknown as Rows).rows) {
+      const images = e.getEventName() === 'updaterows' ? [row.before, row.after] : [row];
+      for (const image of images as Array<Record<string, unknown> | undefined>) {
+        const id = image?.[column];
+        if (id !== undefined && id !== null) ids.add(String(id));
+      }
+    }
+  };
+  zongji.on('binlog', (e: AnyBinlogEvent) => {
+    switch (e.getEventName()) {
+      case 'rotate':
+        file = (e as { binlogName: string }).binlogName;
+        break;
+      case 'writerows':
+      case 'updaterows':
+      case 'deleterows':
+        idsOf(e);
+        break;
+      case 'xid': {
+        queue.push({
+          batch: {
+            ids,
+            truncated: false,
+            position: binlogPosition(file, e.nextPosition),
+            commitTimeMs: e.timestamp,
+          },
+          resume: `${file}:${e.nextPosition}`,
+        });
+        ids = new Set();
+        void drain();
+        break;
+      }
+    }
+  });
+  zongji.on('error', (err: Error) => fail(err));
+  const started = new Promise<void>((resolve) => zongji.once('ready', () => resolve()));
+  void started.then(() => sink.started());
+  const aborted = new Promise<void>((resolve) => {
+    if (signal.aborted) resolve();
+    signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+  zongji.start({
+    serverId: o.serverId,
+    ...(at === undefined || at === null
+      ? { startAtEnd: true }
+      : { filename: at[1], position: Number(at[2]) }),
+    includeEvents: ['rotate', 'tablemap', 'writerows', 'updaterows', 'deleterows', 'xid'],
+  });
+  try {
+    await Promise.race([aborted, failed]);
+  } finally {
+    zongji.stop();
+  }
+}

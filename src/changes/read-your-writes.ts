@@ -1,0 +1,54 @@
+/**
+ * Read-your-writes over a change stream: a client that committed at
+ * position P (Postgres: `pg_current_wal_lsn()` after its COMMIT) asks for an
+ * answer at least that new. The stream's applied position is in Valkey; once
+ * it has reached P every invalidation up to P is in Valkey, so a read past L1
+ * (`Table.getFresh`) is new enough. When the stream does not reach P within
+ * the bound, the source answers instead (`Table.readSource`).
+ */
+import type { Table } from '../store/table.js';
+import type { ReadResult } from '../store/types.js';
+import type { StreamPosition } from './position.js';
+
+/** How a read-your-writes answer was made: after the stream passed the position, or from the source. */
+export type ReadAfterVia = 'stream' | 'source';
+
+/** How often the position is polled while waiting, ms. */
+const POLL_MS = 2;
+
+/** One table's read-your-writes: its stream's position and how long to wait for it. */
+export class ReadAfter {
+  readonly #position: StreamPosition;
+  readonly #waitMs: number;
+
+  /** @param waitMs the longest wait for the stream to reach a position, ms. */
+  constructor(position: StreamPosition, waitMs: number) {
+    this.#position = position;
+    this.#waitMs = waitMs;
+  }
+
+  /**
+   * Reads `id` of `table` at least as new as stream position `at`.
+   *
+   * @throws (rejects) as {@link Table.getFresh} and {@link Table.readSource}.
+   */
+  async read(
+    table: Table,
+    id: string,
+    at: bigint,
+  ): Promise<{ result: ReadResult; via: ReadAfterVia }> {
+    if (await this.#reached(at)) return { result: await table.getFresh(id), via: 'stream' };
+    return { result: await table.readSource(id), via: 'source' };
+  }
+
+  async #reached(at: bigint): Promise<boolean> {
+    const deadline = performance.now() + this.#waitMs;
+    for (;;) {
+      // Valkey not answering: the position is unknown, so the source answers.
+      const position = await this.#position.read().catch(() => undefined);
+      if (position !== undefined && position >= at) return true;
+      if (performance.now() >= deadline) return false;
+      await new Promise((r) => setTimeout(r, POLL_MS));
+    }
+  }
+}

@@ -1,0 +1,93 @@
+/** Starts a follower for every table of the service whose source has `follow` (Postgres's change stream, MySQL's binlog). */
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { ServiceConfig } from '../config/schema.js';
+import { DEFAULT_ID_COLUMN } from '../sources/sql.js';
+import type { Store } from '../store/store.js';
+import {
+  DEFAULT_READ_YOUR_WRITES_WAIT_MS,
+  defaultSlot,
+  followMysql,
+  followPostgres,
+} from './follow.js';
+import type { ChangeFollower } from './follower.js';
+import { changeMetrics } from './metrics.js';
+import { StreamPosition, streamKeys } from './position.js';
+import { ReadAfter } from './read-your-writes.js';
+
+/** The service's followers, and the read-your-writes of each table that follows. */
+export interface Followers {
+  followers: ChangeFollower[];
+  readAfter: Map<string, ReadAfter>;
+}
+
+/**
+ * Checks each followed database and starts its follower, invalidating
+ * through the table's own DELETE path.
+ *
+ * @throws {ConfigError} (rejects) `ECC_BAD_CONFIG` naming `tables.<name>.source.follow…`; the followers already started are closed first.
+ */
+export async function startFollowers(
+  config: Pick<ServiceConfig, 'tables'>,
+  store: Store,
+  registry: Registry,
+  log: Logger,
+): Promise<Followers> {
+  const followed = Object.entries(config.tables).flatMap(([name, t]) =>
+    t.source.kind === 'postgres' && t.source.follow !== undefined
+      ? [{ name, source: t.source, follow: t.source.follow }]
+      : [],
+  );
+  const binlogs = Object.entries(config.tables).flatMap(([name, t]) =>
+    t.source.kind === 'mysql' && t.source.follow !== undefined
+      ? [{ name, source: t.source, follow: t.source.follow }]
+      : [],
+  );
+  const readAfter = new Map<string, ReadAfter>();
+  // Registered even when no table follows, so dashboards and alert rules always find the families.
+  const metrics = changeMetrics(registry);
+  if (followed.length + binlogs.length === 0) return { followers: [], readAfter };
+  const deps = { valkey: store.valkey, metrics, log };
+  const followers: ChangeFollower[] = [];
+  try {
+    for (const { name, source, follow } of followed) {
+      const table = store.table(name);
+      const slot = follow.slot ?? defaultSlot(name);
+      readAfter.set(
+        name,
+        new ReadAfter(
+          new StreamPosition(store.valkey, streamKeys(slot).position),
+          follow.readYourWritesWaitMs ?? DEFAULT_READ_YOUR_WRITES_WAIT_MS,
+        ),
+      );
+      followers.push(
+        await followPostgres(
+          name,
+          { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
+          follow,
+          (id) => table.invalidate(id),
+          deps,
+          `tables.${name}.source.follow`,
+        ),
+      );
+    }
+    // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off), no read-your-writes yet.
+    for (const { name, source, follow } of binlogs) {
+      const table = store.table(name);
+      const idColumn = source.idColumn ?? DEFAULT_ID_COLUMN;
+      followers.push(
+        followMysql(
+          name,
+          { url: source.url, idColumn },
+          follow,
+          (id) => table.invalidate(id),
+          deps,
+        ),
+      );
+    }
+  } catch (err) {
+    await Promise.all(followers.map((f) => f.close()));
+    throw err;
+  }
+  return { followers, readAfter };
+}

@@ -1,0 +1,362 @@
+/**
+ * Invalidation from Postgres's change stream, against a private Postgres
+ * (wal_level=logical, harness/postgres-server.ts) and real redis-servers:
+ * changes made directly in the database reach every instance, a load that
+ * read the row before the commit never stores it after, one instance reads
+ * the slot and another takes over when it dies, and a change is acknowledged
+ * to Postgres only after Valkey applied it.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { type PrivatePostgres, startPostgres } from '../harness/postgres-server.js';
+import { startService } from '../harness/service.js';
+import { spawnValkey } from '../harness/valkey-server.js';
+import { followPostgres } from '../src/changes/follow.js';
+import type { ChangeFollower } from '../src/changes/follower.js';
+import { formatLsn, parseLsn } from '../src/changes/lsn.js';
+import { changeMetrics } from '../src/changes/metrics.js';
+import { StreamPosition, streamKeys } from '../src/changes/position.js';
+import { waitVisible } from '../src/changes/postgres-stream.js';
+import type { Store } from '../src/store/store.js';
+import { errorOf, openStore, scopedValkey, storedValue } from './helpers/probe.js';
+import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
+
+let db: PrivatePostgres;
+let admin: pg.Pool;
+
+beforeAll(async () => {
+  db = await startPostgres();
+  admin = new pg.Pool({ connectionString: db.url, max: 4 });
+}, 60_000);
+
+afterAll(async () => {
+  await admin?.end();
+  await db?.stop();
+});
+
+/** A fresh watched table `items_<hex>` with rows 1..n at version 1, and a slot named after it. */
+async function itemsTable(n = 5): Promise<string> {
+  const name = `items_${randomBytes(4).toString('hex')}`;
+  await admin.query(`CREATE TABLE ${name} (id integer PRIMARY KEY, version integer NOT NULL)`);
+  await admin.query(`INSERT INTO ${name} SELECT g, 1 FROM generate_series(1, $1) g`, [n]);
+  onTestFinished(async () => {
+    await admin.query(
+      'SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active',
+      [name],
+    );
+  });
+  return name;
+}
+
+/** Reads one row from the database (the source of truth), optionally holding the answer until `hold` resolves. */
+const loaderOf =
+  (name: string, hold?: (id: string) => Promise<void>) =>
+  async (id: string): Promise<unknown> => {
+    const { rows } = await admin.query(`SELECT id, version FROM ${name} WHERE id = $1`, [
+      Number(id),
+    ]);
+    await hold?.(id);
+    return rows[0];
+  };
+
+/** Starts following `name` for `store`'s cache table `table`. */
+async function follow(
+  store: Store,
+  table: string,
+  name: string,
+  invalidate: (id: string) => Promise<void> = (id) => store.table(table).invalidate(id),
+  registry = new Registry(),
+): Promise<ChangeFollower> {
+  const follower = await followPostgres(
+    table,
+    { url: db.url, idColumn: 'id' },
+    { slot: name, tables: [{ table: name, idColumn: 'id' }], leaseMs: 600, statusIntervalMs: 50 },
+    invalidate,
+    { valkey: store.valkey, metrics: changeMetrics(registry), log: pino({ level: 'silent' }) },
+    'source.follow',
+  );
+  onTestFinished(() => follower.close());
+  return follower;
+}
+
+/** The commit position just after `sql` ran in its own transaction. */
+async function commit(sql: string): Promise<bigint> {
+  await admin.query(sql);
+  const { rows } = await admin.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+  return parseLsn(rows[0]?.lsn ?? '0/0');
+}
+
+const versionOf = async (store: Store, table: string, id: string) => {
+  const r = await store.table(table).get(id);
+  return r.found ? (r.value as { version: number }).version : undefined;
+};
+
+describe("invalidation from Postgres's change stream", () => {
+  it('an UPDATE made in Postgres reaches the L1 of every instance', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-follow');
+    const a = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
+    const b = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
+    const fa = await follow(a, table, name);
+    const fb = await follow(b, table, name);
+    await vi.waitFor(() => expect(fa.reading || fb.reading).toBe(true), { timeout: 10_000 });
+    expect(await versionOf(a, table, '1')).toBe(1);
+    expect(await versionOf(b, table, '1')).toBe(1);
+    await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 1`);
+    await vi.waitFor(
+      async () => {
+        expect(await versionOf(a, table, '1')).toBe(2);
+        expect(await versionOf(b, table, '1')).toBe(2);
+      },
+      { timeout: 10_000, interval: 20 },
+    );
+    // One reader per slot: Postgres would refuse a second, and the lease never lets one try.
+    expect(fa.reading && fb.reading).toBe(false);
+  });
+
+  it('a DELETE and an INSERT invalidate too, and an UPDATE of the id invalidates the old and the new id', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-follow');
+    const a = await openStore({
+      [table]: { load: loaderOf(name), ttlMs: 600_000, negativeTtlMs: 600_000 },
+    });
+    const fa = await follow(a, table, name);
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    for (const id of ['2', '3', '9', '10']) await a.table(table).get(id);
+    await admin.query(`DELETE FROM ${name} WHERE id = 2`);
+    await admin.query(`INSERT INTO ${name} VALUES (9, 7)`);
+    await admin.query(`UPDATE ${name} SET id = 10, version = 8 WHERE id = 3`);
+    await vi.waitFor(
+      async () => {
+        expect(await versionOf(a, table, '2')).toBeUndefined();
+        expect(await versionOf(a, table, '9')).toBe(7);
+        expect(await versionOf(a, table, '3')).toBeUndefined();
+        expect(await versionOf(a, table, '10')).toBe(8);
+      },
+      { timeout: 10_000, interval: 20 },
+    );
+  });
+});
+
+describe('the commit-vs-fill race', () => {
+  /**
+   * Instance A loads id 1 and holds the row it read (version 1); the row is
+   * updated and committed; the follower (on instance B) applies the change;
+   * then A's load finishes and tries to store version 1. Returns what Valkey
+   * and a third instance hold afterwards.
+   */
+  async function race(invalidateOf: (b: Store, table: string) => (id: string) => Promise<void>) {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-race');
+    const raw = scopedValkey();
+    const read = deferred<void>();
+    const gate = deferred<void>();
+    const a = await openStore({
+      [table]: {
+        ttlMs: 600_000,
+        load: loaderOf(name, async () => {
+          read.resolve();
+          await gate.promise;
+        }),
+      },
+    });
+    const b = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
+    const fb = await follow(b, table, name, invalidateOf(b, table));
+    await vi.waitFor(() => expect(fb.reading).toBe(true), { timeout: 10_000 });
+    const loading = a.table(table).get('1');
+    await read.promise;
+    const committed = await commit(`UPDATE ${name} SET version = 2 WHERE id = 1`);
+    const position = new StreamPosition(raw, streamKeys(name).position);
+    await vi.waitFor(
+      async () => expect((await position.read()) ?? 0n).toBeGreaterThanOrEqual(committed),
+      {
+        timeout: 10_000,
+        interval: 10,
+      },
+    );
+    gate.resolve();
+    const first = await loading;
+    const c = await openStore({ [table]: { load: loaderOf(name) } });
+    return {
+      first: first.found ? (first.value as { version: number }).version : undefined,
+      stored: (await storedValue(raw, table, '1')) as { version: number } | undefined,
+      next: await versionOf(c, table, '1'),
+    };
+  }
+
+  it("a load that read the row before the commit never stores it after the stream's invalidation", async () => {
+    const { first, stored, next } = await race((b, table) => (id) => b.table(table).invalidate(id));
+    // The caller that asked before the commit may get what it read…
+    expect(first).toBe(1);
+    // …but the tombstone cancelled the load's lease: its fill was refused.
+    expect(stored?.version).not.toBe(1);
+    expect(next).toBe(2);
+  });
+
+  it('with a plain DEL of the key instead, the same load stores the old row (why the stream uses the DELETE path)', async () => {
+    const { stored, next } = await race((b, table) => async (id) => {
+      await b.valkey.del(`ecc:${table}:{${id}}`);
+    });
+    expect(stored?.version).toBe(1);
+    expect(next).toBe(1);
+  });
+});
+
+describe('the acknowledged position', () => {
+  it('is not acknowledged to Postgres while Valkey is down, and the change is applied once it is back', async () => {
+    const server = await spawnValkey();
+    onTestFinished(() => server.stop());
+    const name = await itemsTable();
+    const table = uniqueTable('pg-ack');
+    const a = await openStore(
+      { [table]: { load: loaderOf(name), ttlMs: 600_000 } },
+      { valkey: server.url, readyTimeoutMs: 2_000 },
+    );
+    const fa = await follow(a, table, name);
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    const confirmed = async () => {
+      const { rows } = await admin.query<{ lsn: string }>(
+        'SELECT confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1',
+        [name],
+      );
+      return parseLsn(rows[0]?.lsn ?? '0/0');
+    };
+    await commit(`UPDATE ${name} SET version = 2 WHERE id = 4`);
+    await vi.waitFor(async () => expect(await versionOf(a, table, '4')).toBe(2), {
+      timeout: 10_000,
+    });
+    await server.kill();
+    const before = await confirmed();
+    const committed = await commit(`UPDATE ${name} SET version = 3 WHERE id = 5`);
+    // A fixed wait, to show something does not happen: the slot is not acknowledged past the commit.
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(await confirmed()).toBeLessThan(committed);
+    expect(await confirmed()).toBeGreaterThanOrEqual(before);
+    await server.restart();
+    await vi.waitFor(async () => expect(await confirmed()).toBeGreaterThanOrEqual(committed), {
+      timeout: 10_000,
+      interval: 50,
+    });
+    const raw = scopedValkey(server.url);
+    // The position Valkey keeps is at least the acknowledged one: it is raised first.
+    expect(
+      (await new StreamPosition(raw, streamKeys(name).position).read()) ?? 0n,
+    ).toBeGreaterThanOrEqual(committed);
+    expect(formatLsn(committed)).toMatch(/^[0-9A-F]+\/[0-9A-F]+$/);
+  }, 30_000);
+
+  it('reports the slot lag in bytes', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-lag');
+    const registry = new Registry();
+    const a = await openStore({ [table]: { load: loaderOf(name) } });
+    const fa = await follow(a, table, name, undefined, registry);
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    await vi.waitFor(async () => {
+      const text = await registry.metrics();
+      expect(text).toMatch(new RegExp(`echostore_changes_lag_bytes\\{stream="${name}"\\} \\d+`));
+      expect(text).toMatch(new RegExp(`echostore_changes_holder\\{stream="${name}"\\} 1`));
+    });
+  });
+});
+
+describe('one reader per slot per fleet', () => {
+  it('when the reading instance is SIGKILLed another takes over, and no change made meanwhile is lost', async () => {
+    const name = await itemsTable(20);
+    const cache = uniqueTable('pg-kill');
+    const config = {
+      valkey: { url: valkeyUrl() },
+      tables: {
+        [cache]: {
+          ttlMs: 600_000,
+          source: {
+            kind: 'postgres',
+            url: db.url,
+            query: `SELECT id, version FROM ${name} WHERE id = ANY($1)`,
+            follow: { slot: name, tables: [{ table: name, idColumn: 'id' }], leaseMs: 1_000 },
+          },
+        },
+      },
+    };
+    const services = [await startService(config), await startService(config)];
+    onTestFinished(async () => {
+      await Promise.all(services.map((s) => s.stop()));
+    });
+    const holder = async (s: (typeof services)[number]) =>
+      /echostore_changes_holder\{stream="[a-z0-9_]+"\} 1/.test(
+        await (await fetch(`${s.url}/metrics`)).text(),
+      );
+    let reading: (typeof services)[number] | undefined;
+    await vi.waitFor(
+      async () => {
+        const held = await Promise.all(services.map(holder));
+        expect(held.filter(Boolean)).toHaveLength(1);
+        reading = services[held.indexOf(true)];
+      },
+      { timeout: 10_000, interval: 100 },
+    );
+    const other = services.find((s) => s !== reading) as (typeof services)[number];
+    const get = async (id: number) =>
+      (
+        (await (await fetch(`${other.url}/v1/tables/${cache}/items/${id}`)).json()) as {
+          version: number;
+        }
+      ).version;
+    for (let id = 1; id <= 20; id++) expect(await get(id)).toBe(1);
+    reading?.process.kill('SIGKILL');
+    for (let id = 1; id <= 20; id++)
+      await admin.query(`UPDATE ${name} SET version = 2 WHERE id = $1`, [id]);
+    // How fast is the drill's to say (drill:consistency prints the takeover time); here: that it happens.
+    await vi.waitFor(async () => expect(await holder(other)).toBe(true), {
+      timeout: 15_000,
+      interval: 50,
+    });
+    await vi.waitFor(
+      async () => {
+        for (let id = 1; id <= 20; id++) expect(await get(id)).toBe(2);
+      },
+      { timeout: 15_000, interval: 50 },
+    );
+  }, 60_000);
+});
+
+describe('configuration', () => {
+  it('refuses a database without wal_level=logical with ECC_BAD_CONFIG', async () => {
+    const plain = await startPostgres({ settings: { wal_level: 'replica' } });
+    onTestFinished(() => plain.stop());
+    const a = await openStore({ [uniqueTable('pg-cfg')]: { load: () => undefined } });
+    const err = await errorOf(
+      followPostgres(
+        't',
+        { url: plain.url, idColumn: 'id' },
+        {},
+        async () => {},
+        {
+          valkey: a.valkey,
+          metrics: changeMetrics(new Registry()),
+          log: pino({ level: 'silent' }),
+        },
+        'source.follow',
+      ),
+    );
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+  }, 30_000);
+});
+
+describe('a commit is applied once it is visible', () => {
+  it('waits while the transaction still runs, and returns as soon as a new snapshot sees it', async () => {
+    const client = await admin.connect();
+    onTestFinished(() => client.release());
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ xid: string }>(
+      'SELECT (pg_current_xact_id()::text::bigint % 4294967296)::text AS xid',
+    );
+    const xid = Number(rows[0]?.xid);
+    expect(await waitVisible(admin, [xid], new AbortController().signal, 200)).toBe(false);
+    await client.query('COMMIT');
+    expect(await waitVisible(admin, [xid], new AbortController().signal, 200)).toBe(true);
+  });
+});

@@ -1,0 +1,126 @@
+/**
+ * Read-your-writes over the change stream, through the real service: a GET
+ * with `Echostore-Min-Lsn` (the client's `pg_current_wal_lsn()` after its
+ * COMMIT) answers the written version or newer, and says in Cache-Status
+ * whether the stream had passed the position (`ryw=stream`) or the source
+ * answered (`ryw=source`). Against a private Postgres and the test Valkey.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PrivatePostgres, startPostgres } from '../harness/postgres-server.js';
+import { type Service, startService } from '../harness/service.js';
+import { uniqueTable, valkeyUrl } from './helpers/store.js';
+
+let db: PrivatePostgres;
+let admin: pg.Pool;
+let service: Service;
+let name: string;
+/** The cache tables' names, unique per run (test files share one Valkey). */
+const items = uniqueTable('ryw');
+const impatient = uniqueTable('ryw-impatient');
+const plain = uniqueTable('ryw-plain');
+
+beforeAll(async () => {
+  db = await startPostgres();
+  admin = new pg.Pool({ connectionString: db.url, max: 2 });
+  name = `ryw_${randomBytes(4).toString('hex')}`;
+  await admin.query(`CREATE TABLE ${name} (id integer PRIMARY KEY, version integer NOT NULL)`);
+  await admin.query(`INSERT INTO ${name} SELECT g, 1 FROM generate_series(1, 10) g`);
+  const source = (waitMs: number) => ({
+    ttlMs: 600_000,
+    source: {
+      kind: 'postgres',
+      url: db.url,
+      query: `SELECT id, version FROM ${name} WHERE id = ANY($1)`,
+      follow: {
+        slot: `${name}_${waitMs}`,
+        tables: [{ table: name, idColumn: 'id' }],
+        readYourWritesWaitMs: waitMs,
+      },
+    },
+  });
+  service = await startService({
+    valkey: { url: valkeyUrl() },
+    tables: {
+      [items]: source(1_000),
+      [impatient]: source(0),
+      [plain]: {
+        source: {
+          kind: 'postgres',
+          url: db.url,
+          query: `SELECT id, version FROM ${name} WHERE id = ANY($1)`,
+        },
+      },
+    },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await service?.stop();
+  await admin?.end();
+  await db?.stop();
+});
+
+/** Commits `sql` and returns the position a client would pass: `pg_current_wal_lsn()` after it. */
+async function commit(sql: string, values: unknown[] = []): Promise<string> {
+  await admin.query(sql, values);
+  const { rows } = await admin.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+  return rows[0]?.lsn as string;
+}
+
+async function get(table: string, id: number, lsn?: string) {
+  const r = await fetch(`${service.url}/v1/tables/${table}/items/${id}`, {
+    headers: lsn === undefined ? {} : { 'echostore-min-lsn': lsn },
+  });
+  const body = (await r.json()) as { version?: number; error?: { code: string } };
+  return { status: r.status, body, cacheStatus: r.headers.get('cache-status') ?? '' };
+}
+
+describe('read-your-writes', () => {
+  it('every read after a commit, given its position, returns the written version or newer', async () => {
+    const written: number[] = [];
+    const read: number[] = [];
+    for (let n = 2; n <= 41; n++) {
+      const id = 1 + (n % 3);
+      // Cached first, so a plain read would be an L1 hit of the old version.
+      await get(items, id);
+      const lsn = await commit(`UPDATE ${name} SET version = $1 WHERE id = $2`, [n, id]);
+      const answer = await get(items, id, lsn);
+      expect(answer.status).toBe(200);
+      written.push(n);
+      read.push(answer.body.version as number);
+      expect(answer.cacheStatus).toMatch(/; ryw=(stream|source)$/);
+    }
+    expect(read.every((v, i) => v >= (written[i] as number))).toBe(true);
+  });
+
+  it('says ryw=stream when the stream passed the position within the wait', async () => {
+    await get(items, 5);
+    const lsn = await commit(`UPDATE ${name} SET version = version + 1 WHERE id = 5`);
+    const { rows } = await admin.query<{ version: number }>(
+      `SELECT version FROM ${name} WHERE id = 5`,
+    );
+    const answer = await get(items, 5, lsn);
+    expect(answer.body.version).toBe(rows[0]?.version);
+    expect(answer.cacheStatus).toMatch(/; ryw=stream$/);
+  });
+
+  it('says ryw=source when the stream has not reached the position in time, and reads the source', async () => {
+    await get(impatient, 6);
+    await commit(`UPDATE ${name} SET version = 99 WHERE id = 6`);
+    // A position far ahead of the database's: no stream reaches it.
+    const answer = await get(impatient, 6, 'FFFF/0');
+    expect(answer.body.version).toBe(99);
+    expect(answer.cacheStatus).toMatch(/^echostore; fwd=miss; fwd-status=200; ttl=0; ryw=source$/);
+  });
+
+  it('refuses a malformed position, or one on a table that follows no stream, with ECC_BAD_REQUEST', async () => {
+    const malformed = await get(items, 1, 'not-an-lsn');
+    expect(malformed.status).toBe(400);
+    expect(malformed.body.error?.code).toBe('ECC_BAD_REQUEST');
+    const unfollowed = await get(plain, 1, '0/0');
+    expect(unfollowed.status).toBe(400);
+    expect(unfollowed.body.error?.code).toBe('ECC_BAD_REQUEST');
+  });
+});
