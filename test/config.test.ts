@@ -863,6 +863,7 @@ describe('table policy defaults', () => {
       coalescing: 'fleet',
       batchWindowMs: 0,
       maxBatchSize: 100,
+      cacheHeaders: true,
       l1: { maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, ttlMs: 30_000 },
     });
   });

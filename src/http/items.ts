@@ -6,6 +6,7 @@ import { entityTagOf } from '../store/answers.js';
 import type { Store } from '../store/store.js';
 import type { ReadResult } from '../store/types.js';
 import type { AdminRouteOptions } from './auth.js';
+import { cachingHeaders } from './cache-control.js';
 import { clip, sendError } from './errors.js';
 import { allowOnly } from './methods.js';
 import { ADMIN_SECURITY, errorResponses, header, RETRY_AFTER } from './openapi.js';
@@ -35,6 +36,16 @@ const CACHE_STATUS = header('RFC 9211: which layer answered (docs/http-api.md, C
 const ETAG = header(
   "A strong entity tag of the value's JSON text (a SHA-256 prefix): equal text, equal tag, in every mode.",
 );
+const CACHE_CONTROL = header(
+  '`max-age=<s>[, stale-while-revalidate=<s>, stale-if-error=<s>]` (RFC 9111, RFC 5861; docs/http-api.md); absent when the table sets `cacheHeaders: false`.',
+);
+const AGE = header('Estimated seconds since the source gave this answer (RFC 9111 §5.1).');
+const READ_HEADERS = {
+  etag: ETAG,
+  'cache-status': CACHE_STATUS,
+  'cache-control': CACHE_CONTROL,
+  age: AGE,
+};
 
 const readErrors = errorResponses({
   400: ['ECC_BAD_ID'],
@@ -62,12 +73,12 @@ const readSchema = {
     // No type: the value is any JSON value, sent as the text the store holds (never re-serialised).
     200: {
       description: 'The value, any JSON value.',
-      headers: { etag: ETAG, 'cache-status': CACHE_STATUS },
+      headers: READ_HEADERS,
     },
     304: {
       description: '`If-None-Match` matched: no body, no Content-Length.',
       type: 'null',
-      headers: { etag: ETAG, 'cache-status': CACHE_STATUS },
+      headers: READ_HEADERS,
     },
     ...readErrors,
     503: { ...readErrors[503], headers: RETRY_AFTER },
@@ -88,13 +99,13 @@ export function itemRoutes(
 ): void {
   const read = async (request: FastifyRequest<{ Params: ItemParams }>, reply: FastifyReply) => {
     const { table, id } = request.params;
+    const t = store.table(table);
     const minLsn = request.headers[MIN_LSN_HEADER];
     let result: ReadResult;
     if (minLsn === undefined) {
-      result = await store.table(table).get(id);
+      result = await t.get(id);
       reply.header('cache-status', cacheStatus(result));
     } else {
-      const t = store.table(table);
       const ryw = readAfter(table);
       if (ryw === undefined || typeof minLsn !== 'string') {
         throw new BadRequestError(
@@ -106,6 +117,10 @@ export function itemRoutes(
       result = answer.result;
       // An extension parameter (RFC 9211 §2.8): how the answer was made at least that new.
       reply.header('cache-status', `${cacheStatus(result)}; ryw=${answer.via}`);
+    }
+    const caching = cachingHeaders(result, t.policy);
+    if (caching !== undefined) {
+      reply.header('cache-control', caching['cache-control']).header('age', caching.age);
     }
     if (!result.found) {
       return sendError(

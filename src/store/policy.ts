@@ -208,6 +208,13 @@ export const TablePolicySchema = Type.Object(
           'Tables with `loadMany`: most ids in one source call; a full batch goes at once. Each id of a batch holds its own admission slot, so a batch is also at most the adaptive limit (`maxConcurrentLoads`).',
       }),
     ),
+    cacheHeaders: Type.Optional(
+      Type.Boolean({
+        default: true,
+        description:
+          'HTTP answers to reads carry `Cache-Control` (`max-age`, `stale-while-revalidate`, `stale-if-error`) and `Age` (RFC 9111, RFC 5861), so a CDN or client cache in front may reuse them. `false`: neither header (`ETag` and `Cache-Status` stay). Library reads are not affected.',
+      }),
+    ),
     idPattern: Type.Optional(
       Type.String({
         minLength: 1,
