@@ -135,7 +135,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_lease_total',
-    help: 'Fleet lease outcomes: acquired (this flight loads), contended (another instance loads), lost (the fill was refused: lease expired or invalidated), takeover (acquired after waiting on a holder that did not fill), renewed (the holder extended its lease while loading), expired (a renewal found the lease gone: the load is fenced).',
+    help: 'Fleet lease outcomes: acquired (this flight loads), contended (another instance loads), lost (the fill was refused: lease expired or invalidated), takeover (acquired after the holder lease ran out unrenewed: it died or hung; a lease released after a failed load counts as acquired), renewed (the holder extended its lease while loading), expired (a renewal found the lease gone: the load is fenced).',
     label: 'outcome',
     pick: (c) => c.lease,
   },

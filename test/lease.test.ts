@@ -66,6 +66,9 @@ describe('fleet lease', () => {
     const r = await waiting;
     expect(r.found && r.value).toEqual({ id: 'x', n: 1 });
     expect(source.calls()).toBe(1);
+    // A released lease is not a takeover: the holder was alive and said it had failed.
+    expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'takeover' })).toBe(0);
+    expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'acquired' })).toBe(1);
   });
 
   it('a holder SIGKILLed while holding the lease costs exactly one takeover load, and every waiter is answered', async () => {

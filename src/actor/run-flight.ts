@@ -115,6 +115,9 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
   // A duration, on real time: an injected test clock that stands still must not make a waiter poll forever.
   const deadline = performance.now() + policy.waitTimeoutMs;
   let waitStarted: number | undefined;
+  // When the holder's lease runs out unless renewed (real time, from its last contended answer):
+  // taking the lease before then means the holder released it (a failed load), not a takeover.
+  let holderEndsAt = 0;
   // An early refresh must replace the version it was asked about, even while that is fresh.
   let replaceUpTo = flight.replaceUpTo;
   // A value that looked fresh but did not decode (counted once, not again as the stale one).
@@ -154,7 +157,8 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         return rememberedFailure(ctx, flight, answer, servableStale);
       }
       if (answer.kind === 'leased') {
-        counters.lease[waitStarted === undefined ? 'acquired' : 'takeover']++;
+        const tookOver = waitStarted !== undefined && performance.now() >= holderEndsAt;
+        counters.lease[tookOver ? 'takeover' : 'acquired']++;
         waited();
         if (servableStale !== undefined && !flight.background) serveStale(flight, servableStale);
         return await loadAndFill(ctx, flight, answer.token, servableStale);
@@ -169,6 +173,7 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         waited();
         return { kind: 'value', envelope: servableStale, layer: 'l2', refused: false };
       }
+      holderEndsAt = performance.now() + answer.remainingMs;
       if (waitStarted === undefined) {
         waitStarted = performance.now();
         counters.lease.contended++;
