@@ -9,7 +9,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import closeWithGrace from 'close-with-grace';
 import { pino } from 'pino';
-import { collectDefaultMetrics, Registry } from 'prom-client';
+import { Registry } from 'prom-client';
 import type { ChangeFollower } from './changes/follower.js';
 import { type Followers, startFollowers } from './changes/start.js';
 import { loadConfig } from './config/load.js';
@@ -19,6 +19,7 @@ import { watchHeapAfterGc } from './heap-gauge.js';
 import { isLoopback, PROTECTED_MODE_HINT } from './http/auth.js';
 import type { Lifecycle } from './http/ops.js';
 import { buildServer } from './http/server.js';
+import { collectNodeMetrics, registerBuildInfo } from './process-metrics.js';
 import { buildSource, type Source } from './sources/index.js';
 import { DEFAULT_POLICY } from './store/policy.js';
 import { createStore, type TableOptions } from './store/store.js';
@@ -37,7 +38,8 @@ async function main(): Promise<void> {
     redact: { paths: ['req.headers.authorization', '*.password', '*.token'], censor: '***' },
   });
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry });
+  collectNodeMetrics(registry);
+  registerBuildInfo(registry);
   watchHeapAfterGc(registry);
 
   const sources: Source[] = [];
@@ -105,6 +107,7 @@ async function main(): Promise<void> {
     maxBatchBytes: config.http.maxBatchBytes,
     requestTimeoutMs: config.http.requestTimeoutMs,
     adminToken: config.http.adminToken,
+    accessLogSampleRate: config.log.accessSampleRate,
     lifecycle,
     readAfter: (name) => readAfter.get(name),
   });

@@ -57,6 +57,8 @@ export interface TableCounters {
   loadErrors: Record<string, number>;
   /** Valkey commands that failed or timed out, by operation. */
   valkeyErrors: Record<string, number>;
+  /** Writes answered `ECC_VALKEY_UNAVAILABLE` without being sent (degraded: the breaker is open). */
+  writesRefused: { put: number; del: number };
 }
 
 /** A table's counters, all zero. */
@@ -83,6 +85,7 @@ export function newCounters(): TableCounters {
     l1Flushes: 0,
     loadErrors: {},
     valkeyErrors: {},
+    writesRefused: { put: 0, del: 0 },
   };
 }
 
@@ -102,8 +105,36 @@ interface Mirror {
   name: string;
   help: string;
   label?: string;
+  /**
+   * Label values exported at 0 before their first event, so that `rate()`
+   * and `increase()` see the first one (a series that appears holding 1 has
+   * no earlier sample to rise from).
+   */
+  known?: readonly string[];
   pick(c: TableCounters): number | Record<string, number>;
 }
+
+/** The codes a flight fails with (`echostore_load_errors_total{code}`). */
+export const LOAD_ERROR_CODES = [
+  'ECC_LOAD_FAILED',
+  'ECC_LOAD_TIMEOUT',
+  'ECC_BAD_VALUE',
+  'ECC_WAIT_TIMEOUT',
+  'ECC_SHED',
+] as const;
+
+/** The Valkey operations whose failures are counted (`echostore_valkey_errors_total{op}`). */
+export const VALKEY_OPS = [
+  'get',
+  'lease',
+  'renew',
+  'fill',
+  'set',
+  'release',
+  'publish',
+  'put',
+  'del',
+] as const;
 
 const MIRRORS: Mirror[] = [
   {
@@ -200,13 +231,21 @@ const MIRRORS: Mirror[] = [
     name: 'echostore_load_errors_total',
     help: 'Failed flights, by error code.',
     label: 'code',
+    known: LOAD_ERROR_CODES,
     pick: (c) => c.loadErrors,
   },
   {
     name: 'echostore_valkey_errors_total',
     help: 'Valkey commands that failed or timed out, by operation.',
     label: 'op',
+    known: VALKEY_OPS,
     pick: (c) => c.valkeyErrors,
+  },
+  {
+    name: 'echostore_writes_refused_total',
+    help: 'PUTs and DELETEs answered ECC_VALKEY_UNAVAILABLE without being sent: the store ran degraded (its breaker open), so nothing reached Valkey and nothing was counted as a Valkey error.',
+    label: 'op',
+    pick: (c) => c.writesRefused,
   },
 ];
 
@@ -273,9 +312,11 @@ export class StoreMetrics {
           for (const [table, { counters }] of tables) {
             const value = m.pick(counters);
             if (typeof value === 'number') this.inc({ table }, value);
-            else
-              for (const [k, n] of Object.entries(value))
-                this.inc({ table, [m.label as string]: k }, n);
+            else {
+              const label = m.label as string;
+              for (const k of m.known ?? []) if (!(k in value)) this.inc({ table, [label]: k }, 0);
+              for (const [k, n] of Object.entries(value)) this.inc({ table, [label]: k }, n);
+            }
           }
         },
       });
@@ -303,7 +344,11 @@ export class StoreMetrics {
         for (const reason of DEGRADED_REASONS) this.set({ reason }, reason === now ? 1 : 0);
       },
     });
-    const buckets = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+    // Fine between 0.1 and 1 s, where origins live: a 0.5 s origin reads as p99 ≈ 0.6 s, not 0.94.
+    const buckets = [
+      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1, 1.5, 2.5,
+      5, 10,
+    ];
     this.#loadSeconds = new Histogram({
       name: 'echostore_load_duration_seconds',
       help: 'Time the loader took, successful or not, in seconds.',

@@ -55,7 +55,7 @@ describe('loadConfig without a file', () => {
         shutdownDelayMs: 5_000,
         requestTimeoutMs: 30_000,
       },
-      log: { level: 'info' },
+      log: { level: 'info', accessSampleRate: 0 },
       tables: {
         products: {
           source: {

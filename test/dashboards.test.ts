@@ -36,9 +36,9 @@ interface Rule {
   annotations: { summary: string; description: string };
 }
 
-/** Every metric name a PromQL expression names (ours, and Node's default ones). */
+/** Every metric name a PromQL expression names (ours, the request metrics, and Node's default ones). */
 const metricNames = (expr: string): string[] =>
-  expr.match(/\b(?:echostore|process|nodejs)_[a-z0-9_]+/g) ?? [];
+  expr.match(/\b(?:echostore|process|nodejs|http)_[a-z0-9_]+/g) ?? [];
 
 const dashboard = JSON.parse(readFileSync(DASHBOARD, 'utf8')) as Dashboard;
 const panels = dashboard.panels.flatMap((p) => [p, ...(p.panels ?? [])]);
@@ -110,6 +110,9 @@ describe('dashboards and alerts', () => {
       'echostore_load_duration_seconds_bucket', // load latency
       'echostore_flights',
       'echostore_mailbox_depth',
+      'echostore_writes_refused_total', // PUT/DELETE refused while degraded
+      'http_request_duration_seconds_count', // RED: rate and errors
+      'http_request_duration_seconds_bucket', // RED: duration
     ]) {
       expect(shown, metric).toContain(metric);
     }
@@ -126,7 +129,7 @@ describe('dashboards and alerts', () => {
     }
   });
 
-  it('alerts on degraded > 1 min, shedding, load errors, lease takeovers and change stream lag', () => {
+  it('alerts on degraded, shedding, load errors, takeovers, slow loads, down and change streams', () => {
     const byName = new Map(rules.map((r) => [r.alert, r]));
     expect(byName.get('EchoStoreDegraded')).toMatchObject({ for: '1m' });
     expect(byName.get('EchoStoreDegraded')?.expr).toContain('echostore_valkey_degraded');
@@ -135,6 +138,10 @@ describe('dashboards and alerts', () => {
     expect(byName.get('EchoStoreLeaseTakeovers')?.expr).toContain('outcome="takeover"');
     expect(byName.get('EchoStoreChangeStreamLag')?.expr).toContain('echostore_changes_lag_bytes');
     expect(byName.get('EchoStoreChangeStreamUnread')?.expr).toContain('echostore_changes_holder');
+    expect(byName.get('EchoStoreSlowLoads')?.expr).toContain('echostore_load_duration_seconds');
+    expect(byName.get('EchoStoreDown')?.expr).toContain('up{job="echostore"}');
+    // No alert waits out a long window after a long rate: it would page after the fault.
+    for (const r of rules) expect(r.expr, r.alert).not.toMatch(/\[5m\]/);
     for (const r of rules) {
       expect(['warning', 'critical'], r.alert).toContain(r.labels.severity);
       expect(r.annotations.summary, r.alert).toBeTruthy();
@@ -167,7 +174,7 @@ describe('dashboards and alerts', () => {
     }
     const run = (...argv: string[]) =>
       execFileSync('promtool', argv, { encoding: 'utf8', cwd: ROOT });
-    expect(run('check', 'rules', RULES)).toMatch(/SUCCESS: 6 rules found/);
+    expect(run('check', 'rules', RULES)).toMatch(/SUCCESS: 8 rules found/);
     expect(run('check', 'config', PROMETHEUS)).toMatch(/SUCCESS/);
     expect(run('test', 'rules', RULE_TESTS)).toMatch(/SUCCESS/);
   });

@@ -1,6 +1,6 @@
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { manualClock } from './helpers/clock.js';
-import { errorOf, openStore } from './helpers/probe.js';
+import { errorOf, metricValue, openStore } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { uniqueTable } from './helpers/store.js';
 
@@ -51,6 +51,9 @@ describe('degraded mode (circuit breaker)', () => {
     // 20 misses while open cost no command timeout at all (each would cost 150 ms).
     expect(performance.now() - started).toBeLessThan(20 * 150);
     expect((await errorOf(t.put('w', 1))).code).toBe('ECC_VALKEY_UNAVAILABLE');
+    // Not sent, so no Valkey error: counted as a refused write instead.
+    const refused = { op: 'put' };
+    expect(await metricValue(store, 'echostore_writes_refused_total', table, refused)).toBe(1);
     // Past the cool-down the circuit is half-open: one probe may go, but until a
     // command succeeds the store still says degraded.
     clock.advance(1_000);

@@ -7,6 +7,7 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
+import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import type { Store } from '../src/index.js';
@@ -99,6 +100,7 @@ describe('error logging and client messages', () => {
 
   it('logs a bug (ECC_INTERNAL) at error level with its stack and answers a bare message', async () => {
     const broken = {
+      registry: new Registry(),
       table: () => ({
         get: () => {
           throw new TypeError('cannot read properties of undefined (secret internals)');

@@ -206,6 +206,7 @@ export class Writes {
     }
     const kind = classifyValkeyError(cause);
     if (kind !== 'unsent') bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
+    else this.#ctx.counters.writesRefused[op === 'put' ? 'put' : 'del']++;
     const reason = valkeyReason(cause);
     const message =
       kind === 'unsent'

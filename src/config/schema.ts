@@ -648,6 +648,13 @@ export const LogSchema = Type.Object(
       default: 'info',
       description: 'Least severe pino level logged, or `silent`.',
     }),
+    accessSampleRate: Type.Number({
+      minimum: 0,
+      maximum: 1,
+      default: 0,
+      description:
+        'The access log: the share of requests logged, one `info` line each (`request`: method, URL, route, status, response time). 0: off; 1: every request; 0.01: about one in a hundred.',
+    }),
   },
   { additionalProperties: false },
 );

@@ -2,6 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Logger } from 'pino';
 import type { ReadAfter } from '../changes/read-your-writes.js';
 import type { Store } from '../store/store.js';
+import { installAccessLog } from './access-log.js';
 import { adminOnly } from './auth.js';
 import { batchRoutes } from './batch.js';
 import {
@@ -16,6 +17,7 @@ import { installJsonBodyParser } from './json-body.js';
 import { installOpenApi, openApiRoute } from './openapi.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
 import { orderPipelined } from './pipeline.js';
+import { installRequestMetrics } from './request-metrics.js';
 import { warmRoutes } from './warm.js';
 
 /** Options of {@link buildServer}. */
@@ -40,6 +42,11 @@ export interface ServerOptions {
    * routes answer loopback clients only (else 403 `ECC_PROTECTED_MODE`).
    */
   adminToken?: string;
+  /**
+   * The access log: the share of requests logged, one line each at `info`
+   * (access-log.ts), 0 to 1. Default 0: off.
+   */
+  accessLogSampleRate?: number;
   /**
    * Where the service is in its life, owned by the caller: `/readyz` answers
    * 503 while `warming` or `closing` is true. `main` sets `warming` during the
@@ -114,7 +121,10 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     if (lifecycle.closing) reply.header('connection', 'close');
     done(null, payload);
   });
+  installAccessLog(app, { sampleRate: options.accessLogSampleRate ?? 0 });
   installOpenApi(app);
+  // Before the routes: it learns them from onRoute.
+  installRequestMetrics(app, options.store.registry);
   app.register(async (api) => {
     itemRoutes(api, options.store, admin, options.readAfter ?? (() => undefined));
     batchRoutes(api, options.store, options.maxBatchBytes);
