@@ -90,7 +90,7 @@ describe('the OpenAPI document', () => {
       }
     }
     expect(missing).toEqual([]);
-    expect(refusals).toBe(4); // the item path, the warm path and the two batch paths
+    expect(refusals).toBe(5); // the item path, the warm path, the two batch paths and the inspect path
     for (const path of ['/v1/tables/{table}/items/{id}', '/readyz', '/metrics', '/openapi.json']) {
       expect(Object.keys(doc.paths)).toContain(path);
     }

@@ -12,6 +12,7 @@ import {
   requireHost,
 } from './client-errors.js';
 import { installErrorHandlers, sendError } from './errors.js';
+import { inspectRoutes } from './inspect.js';
 import { itemRoutes } from './items.js';
 import { installJsonBodyParser } from './json-body.js';
 import { installOpenApi, openApiRoute } from './openapi.js';
@@ -129,6 +130,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     itemRoutes(api, options.store, admin, options.readAfter ?? (() => undefined));
     batchRoutes(api, options.store, options.maxBatchBytes);
     warmRoutes(api, options.store, admin);
+    inspectRoutes(api, options.store, admin);
     opsRoutes(api, options.store, lifecycle);
     openApiRoute(api);
   });

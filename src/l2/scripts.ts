@@ -12,6 +12,7 @@
  * the same here, in its ioredis command (`ecc` + the name) and in the docs.
  */
 import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import type { Cluster, Redis } from 'ioredis';
 import type { Breakers } from '../valkey/shard-breaker.js';
 import { isCluster } from '../valkey/slots.js';
@@ -38,6 +39,9 @@ import { type Envelope, LUA_ENVELOPE, writeArgs } from './format.js';
 export function valueKey(table: string, id: string): string {
   return `ecc:${table}:${taggedId(id)}`;
 }
+
+/** Who this process is in a lease token: `<hostname>:<pid>`. */
+const LEASE_HOLDER = `${hostname()}:${process.pid}`;
 
 /** The Valkey key of an item's lease: {@link valueKey} + `:lease`, in the same slot. */
 export function leaseKey(table: string, id: string): string {
@@ -439,7 +443,8 @@ export class L2 {
    * decode the value passes `Number.MAX_SAFE_INTEGER`.
    */
   async readOrLease(id: string, leaseMs: number, replaceUpTo: number): Promise<LeaseAnswer> {
-    const token = randomBytes(12).toString('base64url');
+    // `<host>:<pid>/<random>`: unique, and it names the holder (`echostore inspect`).
+    const token = `${LEASE_HOLDER}/${randomBytes(12).toString('base64url')}`;
     const reply = (await this.#call(
       'readOrLease',
       valueKey(this.#table, id),

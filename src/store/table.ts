@@ -94,6 +94,23 @@ export function assertId(
   sourceRule?.(id);
 }
 
+/** An L1 row as {@link Table.inspectL1} reports it; times are milliseconds left from now. */
+export interface L1Inspection {
+  version: number;
+  /** A cached "not found". */
+  negative: boolean;
+  /** Until stale (soft TTL); negative when it already is. */
+  softTtlMs: number;
+  /** Until gone (hard TTL). */
+  hardTtlMs: number;
+  /** Until it leaves L1 (the jittered `l1.ttlMs`, never past the hard TTL). */
+  l1TtlMs: number;
+  /** How long the load that produced it took. */
+  deltaMs: number;
+  /** Heap bytes it counts against `l1.maxBytes`. */
+  bytes: number;
+}
+
 /**
  * The facade callers use for one table (cache-aside with single-flight).
  *
@@ -437,6 +454,25 @@ export class Table {
       loads_queued: this.#ctx.admission.queued,
       load_limit: this.#ctx.admission.limit,
       queue_delay_ms: Math.round(this.#ctx.admission.queueDelayMs),
+    };
+  }
+
+  /**
+   * What this process's L1 holds for `id`, without touching its recency
+   * (diagnostics: `GET /v1/admin/tables/:table/items/:id`), or `undefined`.
+   */
+  inspectL1(id: string): L1Inspection | undefined {
+    const row = this.#l1.peek(id);
+    if (row === undefined) return undefined;
+    const now = this.#ctx.now();
+    return {
+      version: row.version,
+      negative: row.negative,
+      softTtlMs: Math.round(row.softExpiresAt - now),
+      hardTtlMs: Math.round(row.hardExpiresAt - now),
+      l1TtlMs: Math.max(0, Math.round(row.expiresAt - now)),
+      deltaMs: row.deltaMs,
+      bytes: row.bytes,
     };
   }
 

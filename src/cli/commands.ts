@@ -1,0 +1,154 @@
+/**
+ * The CLI's commands that talk to a running instance (`inspect`, `purge`,
+ * `warm`, `stats`) and `check-config`. Each prints to `out` and returns its
+ * exit code (docs/cli.md); errors are thrown to the dispatcher.
+ */
+import { readFileSync } from 'node:fs';
+import { call, itemPath, type Remote } from './remote.js';
+
+/** Where a command writes its answer. */
+export type Out = (line: string) => void;
+
+interface Row {
+  version: number;
+  negative: boolean;
+  softTtlMs: number;
+  hardTtlMs: number;
+  deltaMs: number;
+  bytes: number;
+  l1TtlMs?: number;
+}
+
+interface Inspection {
+  table: string;
+  id: string;
+  l1: Row | null;
+  l2: Row | null;
+  lease: { holder: string; ttlMs: number } | null;
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+function describeRow(row: Row | null): string {
+  if (row === null) return 'none';
+  const what = row.negative ? 'not found (negative)' : `version ${row.version}`;
+  const fresh =
+    row.softTtlMs >= 0 ? `fresh for ${seconds(row.softTtlMs)}` : `stale ${seconds(-row.softTtlMs)}`;
+  const l1 = row.l1TtlMs === undefined ? '' : `, leaves L1 in ${seconds(row.l1TtlMs)}`;
+  return `${what}, ${fresh}, gone in ${seconds(row.hardTtlMs)}${l1}, loaded in ${row.deltaMs} ms, ${row.bytes} bytes`;
+}
+
+/** `inspect <table> <id>`: the id layer by layer on one instance. Exit 0. */
+export async function inspect(remote: Remote, table: string, id: string, json: boolean, out: Out) {
+  const r = (await call(remote, 'GET', itemPath('/v1/admin', table, id))) as Inspection;
+  if (json) {
+    out(JSON.stringify(r, null, 2));
+    return 0;
+  }
+  out(`${r.table} ${JSON.stringify(r.id)} on ${remote.url}`);
+  out(`  L1 (this instance): ${describeRow(r.l1)}`);
+  out(`  L2 (Valkey):        ${describeRow(r.l2)}`);
+  out(
+    `  lease:              ${r.lease === null ? 'none' : `held by ${r.lease.holder}, ${seconds(r.lease.ttlMs)} left`}`,
+  );
+  return 0;
+}
+
+/** `purge <table> <id>`: the id's DELETE (a tombstone in Valkey, dropped from every L1). Exit 0. */
+export async function purge(remote: Remote, table: string, id: string, out: Out) {
+  await call(remote, 'DELETE', itemPath('/v1', table, id));
+  out(`purged ${table} ${JSON.stringify(id)}`);
+  return 0;
+}
+
+/**
+ * `warm <table> [id …] [--file f]`: reads the ids into the cache through the
+ * instance, at most 1,000 a request. Exit 0, or 1 when an id failed.
+ */
+export async function warm(
+  remote: Remote,
+  table: string,
+  ids: readonly string[],
+  file: string | undefined,
+  out: Out,
+) {
+  const all = [...ids];
+  if (file !== undefined) {
+    for (const line of readFileSync(file, 'utf8').split('\n')) {
+      if (line.trim() !== '') all.push(line.trim());
+    }
+  }
+  let warmed = 0;
+  let notFound = 0;
+  const failed: Array<{ id: string; code: string }> = [];
+  for (let i = 0; i < all.length; i += 1000) {
+    const r = (await call(remote, 'POST', `/v1/tables/${encodeURIComponent(table)}/warm`, {
+      ids: all.slice(i, i + 1000),
+    })) as { warmed: number; notFound: number; failed: typeof failed };
+    warmed += r.warmed;
+    notFound += r.notFound;
+    failed.push(...r.failed);
+  }
+  out(`${table}: ${warmed} warmed, ${notFound} not found, ${failed.length} failed`);
+  for (const f of failed) out(`  ${JSON.stringify(f.id)}: ${f.code}`);
+  return failed.length > 0 ? 1 : 0;
+}
+
+interface TableStats {
+  name: string;
+  stats: Record<string, number>;
+}
+
+/** `stats`: each table's counters and gauges on one instance. Exit 0. */
+export async function stats(remote: Remote, json: boolean, out: Out) {
+  const r = (await call(remote, 'GET', '/v1/tables')) as { tables: TableStats[] };
+  if (json) {
+    out(JSON.stringify(r, null, 2));
+    return 0;
+  }
+  const columns = [
+    'hits',
+    'misses',
+    'loads',
+    'l2_hits',
+    'coalesced',
+    'l1_entries',
+    'flights',
+    'load_limit',
+    'queue_delay_ms',
+  ];
+  const rows = r.tables.map((t) => {
+    const s = t.stats;
+    const reads = (s.hits ?? 0) + (s.misses ?? 0);
+    const ratio = reads === 0 ? '-' : `${((100 * (s.hits ?? 0)) / reads).toFixed(1)}%`;
+    return [t.name, ratio, ...columns.map((c) => String(s[c] ?? '-'))];
+  });
+  const header = ['table', 'l1_hit_ratio', ...columns];
+  const widths = header.map((h, i) =>
+    Math.max(h.length, ...rows.map((row) => row[i]?.length ?? 0)),
+  );
+  for (const row of [header, ...rows]) {
+    out(
+      row
+        .map((cell, i) => cell.padEnd(widths[i] as number))
+        .join('  ')
+        .trimEnd(),
+    );
+  }
+  return 0;
+}
+
+/**
+ * `check-config [--config f]`: validates the configuration as `serve` would
+ * (file, environment overrides, defaults), connecting to nothing. Exit 0; an
+ * invalid one throws `ECC_BAD_CONFIG` (exit 2).
+ */
+export async function checkConfig(argv: readonly string[], out: Out) {
+  const { loadConfig } = await import('../config/load.js');
+  const config = loadConfig({ argv: [...argv], env: process.env });
+  const tables = Object.keys(config.tables);
+  out(
+    `${config.origin}: valid (${tables.length} table${tables.length === 1 ? '' : 's'}: ${tables.join(', ')})`,
+  );
+  return 0;
+}

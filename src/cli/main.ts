@@ -1,0 +1,178 @@
+#!/usr/bin/env node
+/**
+ * `echostore <command>`: the service and its operator tools (docs/cli.md).
+ * Commands that inspect or change the cache talk to a running instance over
+ * its HTTP API (`--url`, the admin token from `--token` or
+ * `ECHOSTORE_ADMIN_TOKEN`), so they see exactly what that instance sees.
+ */
+import { parseArgs } from 'node:util';
+import { EchoStoreError } from '../errors.js';
+import { checkConfig, inspect, purge, stats, warm } from './commands.js';
+import { type Remote, RemoteError, UnreachableError } from './remote.js';
+
+/** Exit codes, documented in docs/cli.md. */
+export const EXIT = {
+  ok: 0,
+  /** The instance answered with an error, or some ids failed to warm. */
+  failed: 1,
+  /** The configuration is invalid (`serve`, `check-config`). */
+  badConfig: 2,
+  /** The instance could not be reached. */
+  unreachable: 3,
+  /** Unknown command, missing or unknown argument (sysexits' EX_USAGE). */
+  usage: 64,
+} as const;
+
+const REMOTE_OPTIONS = `
+
+Options:
+  --url <url>      the instance (default: $ECHOSTORE_URL, else http://127.0.0.1:8080)
+  --token <token>  its admin token (default: $ECHOSTORE_ADMIN_TOKEN)
+  --timeout <ms>   longest wait for an answer (default 10000)`;
+
+const HELP: Record<string, string> = {
+  '': `Usage: echostore <command> [options]
+
+Commands:
+  serve          run the service (what npm start runs)
+  inspect        what the cache holds for an id: L1 on an instance, the L2 value, the lease
+  purge          delete an id from the cache (Valkey and every L1)
+  warm           read ids into the cache
+  stats          each table's counters on an instance
+  check-config   validate a configuration file without starting
+
+Run echostore <command> --help for its options. Exit codes: docs/cli.md.`,
+  serve: `Usage: echostore serve [--config <file>]
+
+Runs the service: reads the configuration (--config, else $ECHOSTORE_CONFIG, else the
+built-in demo), serves HTTP, and stops gracefully on SIGTERM or SIGINT.
+Exit codes: 2 invalid configuration, 1 any other failure to start.`,
+  inspect: `Usage: echostore inspect <table> <id> [--json]
+
+Shows what the cache holds for <id>: the instance's L1 row, the Valkey value's header and
+the lease with its holder, each with the time it has left. Never loads. Admin route.${REMOTE_OPTIONS}`,
+  purge: `Usage: echostore purge <table> <id>
+
+Deletes <id> from the cache: a tombstone in Valkey, the row dropped from every instance's
+L1. The source is not touched. Admin route.${REMOTE_OPTIONS}`,
+  warm: `Usage: echostore warm <table> [<id> …] [--file <file>]
+
+Reads the ids (and those of --file, one a line) into the cache through the instance,
+1000 a request. Exit 1 when any id failed (each is listed with its code). Admin route.${REMOTE_OPTIONS}`,
+  stats: `Usage: echostore stats [--json]
+
+Prints each table's counters and gauges on the instance (GET /v1/tables).${REMOTE_OPTIONS}`,
+  'check-config': `Usage: echostore check-config [--config <file>]
+
+Validates the configuration as serve would (the file, the environment overrides, the
+defaults) without connecting to anything. Exit 0 when valid, 2 when not.`,
+};
+
+class UsageError extends Error {}
+
+/** Runs one command line; resolves with its exit code (`serve` never resolves: it runs until stopped). */
+export async function run(argv: readonly string[], out = print, err = printErr): Promise<number> {
+  const [command = '', ...rest] = argv;
+  if (command === '' || command === '--help' || command === '-h' || command === 'help') {
+    out(HELP[''] as string);
+    return command === '' ? EXIT.usage : EXIT.ok;
+  }
+  if (!(command in HELP)) {
+    err(`echostore: unknown command "${command}"\n\n${HELP['']}`);
+    return EXIT.usage;
+  }
+  if (rest.includes('--help') || rest.includes('-h')) {
+    out(HELP[command] as string);
+    return EXIT.ok;
+  }
+  try {
+    return await dispatch(command, rest, out);
+  } catch (e) {
+    if (e instanceof UsageError || (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      err(`echostore ${command}: ${(e as Error).message}\n\n${HELP[command]}`);
+      return EXIT.usage;
+    }
+    if (e instanceof EchoStoreError && e.code === 'ECC_BAD_CONFIG') {
+      err(`echostore: invalid configuration (${e.code}): ${e.message}`);
+      return EXIT.badConfig;
+    }
+    if (e instanceof RemoteError) {
+      err(`echostore ${command}: ${e.code} (HTTP ${e.status}): ${e.message}`);
+      return EXIT.failed;
+    }
+    if (e instanceof UnreachableError) {
+      err(`echostore ${command}: ${e.message}`);
+      return EXIT.unreachable;
+    }
+    err(`echostore ${command}: ${(e as Error).stack ?? String(e)}`);
+    return EXIT.failed;
+  }
+}
+
+async function dispatch(command: string, rest: string[], out: (line: string) => void) {
+  if (command === 'serve') {
+    // Loaded only here: the other commands start fast without the whole service.
+    const { runService } = await import('../serve.js');
+    runService(rest);
+    return new Promise<number>(() => {}); // runs until a signal; the process exits itself
+  }
+  if (command === 'check-config') {
+    parseArgs({ args: rest, options: { config: { type: 'string' } }, strict: true });
+    return await checkConfig(rest, out);
+  }
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      timeout: { type: 'string' },
+      json: { type: 'boolean' },
+      file: { type: 'string' },
+    },
+  });
+  const timeoutMs = Number(values.timeout ?? 10_000);
+  if (!(Number.isInteger(timeoutMs) && timeoutMs > 0)) {
+    throw new UsageError('--timeout must be a positive integer (milliseconds)');
+  }
+  const remote: Remote = {
+    url: values.url ?? (process.env.ECHOSTORE_URL || 'http://127.0.0.1:8080'),
+    token: values.token ?? (process.env.ECHOSTORE_ADMIN_TOKEN || undefined),
+    timeoutMs,
+  };
+  const json = values.json === true;
+  const want = (n: number, what: string) => {
+    if (positionals.length !== n) throw new UsageError(`expected ${what}`);
+  };
+  switch (command) {
+    case 'inspect':
+      want(2, '<table> <id>');
+      return inspect(remote, positionals[0] as string, positionals[1] as string, json, out);
+    case 'purge':
+      want(2, '<table> <id>');
+      return purge(remote, positionals[0] as string, positionals[1] as string, out);
+    case 'warm': {
+      const [table, ...ids] = positionals;
+      if (table === undefined || (ids.length === 0 && values.file === undefined)) {
+        throw new UsageError('expected <table> and ids, or --file');
+      }
+      return warm(remote, table, ids, values.file, out);
+    }
+    default:
+      want(0, 'no arguments');
+      return stats(remote, json, out);
+  }
+}
+
+function print(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+function printErr(line: string): void {
+  process.stderr.write(`${line}\n`);
+}
+
+run(process.argv.slice(2)).then((code) => {
+  process.exitCode = code;
+});

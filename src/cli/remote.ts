@@ -1,0 +1,77 @@
+/**
+ * How the CLI talks to a running instance: its HTTP API, JSON both ways, the
+ * admin token as a Bearer credential.
+ */
+
+/** Where the instance is, and the admin token, if any. */
+export interface Remote {
+  /** Base URL, e.g. `http://127.0.0.1:8080`. */
+  url: string;
+  token: string | undefined;
+  /** Longest wait for an answer, ms. */
+  timeoutMs: number;
+}
+
+/** The instance answered with a coded error (`{ error: { code, message } }`). */
+export class RemoteError extends Error {
+  readonly status: number;
+  readonly code: string;
+  constructor(status: number, code: string, message: string) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** The instance could not be reached (refused, timed out, not HTTP). */
+export class UnreachableError extends Error {}
+
+/**
+ * Sends one request and returns its JSON body (`undefined` for a 204).
+ *
+ * @throws {RemoteError} for an answer of 400 or more.
+ * @throws {UnreachableError} when no answer came within `timeoutMs`.
+ */
+export async function call(
+  remote: Remote,
+  method: 'GET' | 'POST' | 'DELETE',
+  path: string,
+  body?: unknown,
+): Promise<unknown> {
+  const headers: Record<string, string> = {};
+  if (remote.token !== undefined) headers.authorization = `Bearer ${remote.token}`;
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  let response: Response;
+  try {
+    response = await fetch(new URL(path, remote.url), {
+      method,
+      headers,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      signal: AbortSignal.timeout(remote.timeoutMs),
+    });
+  } catch (err) {
+    const why = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+    throw new UnreachableError(`cannot reach ${remote.url} (${why})`);
+  }
+  const text = await response.text();
+  let json: unknown;
+  try {
+    json = text === '' ? undefined : JSON.parse(text);
+  } catch {
+    throw new UnreachableError(`${remote.url} did not answer JSON (HTTP ${response.status})`);
+  }
+  if (response.status >= 400) {
+    const error = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
+    throw new RemoteError(
+      response.status,
+      error?.code ?? `HTTP_${response.status}`,
+      error?.message ?? text,
+    );
+  }
+  return json;
+}
+
+/** `/v1/tables/<table>/items/<id>` with both parts percent-encoded. */
+export function itemPath(prefix: string, table: string, id: string): string {
+  return `${prefix}/tables/${encodeURIComponent(table)}/items/${encodeURIComponent(id)}`;
+}

@@ -1,0 +1,193 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { stringify } from 'yaml';
+import { freePort } from '../harness/free-port.js';
+import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
+import { type ServiceProcess, startServiceProcess } from './helpers/service.js';
+import { uniqueTable, valkeyUrl } from './helpers/store.js';
+
+const CLI = fileURLToPath(new URL('../dist/src/cli/main.js', import.meta.url));
+const TOKEN = 'cli-admin-token-0123456789';
+
+interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the real CLI (`dist/src/cli/main.js`, the package's `bin`) to its end. */
+function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { ...process.env, ECHOSTORE_ADMIN_TOKEN: '', ECHOSTORE_URL: '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => {
+      stdout += c;
+    });
+    child.stderr.setEncoding('utf8').on('data', (c: string) => {
+      stderr += c;
+    });
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe('the echostore CLI against a running service', () => {
+  const table = uniqueTable('cli');
+  let origin: Origin;
+  let service: ServiceProcess;
+  let remote: string[];
+
+  beforeAll(async () => {
+    origin = await startOrigin(1);
+    service = await startServiceProcess(
+      {
+        valkey: { url: valkeyUrl() },
+        http: { adminToken: TOKEN },
+        tables: { [table]: { source: { kind: 'http', url: origin.template }, ttlMs: 60_000 } },
+      },
+      { inHook: true },
+    );
+    remote = ['--url', service.url, '--token', TOKEN];
+  });
+  afterAll(async () => {
+    service?.process.kill('SIGKILL');
+    await origin?.close();
+  });
+
+  it('answers --help on every command, and a usage error with exit 64', async () => {
+    for (const command of ['serve', 'inspect', 'purge', 'warm', 'stats', 'check-config']) {
+      const r = await cli([command, '--help']);
+      expect(r.code, command).toBe(0);
+      expect(r.stdout, command).toContain(`Usage: echostore ${command}`);
+    }
+    const top = await cli(['--help']);
+    expect(top.code).toBe(0);
+    expect(top.stdout).toContain('check-config');
+    expect((await cli(['nonsense'])).code).toBe(64);
+    expect((await cli(['inspect', table])).code).toBe(64);
+    expect((await cli(['stats', '--bogus'])).code).toBe(64);
+  });
+
+  it('inspects an id layer by layer: nothing, then L1 and L2 with their TTLs', async () => {
+    const cold = await cli(['inspect', table, 'i1', '--json', ...remote]);
+    expect(cold.code, cold.stderr).toBe(0);
+    expect(JSON.parse(cold.stdout)).toEqual({ table, id: 'i1', l1: null, l2: null, lease: null });
+    expect(origin.readsOf('i1')).toBe(0); // inspecting never loads
+
+    const read = await fetch(`${service.url}/v1/tables/${table}/items/i1`);
+    const version = Number((read.headers.get('etag') as string).replaceAll('"', ''));
+    const warm = JSON.parse((await cli(['inspect', table, 'i1', '--json', ...remote])).stdout);
+    expect(warm.l1).toMatchObject({ version, negative: false });
+    expect(warm.l2).toMatchObject({ version, negative: false });
+    for (const layer of [warm.l1, warm.l2]) {
+      expect(layer.softTtlMs).toBeGreaterThan(50_000);
+      expect(layer.softTtlMs).toBeLessThanOrEqual(72_000); // 60 s, jitter up to 20 %
+      expect(layer.hardTtlMs).toBeGreaterThan(layer.softTtlMs);
+    }
+    const text = await cli(['inspect', table, 'i1', ...remote]);
+    expect(text.stdout).toContain(`L1 (this instance): version ${version}, fresh for`);
+    expect(text.stdout).toContain('lease:              none');
+  });
+
+  it('names the lease holder while a load runs', async () => {
+    const id = `${HOLD_PREFIX}cli`;
+    const pending = fetch(`${service.url}/v1/tables/${table}/items/${id}`);
+    expect(await origin.seen(id, 5_000)).toBe(true);
+    const r = JSON.parse((await cli(['inspect', table, id, '--json', ...remote])).stdout);
+    expect(r.lease.holder).toBe(`${hostname()}:${service.process.pid}`);
+    expect(r.lease.ttlMs).toBeGreaterThan(0);
+    origin.release(id);
+    expect((await pending).status).toBe(200);
+  });
+
+  it('purges an id: the next read loads it again, counted at the source', async () => {
+    await fetch(`${service.url}/v1/tables/${table}/items/p1`);
+    expect(origin.readsOf('p1')).toBe(1);
+    const r = await cli(['purge', table, 'p1', ...remote]);
+    expect(r.code, r.stderr).toBe(0);
+    const after = JSON.parse((await cli(['inspect', table, 'p1', '--json', ...remote])).stdout);
+    expect(after.l1).toBeNull();
+    expect(after.l2).toMatchObject({ negative: true }); // the tombstone
+    await fetch(`${service.url}/v1/tables/${table}/items/p1`);
+    expect(origin.readsOf('p1')).toBe(2);
+  });
+
+  it('warms ids from arguments and a file, and prints the stats', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'echostore-cli-'));
+    const file = join(dir, 'ids.txt');
+    writeFileSync(file, 'w3\nw4\n\n');
+    const r = await cli(['warm', table, 'w1', 'w2', '--file', file, ...remote]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`${table}: 4 warmed, 0 not found, 0 failed`);
+    for (const id of ['w1', 'w2', 'w3', 'w4']) expect(origin.readsOf(id), id).toBe(1);
+    const s = await cli(['stats', '--json', '--url', service.url]);
+    expect(s.code).toBe(0);
+    const row = JSON.parse(s.stdout).tables.find((t: { name: string }) => t.name === table);
+    expect(row.stats.l1_entries).toBeGreaterThanOrEqual(4);
+    const text = await cli(['stats', '--url', service.url]);
+    expect(text.stdout.split('\n')[0]).toMatch(/^table\s+l1_hit_ratio\s+hits/);
+    expect(text.stdout).toContain(table);
+  });
+
+  it('exits 1 with the code when the instance refuses, 3 when it cannot be reached', async () => {
+    const unauthorized = await cli(['purge', table, 'x', '--url', service.url]);
+    expect(unauthorized.code).toBe(1);
+    expect(unauthorized.stderr).toContain('ECC_UNAUTHORIZED');
+    const peek = await cli(['inspect', table, 'x', '--url', service.url, '--token', 'wrong-token']);
+    expect(peek.code).toBe(1);
+    expect(peek.stderr).toContain('ECC_UNAUTHORIZED');
+    const unknown = await cli(['inspect', 'no-such-table', 'x', ...remote]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('ECC_UNKNOWN_TABLE');
+    const port = await freePort(); // nothing listens there
+    const down = await cli(['stats', '--url', `http://127.0.0.1:${port}`]);
+    expect(down.code).toBe(3);
+  });
+});
+
+describe('echostore check-config and serve', () => {
+  const write = (config: object) => {
+    const file = join(mkdtempSync(join(tmpdir(), 'echostore-cli-')), 'config.yaml');
+    writeFileSync(file, stringify(config));
+    return file;
+  };
+  const good = () => ({
+    valkey: { url: valkeyUrl() },
+    tables: { t1: { source: { kind: 'http', url: 'http://127.0.0.1:9/items/{id}' } } },
+  });
+
+  it('check-config exits 0 for a valid file and 2 with the field for an invalid one', async () => {
+    const ok = await cli(['check-config', '--config', write(good())]);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toContain('valid (1 table: t1)');
+    const bad = await cli(['check-config', '--config', write({ ...good(), tables: { t1: {} } })]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('ECC_BAD_CONFIG');
+    expect(bad.stderr).toContain('tables.t1');
+  });
+
+  it('serve runs the service until SIGTERM', async () => {
+    const port = await freePort();
+    const child = spawn(process.execPath, [CLI, 'serve', '--config', write(good())], {
+      env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'silent' },
+      stdio: 'ignore',
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    try {
+      await vi.waitFor(
+        async () => expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200),
+        { timeout: 15_000, interval: 100 },
+      );
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+  }, 30_000);
+});
