@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { createStore, type Store } from '../src/index.js';
-import { deferred, uniqueTable, valkeyTarget } from './helpers/store.js';
+import { deferred, uniqueTable, valkeyCluster, valkeyTarget, valkeyUrl } from './helpers/store.js';
 
 describe('HTTP API', () => {
   let store: Store;
@@ -291,6 +291,10 @@ describe('HTTP API', () => {
         subscriber: 'ready',
         maxmemoryPolicy: expect.any(String),
         evictionRisk: null,
+        topology:
+          valkeyCluster() === undefined
+            ? { mode: 'standalone', nodes: [new URL(valkeyUrl()).host] }
+            : { mode: 'cluster', nodes: expect.arrayContaining([expect.any(String)]) },
       },
     });
   });

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
 import { DEGRADED_REASONS } from '../valkey/breaker.js';
 import { errorResponses } from './openapi.js';
+import { valkeyTopology } from './topology.js';
 
 /** Where the service is in its life, for `/readyz`: ready only while neither warming nor closing. */
 export interface Lifecycle {
@@ -77,6 +78,17 @@ const readiness = (statuses: readonly string[], description: string) =>
           evictionRisk: {
             type: ['string', 'null'],
             description: 'Why that policy may evict leases and tombstones first; else null.',
+          },
+          topology: {
+            type: 'object',
+            description:
+              'The Valkey deployment as the client knows it now: `mode` (`standalone`, `cluster`, `sentinel`), `nodes` (`host:port` of the server, the primaries, or the primary Sentinel named), `master` (the Sentinel master name).',
+            required: ['mode', 'nodes'],
+            properties: {
+              mode: { type: 'string', enum: ['standalone', 'cluster', 'sentinel'] },
+              nodes: { type: 'array', items: { type: 'string' } },
+              master: { type: 'string' },
+            },
           },
         },
       },
@@ -183,6 +195,7 @@ export function opsRoutes(app: FastifyInstance, store: Store, lifecycle: Lifecyc
           subscriber: h.subscriber ?? null,
           maxmemoryPolicy: h.maxmemoryPolicy ?? null,
           evictionRisk: h.evictionRisk ?? null,
+          topology: valkeyTopology(store.valkey),
         },
       };
     },

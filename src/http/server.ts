@@ -19,6 +19,7 @@ import { installOpenApi, openApiRoute } from './openapi.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
 import { orderPipelined } from './pipeline.js';
 import { installRequestMetrics } from './request-metrics.js';
+import { statusRoutes } from './status-page.js';
 import { warmRoutes } from './warm.js';
 
 /** Options of {@link buildServer}. */
@@ -132,6 +133,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     warmRoutes(api, options.store, admin);
     inspectRoutes(api, options.store, admin);
     opsRoutes(api, options.store, lifecycle);
+    statusRoutes(api);
     openApiRoute(api);
   });
   return app;
