@@ -12,6 +12,7 @@ import { ConfigError, type EchoStoreError } from '../src/errors.js';
 import { buildSource, mysqlSource, postgresSource, type Source } from '../src/sources/index.js';
 import type { SqlSourceOptions } from '../src/sources/sql.js';
 import { openStore } from './helpers/probe.js';
+import { startServiceProcess } from './helpers/service.js';
 import {
   mysqlExec,
   mysqlServer,
@@ -22,7 +23,7 @@ import {
   withDatabase,
   withSearchPath,
 } from './helpers/sql.js';
-import { uniqueTable } from './helpers/store.js';
+import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 const ctx = () => ({ signal: new AbortController().signal });
 const BIG = '9007199254740993';
@@ -41,6 +42,8 @@ interface Kind {
   /** The list query on `items`, selecting `columns`. */
   query(items: string, columns?: string, where?: string): string;
   sleep(items: string, seconds: number): string;
+  /** An `idsQuery` on `items`: the ids, highest first, up to the limit. */
+  idsQuery(items: string): string;
   build(options: SqlSourceOptions, loadTimeoutMs: number, counted?: Counted): Promise<Source>;
 }
 
@@ -66,6 +69,7 @@ const postgres: Kind = {
   query: (items, columns = 'id, name, big', where = 'id = ANY($1)') =>
     `SELECT ${columns} FROM ${items} WHERE ${where}`,
   sleep: (items, s) => `SELECT id, pg_sleep(${s}) FROM ${items} WHERE id = ANY($1)`,
+  idsQuery: (items) => `SELECT id FROM ${items} ORDER BY id DESC LIMIT $1`,
   build(options, loadTimeoutMs, counted) {
     let made: pg.Pool | undefined;
     if (counted !== undefined) counted.open = async () => made?.totalCount ?? 0;
@@ -97,6 +101,7 @@ const mysqlKind: Kind = {
   query: (items, columns = 'id, name, big', where = 'id IN (?)') =>
     `SELECT ${columns} FROM ${items} WHERE ${where}`,
   sleep: (items, s) => `SELECT id, SLEEP(${s}) AS s FROM ${items} WHERE id IN (?)`,
+  idsQuery: (items) => `SELECT id FROM ${items} ORDER BY id DESC LIMIT ?`,
   build(options, loadTimeoutMs, counted) {
     const database = new URL(options.url).pathname.slice(1);
     if (counted !== undefined) {
@@ -265,6 +270,66 @@ describe.each([postgres, mysqlKind])('$name source', (kind) => {
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as ConfigError).field).toBe('tables.items.source.url');
     expect((err as Error).message).not.toContain('sekret');
+  });
+
+  it('lists ids with idsQuery, most wanted first, as text (warm.top)', async () => {
+    const { f, s, counted } = await source();
+    expect(s.listIds).toBeUndefined(); // no idsQuery: the source cannot list ids
+    const listing = await kind.build(
+      { url: f.url, query: kind.query(f.items), idsQuery: kind.idsQuery(f.items) },
+      4_000,
+      counted,
+    );
+    onTestFinished(() => listing.close());
+    expect(await listing.listIds?.(3)).toEqual(['60', '59', '58']);
+    expect(await listing.listIds?.(0)).toEqual([]);
+  });
+
+  it('refuses an idsQuery that does not take the limit, naming source.idsQuery', async () => {
+    const f = await fixture();
+    const err = await kind
+      .build(
+        { url: f.url, query: kind.query(f.items), idsQuery: `SELECT id FROM ${f.items}` },
+        1_000,
+      )
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe('tables.items.source.idsQuery');
+  });
+
+  it('warms its top ids at start-up (warm.top), with the listing in the log', async () => {
+    const f = await fixture();
+    const table = uniqueTable('sql-top');
+    const service = await startServiceProcess({
+      valkey: { url: valkeyUrl() },
+      tables: {
+        [table]: {
+          source: {
+            kind: kind.name,
+            url: f.url,
+            query: kind.query(f.items),
+            idsQuery: kind.idsQuery(f.items),
+          },
+          warm: { top: 4 },
+        },
+      },
+    });
+    await vi.waitFor(
+      () => expect(service.logs().some((l) => l.msg === 'warm-up done')).toBe(true),
+      {
+        timeout: 15_000,
+        interval: 50,
+      },
+    );
+    expect(
+      service.logs().find((l) => l.msg === 'warm-up: the source listed its top ids'),
+    ).toMatchObject({ table, top: 4, listed: 4 });
+    expect(service.logs().find((l) => l.msg === 'warm-up done')).toMatchObject({
+      table,
+      warmed: 4,
+    });
+    const r = await fetch(`${service.url}/v1/tables/${table}/items/57`);
+    expect(r.headers.get('cache-status')).toMatch(/detail=l1$/); // warmed: no load on this read
   });
 
   it('seeds the demo catalog once when asked: product 42 as in the sqlite demo', async () => {

@@ -135,7 +135,7 @@ export const HttpSourceSchema = Type.Object(
 );
 
 /** The fields of the `postgres` and `mysql` sources, but `kind`, `url` and `query`. */
-function sqlFields(listExample: string) {
+function sqlFields(listExample: string, limitExample: string) {
   return {
     query: Type.String({
       minLength: 1,
@@ -166,6 +166,12 @@ function sqlFields(listExample: string) {
       stringEnum(['demo'], {
         description:
           '`demo`: create the table `products` with the demo catalog (10,000 products) first, when it is missing or empty.',
+      }),
+    ),
+    idsQuery: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: `A query listing ids, most wanted first, for the table's \`warm.top\`: it takes exactly one parameter, the limit (\`${limitExample}\`); each row's first column is an id (text or integer). Checked at start-up. Unset: the source cannot list ids.`,
       }),
     ),
   };
@@ -342,7 +348,10 @@ export const PostgresSourceSchema = Type.Object(
       description:
         '`postgres://user[:password]@host[:port]/database` (libpq URL parameters such as `sslmode` allowed). Never repeated in error messages.',
     }),
-    ...sqlFields('SELECT … FROM products WHERE id = ANY($1)'),
+    ...sqlFields(
+      'SELECT … FROM products WHERE id = ANY($1)',
+      'SELECT id FROM products ORDER BY sales DESC LIMIT $1',
+    ),
     follow: Type.Optional(PostgresFollowSchema),
   },
   {
@@ -361,7 +370,10 @@ export const MysqlSourceSchema = Type.Object(
       description:
         '`mysql://user[:password]@host[:port]/database` (MySQL or MariaDB). Never repeated in error messages.',
     }),
-    ...sqlFields('SELECT … FROM products WHERE id IN (?)'),
+    ...sqlFields(
+      'SELECT … FROM products WHERE id IN (?)',
+      'SELECT id FROM products ORDER BY sales DESC LIMIT ?',
+    ),
     follow: Type.Optional(MysqlFollowSchema),
   },
   {
@@ -423,7 +435,7 @@ export const WarmSchema = Type.Object(
         minimum: 1,
         maximum: MAX_STARTUP_WARM_IDS,
         description:
-          'Warm the first `top` ids the source lists, most wanted first. Only a source that can list ids: `sqlite` with `idsQuery`.',
+          'Warm the first `top` ids the source lists, most wanted first. Only a source that can list ids: `sqlite`, `postgres` or `mysql` with `idsQuery`.',
       }),
     ),
     concurrency: Type.Optional(

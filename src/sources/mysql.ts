@@ -17,6 +17,8 @@ import {
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_ID_COLUMN,
   DEFAULT_POOL_SIZE,
+  idsOfRows,
+  idsQueryFailed,
   reason,
   rowsById,
   type SqlSourceContext,
@@ -47,7 +49,8 @@ export interface MysqlSourceContext extends SqlSourceContext {
  * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the server
  *   cannot be reached or refuses the login, `<field>.query` when the query has
  *   not exactly one `?` (outside quotes and comments), does not prepare or
- *   run, writes, or lacks the id column.
+ *   run, writes, or lacks the id column; `<field>.idsQuery` when it does not
+ *   run with a limit. With `idsQuery` the source has `listIds(limit)` (`warm.top`).
  */
 export async function mysqlSource(
   options: SqlSourceOptions,
@@ -93,12 +96,21 @@ export async function mysqlSource(
     return rowsById(rows as Record<string, unknown>[], idColumn);
   };
   // MySQL coerces rather than refuses a bad value: no data exception to isolate.
-  return batchSource(
+  const source = batchSource(
     queryMany,
     () => false,
     table,
     () => pool.end(),
   );
+  const { idsQuery } = options;
+  if (idsQuery !== undefined) {
+    source.listIds = async (limit) => {
+      // The limit as text: MySQL's prepared LIMIT refuses a DOUBLE, which a JS number binds as.
+      const [rows] = await pool.execute({ sql: idsQuery, rowsAsArray: true }, [String(limit)]);
+      return idsOfRows(rows as unknown[][], field);
+    };
+  }
+  return source;
 }
 
 /**
@@ -134,6 +146,20 @@ async function check(
       });
     }
     checkIdColumn(columns, idColumn, field);
+    if (options.idsQuery !== undefined) {
+      // The server ignores a surplus parameter: count them on the prepared statement.
+      let params = 0;
+      try {
+        const prepared = await conn.prepare(options.idsQuery);
+        params = (prepared as unknown as { statement: { parameters: unknown[] } }).statement
+          .parameters.length;
+        await prepared.execute(['0']);
+        await prepared.close();
+      } catch (err) {
+        throw idsQueryFailed(field, err);
+      }
+      if (params !== 1) throw idsQueryFailed(field, new Error(`it takes ${params} parameters`));
+    }
     return mariadb
       ? (ms) => `SET SESSION max_statement_time = ${(ms / 1000).toFixed(3)}`
       : (ms) => `SET SESSION max_execution_time = ${Math.round(ms)}`;

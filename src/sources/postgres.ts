@@ -16,6 +16,8 @@ import {
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_ID_COLUMN,
   DEFAULT_POOL_SIZE,
+  idsOfRows,
+  idsQueryFailed,
   reason,
   rowsById,
   type SqlSourceContext,
@@ -49,7 +51,8 @@ const isDataError = (err: unknown) => /^22/.test(String((err as { code?: unknown
  * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the server
  *   cannot be reached or refuses the login, `<field>.query` when the query does
  *   not compile, writes, does not take one array parameter, or lacks the id
- *   column; the pool is closed first.
+ *   column, `<field>.idsQuery` when it does not run with a limit; the pool is
+ *   closed first. With `idsQuery` the source has `listIds(limit)` (`warm.top`).
  */
 export async function postgresSource(
   options: SqlSourceOptions,
@@ -89,7 +92,15 @@ export async function postgresSource(
     const result = await pool.query({ name: statement, text: options.query, values: [ids] });
     return rowsById(result.rows, idColumn);
   };
-  return batchSource(queryMany, isDataError, table, () => pool.end());
+  const source = batchSource(queryMany, isDataError, table, () => pool.end());
+  const { idsQuery } = options;
+  if (idsQuery !== undefined) {
+    source.listIds = async (limit) => {
+      const result = await pool.query({ text: idsQuery, values: [limit], rowMode: 'array' });
+      return idsOfRows(result.rows as unknown[][], field);
+    };
+  }
+  return source;
 }
 
 async function check(
@@ -134,6 +145,13 @@ async function check(
       idColumn,
       field,
     );
+    if (options.idsQuery !== undefined) {
+      try {
+        await client.query(options.idsQuery, [0]);
+      } catch (err) {
+        throw idsQueryFailed(field, err);
+      }
+    }
   } finally {
     client.release();
   }

@@ -26,6 +26,12 @@ export interface SqlSourceOptions {
   connectTimeoutMs?: number;
   /** `'demo'`: create the demo `products` table and its 10,000 rows first, if it is missing or empty. */
   seed?: 'demo';
+  /**
+   * A query listing ids, most wanted first, that takes one parameter, the
+   * limit (`$1` on postgres, `?` on mysql): each row's first column is an id.
+   * Gives the source `listIds` (`warm.top`).
+   */
+  idsQuery?: string;
 }
 
 /** What the store tells a source when it builds it. */
@@ -189,6 +195,35 @@ export function checkIdColumn(columns: readonly string[], idColumn: string, fiel
   throw new ConfigError(
     `${field}.query: returns no column "${idColumn}" (idColumn), by which rows are matched to ids; it returns ${columns.length === 0 ? 'no rows' : columns.join(', ')}`,
     { field: `${field}.query` },
+  );
+}
+
+/**
+ * The ids of `idsQuery`'s rows (each row an array, its first column the id):
+ * text as is, integers as their decimal text; a row with no id is skipped.
+ *
+ * @throws {ConfigError} naming `<field>.idsQuery` when a first column is neither.
+ */
+export function idsOfRows(rows: readonly unknown[][], field: string): string[] {
+  const ids: string[] = [];
+  for (const [id] of rows) {
+    if (id === null || id === undefined) continue;
+    if (typeof id === 'string') ids.push(id);
+    else if (typeof id === 'number' || typeof id === 'bigint') ids.push(String(id));
+    else {
+      throw new ConfigError(`${field}.idsQuery: a row's first column is not text or an integer`, {
+        field: `${field}.idsQuery`,
+      });
+    }
+  }
+  return ids;
+}
+
+/** The start-up error of an `idsQuery` that does not run with a limit: names `<field>.idsQuery`. */
+export function idsQueryFailed(field: string, err: unknown): ConfigError {
+  return new ConfigError(
+    `${field}.idsQuery: ${reason(err)} (it must take one parameter, the limit)`,
+    { field: `${field}.idsQuery`, cause: err },
   );
 }
 

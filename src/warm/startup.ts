@@ -73,12 +73,16 @@ export async function warmIds(
   const top = config.top as number;
   if (source.listIds === undefined) {
     throw new ConfigError(
-      `${field}.top: the table's source cannot list ids (an sqlite source needs idsQuery)`,
+      `${field}.top: the table's source cannot list ids (an sqlite, postgres or mysql source needs idsQuery)`,
       { field: `${field}.top` },
     );
   }
   try {
-    return await source.listIds(top);
+    const started = performance.now();
+    const ids = await source.listIds(top);
+    const ms = Math.round(performance.now() - started);
+    log.info({ table, top, listed: ids.length, ms }, 'warm-up: the source listed its top ids');
+    return ids;
   } catch (err) {
     log.error({ err, table }, 'warm-up: the source could not list ids; the table is not warmed');
     return [];
