@@ -1,11 +1,32 @@
 /**
  * EchoStore for Node: a cache-aside store with single-flight per process.
+ * An ES module (CommonJS callers use `await import('echostore')`); the
+ * built-in source kinds (`sqliteSource`, `httpSource`, `postgresSource`,
+ * `mysqlSource`, or `buildSource` from a configuration's `source`) give a
+ * table its `load` / `loadMany`.
  *
  * @packageDocumentation
  */
 export * from './errors.js';
 export type { Envelope } from './l2/format.js';
 export { leaseKey, valueKey } from './l2/scripts.js';
+export {
+  type BuildContext,
+  buildSource,
+  ensureDemoCatalog,
+  type HttpSourceOptions,
+  httpSource,
+  type MysqlSourceContext,
+  mysqlSource,
+  type PostgresSourceContext,
+  postgresSource,
+  type Source,
+  type SourceConfig,
+  type SqliteSourceOptions,
+  type SqlSourceContext,
+  type SqlSourceOptions,
+  sqliteSource,
+} from './sources/index.js';
 export { LoadResult, type RowPolicy, withPolicy } from './store/load-result.js';
 export {
   DEFAULT_POLICY,

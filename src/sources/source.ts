@@ -14,7 +14,7 @@ export interface Source {
   /**
    * Lists up to `limit` ids, most wanted first, for a start-up warm-up
    * (`warm.top`). Optional: only sources configured with a listing query have
-   * it (`sqlite` with `idsQuery`).
+   * it (`sqlite`, `postgres` or `mysql` with `idsQuery`).
    *
    * @throws (rejects) the source's own error when the listing fails; {@link ConfigError}
    *   `ECC_BAD_CONFIG` when a listed id is neither text nor an integer.
