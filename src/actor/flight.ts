@@ -11,6 +11,7 @@ import { bump, type TableCounters, type TableHistograms } from '../metrics.js';
 import type { Admission } from '../protection/admission.js';
 import type { NotFoundConfirmations } from '../store/not-found.js';
 import type { TablePolicy } from '../store/policy.js';
+import type { FlightTrace } from '../store/tracing.js';
 import type { LoadFn, ReadLayer, ReadResult } from '../store/types.js';
 import type { VersionClock } from '../store/version-clock.js';
 
@@ -109,6 +110,8 @@ export interface TableContext {
   log: Logger;
   /** This process's monotonic clock, ms, for L1 and flights (injected in tests); Valkey judges its own values on its own clock. */
   now(): number;
+  /** Told of lease and admission waits, for the reads' spans; undefined with tracing off. */
+  trace?: FlightTrace;
 }
 
 /**

@@ -123,8 +123,10 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
   // A value that looked fresh but did not decode (counted once, not again as the stale one).
   let undecodable: string | undefined;
   const waited = () => {
-    if (waitStarted !== undefined)
-      metrics.waitSeconds.observe((performance.now() - waitStarted) / 1000);
+    if (waitStarted === undefined) return;
+    const ms = performance.now() - waitStarted;
+    metrics.waitSeconds.observe(ms / 1000);
+    ctx.trace?.leaseWaited(flight.id, ms);
   };
   try {
     for (;;) {
@@ -473,6 +475,7 @@ function decode(
  */
 async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope> {
   const { admission, name: table } = ctx;
+  const asked = ctx.trace === undefined ? 0 : performance.now();
   const permit = await admission.acquire((retryAfterMs) => {
     ctx.counters.shed++;
     return new ShedError(
@@ -480,6 +483,7 @@ async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope
       { table, id: flight.id, retryAfterMs },
     );
   }, flight.id);
+  ctx.trace?.admitted(flight.id, performance.now() - asked);
   const started = performance.now();
   const value = await callLoader(ctx, flight, permit);
   return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));

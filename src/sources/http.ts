@@ -1,4 +1,5 @@
 /** The `http` source: GET a URL with the id in it; 200 JSON is the item, 404 is "not found". */
+import { context, propagation } from '@opentelemetry/api';
 import { Agent, fetch, type Response } from 'undici';
 import { BadIdError, ConfigError, SourceError } from '../errors.js';
 import type { Source } from './source.js';
@@ -116,7 +117,7 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
       try {
         response = await fetch(target, {
           dispatcher: agent,
-          headers,
+          headers: withTraceContext(headers),
           redirect: 'error',
           signal: AbortSignal.any([signal, timeout]),
         });
@@ -210,4 +211,16 @@ function parseJson(text: string, url: string): unknown {
       cause: err,
     });
   }
+}
+
+/**
+ * `headers` plus the active trace context as the registered propagator writes
+ * it (`traceparent`, `tracestate` with the W3C one), so the origin's spans
+ * join the read's trace. Without an SDK the propagator is a no-op and
+ * `headers` is sent as is.
+ */
+function withTraceContext(headers: Record<string, string>): Record<string, string> {
+  const carrier: Record<string, string> = {};
+  propagation.inject(context.active(), carrier);
+  return Object.keys(carrier).length === 0 ? headers : { ...headers, ...carrier };
 }

@@ -28,6 +28,7 @@ import { L1 } from './l1.js';
 import { NotFoundConfirmations } from './not-found.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
 import { RESERVED_TABLE_NAMES, TABLE_NAME, Table } from './table.js';
+import { TableTracer, type TracingOptions } from './tracing.js';
 import type { LoadFn, LoadManyFn } from './types.js';
 import { VersionClock } from './version-clock.js';
 
@@ -79,6 +80,12 @@ export interface StoreOptions {
    * Valkey's clock.
    */
   now?: () => number;
+  /**
+   * Traces through `@opentelemetry/api`: a span per read (`echostore.get`)
+   * and per load (`echostore.load`), ids hashed unless `ids: 'plain'`
+   * (docs/operations.md, traces). Default: none, at no cost.
+   */
+  tracing?: TracingOptions;
   /** @internal Tuning of the circuit breaker in front of Valkey (tests inject its clock). */
   breaker?: BreakerOptions;
 }
@@ -97,6 +104,8 @@ export interface Store {
   readonly registry: Registry;
   /** The Valkey client in use (a `Cluster` in cluster mode). */
   readonly valkey: Redis | Cluster;
+  /** True when the store was given `tracing`: the HTTP routes then take the caller's `traceparent`. */
+  readonly traced: boolean;
   /** True while the Valkey connection is up; false means degraded (misses go straight to the source). */
   valkeyReady(): boolean;
   /** What `/readyz` reports about Valkey: why the store runs degraded, coherence, eviction. */
@@ -183,7 +192,8 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = coherence ? new TableEvents(valkey, log) : undefined;
   const subscribed = new Map<string, Promise<boolean>>();
-  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now, hitNow };
+  const tracing = options.tracing;
+  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now, hitNow, tracing };
   const tables = new Map<string, Table>();
   const release = async () => {
     breaker.close();
@@ -253,6 +263,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   return {
     registry,
     valkey,
+    traced: tracing !== undefined,
     table(name) {
       const t = tables.get(name);
       if (t === undefined) throw new UnknownTableError(`no table named ${name}`, { table: name });
@@ -293,6 +304,7 @@ interface StoreDeps {
   now: () => number;
   /** The clock of the L1 hit path. */
   hitNow: () => number;
+  tracing: TracingOptions | undefined;
 }
 
 function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
@@ -335,11 +347,13 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
         });
   const l1 = new L1(policy.l1, policy.jitter);
   let table: Table | undefined;
+  const tracer = deps.tracing === undefined ? undefined : new TableTracer(name, deps.tracing);
   const ctx: TableContext = {
     name,
     coalesces: policy.coalescing !== 'none',
     policy,
-    load,
+    load: tracer === undefined ? load : tracer.wrapLoad(load),
+    ...(tracer === undefined ? {} : { trace: tracer }),
     checkId,
     l2: new L2(deps.valkey, deps.breaker, name, deps.events !== undefined),
     events: deps.events,
@@ -362,7 +376,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     onReconnect: () => owner.post({ kind: 'flush' }),
   });
   if (subscription !== undefined) deps.subscribed.set(name, subscription);
-  table = new Table(ctx, l1, owner, deps.hitNow);
+  table = new Table(ctx, l1, owner, deps.hitNow, tracer);
   return table;
 }
 

@@ -26,6 +26,7 @@ import { xfetchDue, xfetchPossible } from './freshness.js';
 import type { L1 } from './l1.js';
 import { LoadResult } from './load-result.js';
 import type { TablePolicy } from './policy.js';
+import type { TableTracer } from './tracing.js';
 import type { BatchEntry, ReadResult, TableStats, WriteResult } from './types.js';
 
 /** Table names: lowercase letters, digits, `_` and `-`, 1–64 characters. */
@@ -139,8 +140,15 @@ export class Table {
   /**
    * @internal Built by `createStore`.
    * @param hitNow the clock of the L1 hit path (`clock.ts`); `ctx.now` by default.
+   * @param tracer with tracing on, `get` is wrapped in a span once, here; off, `get` is the plain one.
    */
-  constructor(ctx: TableContext, l1: L1, owner: TableOwner, hitNow: () => number = ctx.now) {
+  constructor(
+    ctx: TableContext,
+    l1: L1,
+    owner: TableOwner,
+    hitNow: () => number = ctx.now,
+    tracer?: TableTracer,
+  ) {
     this.name = ctx.name;
     this.policy = ctx.policy;
     this.#ctx = ctx;
@@ -157,6 +165,10 @@ export class Table {
           id,
         }),
     );
+    if (tracer !== undefined) {
+      const untraced = this.get.bind(this);
+      this.get = (id) => tracer.read(id, () => untraced(id));
+    }
     // Compiles the id rules' regular expressions now rather than on the first miss.
     assertId(this.name, 'id', undefined);
     this.policy.idPattern?.test('');
