@@ -1,31 +1,8 @@
 /**
- * Alerts drill: a real Prometheus (Debian's `prometheus` package) scrapes two
- * real service instances every second and evaluates deploy/prometheus/alerts.yml
- * — its windows and `for` durations divided by `--scale` (10: `[1m]` is 6 s,
- * `for: 2m` is 12 s), so the drill takes about a minute and a half — while an
- * origin it starts fails, slows down and an instance dies:
- *
- *   npm run drill:alerts -- [--scale 10] [--phase-s 16] [--json [file]]
- *
- *   1 baseline       the origin answers in 5 ms
- *   2 errors         the origin answers 500: every load fails (ECC_LOAD_FAILED)
- *   3 recovered      the origin answers again
- *   4 slow           the origin answers in 1.5 s (so loads are shed too)
- *   5 recovered      5 ms again
- *   6 down           instance B is SIGKILLed
- *
- * Both instances read the same cold ids at once, so the fleet lease is
- * contended on every id and released after each failed load.
- *
- * Laws, each checked from Prometheus' own `/api/v1/alerts` and queries, at the
- * end of each phase: nothing fires at baseline; EchoStoreLoadErrors fires
- * during the errors and has resolved after them; EchoStoreLeaseTakeovers never
- * fires (a released lease is not a takeover); EchoStoreSlowLoads fires while
- * loads are slow (EchoStoreShedding may too: the source cannot keep up) and has resolved after; EchoStoreDown fires for B only, and
- * nothing else fires in that phase. The dashboard's "Load errors by code" and
- * "Request rate by route and status" panels show the fault while it lasts.
- * Exits 1 when a law does not hold, 2 when the drill cannot run (no
- * `prometheus` binary: `apt-get install -y prometheus`).
+ * Alerts drill: a real Prometheus scrapes two real instances and evaluates
+ * deploy/prometheus/alerts.yml (windows scaled down) while the origin fails, slows down and an
+ * instance dies; exactly each fault's alerts fire, none after it. Usage and laws:
+ * drills/README.md#alerts.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -40,6 +17,7 @@ import { freePort } from '../harness/free-port.js';
 import { type Service, startServices } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
+import { Loops } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
 
 const args = drillArgs({ scale: int(10, 1, 60), 'phase-s': int(16, 8, 300) });
@@ -173,11 +151,14 @@ async function main(): Promise<AlertsReport> {
     await sleep(100);
   }
 
-  // Traffic: both instances read the same cold ids at once, 20 ids a second.
+  // Traffic: both instances read the same cold ids at once, 20 ids a second, never awaited
+  // (a slow or failing origin must not slow the traffic down); bounded by the drill's length.
   let next = 0;
-  let running = true;
-  const traffic = (async () => {
-    while (running) {
+  const traffic = new Loops<undefined>({
+    loops: 1,
+    pauseMs: 50,
+    maxDurationMs: 7 * phaseMs + 60_000,
+    step: async () => {
       const id = `id-${next++}`;
       for (const s of [a, b]) {
         void fetch(`${s.url}/v1/tables/${table}/items/${id}`).then(
@@ -185,9 +166,10 @@ async function main(): Promise<AlertsReport> {
           () => undefined,
         );
       }
-      await sleep(50);
-    }
-  })();
+      return undefined;
+    },
+  });
+  traffic.start();
 
   const alerts = async () => {
     const body = (await (await fetch(`${api}/alerts`)).json()) as {
@@ -210,11 +192,14 @@ async function main(): Promise<AlertsReport> {
   const dashboard = JSON.parse(
     readFileSync(join(ROOT, 'deploy/grafana/dashboards/echostore.json'), 'utf8'),
   ) as { panels: Array<{ title: string; targets?: Array<{ expr: string }> }> };
-  const panelExpr = (title: string) =>
-    (dashboard.panels.find((p) => p.title === title)?.targets?.[0]?.expr as string)
+  const panelExpr = (title: string) => {
+    const expr = dashboard.panels.find((p) => p.title === title)?.targets?.[0]?.expr;
+    if (expr === undefined) throw new Error(`the dashboard has no panel "${title}"`);
+    return expr
       .replaceAll('$instance', '.*')
       .replaceAll('$table', '.*')
       .replaceAll('$__rate_interval', '5s');
+  };
 
   const phases: PhaseResult[] = [];
   const panels: AlertsReport['panels'] = [];
@@ -281,8 +266,7 @@ async function main(): Promise<AlertsReport> {
     ok: takeovers.length === 0,
   });
 
-  running = false;
-  await traffic;
+  await traffic.stop();
   prometheus.kill('SIGTERM');
   await Promise.all(services.map((s) => s.stop(2_000)));
   await origin.close();
