@@ -23,19 +23,30 @@ export const UNMATCHED_ROUTE = 'unmatched';
 
 const CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
 
+const REQUEST_METRIC = 'http_request_duration_seconds';
+
+function newHistogram(registry: Registry): Histogram<'method' | 'route' | 'code'> {
+  return new Histogram({
+    name: REQUEST_METRIC,
+    help: 'HTTP requests answered, by method, route pattern and status class (2xx … 5xx), in seconds; its _count is the request count.',
+    labelNames: ['method', 'route', 'code'],
+    buckets: REQUEST_BUCKETS,
+    registers: [registry],
+  });
+}
+
 /**
  * Registers the request histogram on `registry` (never prom-client's global
  * one, so two servers can live in one process) and observes every answered
  * request, unmatched ones under {@link UNMATCHED_ROUTE}.
  */
 export function installRequestMetrics(app: FastifyInstance, registry: Registry): void {
-  const histogram = new Histogram({
-    name: 'http_request_duration_seconds',
-    help: 'HTTP requests answered, by method, route pattern and status class (2xx … 5xx), in seconds; its _count is the request count.',
-    labelNames: ['method', 'route', 'code'],
-    buckets: REQUEST_BUCKETS,
-    registers: [registry],
-  });
+  // Several servers over one store (one per listen address) share the store's histogram.
+  const registered = registry.getSingleMetric(REQUEST_METRIC);
+  const histogram =
+    registered instanceof Histogram
+      ? (registered as Histogram<'method' | 'route' | 'code'>)
+      : newHistogram(registry);
   // Bounded: methods Node parses × routes registered (plus one) × five classes.
   const children = new Map<string, { observe(seconds: number): void }>();
   app.addHook('onResponse', (request, reply, done) => {
