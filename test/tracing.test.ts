@@ -211,6 +211,15 @@ describe('traces', () => {
     const [get] = spans('echostore.get', table);
     expect(get?.spanContext().traceId).toBe(traceId);
     expect(parentOf(get as ReadableSpan)).toBe(parentId);
+    // A batch read: one get span per id, each a child of the request's traceparent.
+    const batch = await app.inject({
+      url: `/v1/tables/${table}/items?ids=2,3`,
+      headers: { traceparent: `00-${traceId}-${parentId}-01` },
+    });
+    expect(batch.statusCode).toBe(200);
+    const gets = spans('echostore.get', table).slice(1);
+    expect(gets).toHaveLength(2);
+    for (const g of gets) expect(parentOf(g)).toBe(parentId);
   });
 
   it('off, a table keeps its plain get and makes no span', async () => {

@@ -18,6 +18,7 @@ import { cacheStatus } from './items.js';
 import { allowOnly } from './methods.js';
 import { ERROR_SCHEMA, errorResponses, TABLE_PARAMS } from './openapi.js';
 import { exactTableInput } from './table-input.js';
+import { inCallerTrace } from './trace-context.js';
 
 /** The default of `http.maxBatchBytes`: 64 MiB of items in one batch answer. */
 export const DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024;
@@ -119,7 +120,11 @@ export function batchRoutes(
     { ...common, schema: { params: TABLE_PARAMS, querystring, response } },
     async (request, reply) => {
       const table = store.table(request.params.table);
-      return answer(request, reply, table, idsOfQuery(request.raw.url ?? ''), maxBytes);
+      const asked = idsOfQuery(request.raw.url ?? '');
+      if (store.traced) {
+        return inCallerTrace(request.headers, () => answer(request, reply, table, asked, maxBytes));
+      }
+      return answer(request, reply, table, asked, maxBytes);
     },
   );
 
@@ -128,13 +133,11 @@ export function batchRoutes(
     { ...common, schema: { params: TABLE_PARAMS, body, response } },
     async (request, reply) => {
       const table = store.table(request.params.table);
-      return answer(
-        request,
-        reply,
-        table,
-        request.body.ids.map((id) => ({ id })),
-        maxBytes,
-      );
+      const asked = request.body.ids.map((id) => ({ id }));
+      if (store.traced) {
+        return inCallerTrace(request.headers, () => answer(request, reply, table, asked, maxBytes));
+      }
+      return answer(request, reply, table, asked, maxBytes);
     },
   );
 

@@ -1,17 +1,16 @@
-import { context, propagation } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { parseLsn } from '../changes/lsn.js';
 import type { ReadAfter } from '../changes/read-your-writes.js';
 import { BadRequestError, BadValueError, NotFoundError } from '../errors.js';
 import { entityTagOf } from '../store/answers.js';
 import type { Store } from '../store/store.js';
-import type { Table } from '../store/table.js';
 import type { ReadResult } from '../store/types.js';
 import type { AdminRouteOptions } from './auth.js';
 import { cachingHeaders } from './cache-control.js';
 import { clip, sendError } from './errors.js';
 import { allowOnly } from './methods.js';
 import { ADMIN_SECURITY, errorResponses, header, RETRY_AFTER } from './openapi.js';
+import { inCallerTrace } from './trace-context.js';
 
 interface ItemParams {
   table: string;
@@ -105,7 +104,7 @@ export function itemRoutes(
     const minLsn = request.headers[MIN_LSN_HEADER];
     let result: ReadResult;
     if (minLsn === undefined) {
-      result = await (store.traced ? readInTrace(t, id, request.headers) : t.get(id));
+      result = await (store.traced ? inCallerTrace(request.headers, () => t.get(id)) : t.get(id));
       reply.header('cache-status', cacheStatus(result));
     } else {
       const ryw = readAfter(table);
@@ -228,19 +227,6 @@ export function itemRoutes(
   );
 
   allowOnly(app, ITEM_PATH, ['GET', 'HEAD', 'PUT', 'DELETE']);
-}
-
-/**
- * A read as a child of the caller's trace: the context the registered
- * propagator finds in the request's headers (`traceparent`, W3C Trace
- * Context), if any.
- */
-function readInTrace(
-  table: Table,
-  id: string,
-  headers: Record<string, string | string[] | undefined>,
-): Promise<ReadResult> {
-  return context.with(propagation.extract(context.active(), headers), () => table.get(id));
 }
 
 /**
