@@ -294,3 +294,74 @@ async function replicasInSync(nodes: ClusterNode[], timeoutMs: number): Promise<
     await sleep(100);
   }
 }
+
+/** A slot held half-moved by {@link beginSlotMove}: MIGRATING on `from`, IMPORTING on `to`. */
+export interface SlotMove {
+  slot: number;
+  /** The primary that owned the slot (MIGRATING). */
+  from: ClusterNode;
+  /** The primary it moves to (IMPORTING). */
+  to: ClusterNode;
+  /** `MIGRATE`s `keys` (those of them that exist) from `from` to `to`; the slot stays half-moved. */
+  moveKeys(keys: string[]): Promise<void>;
+  /** `MIGRATE`s every key left in the slot, then `CLUSTER SETSLOT <slot> NODE <to>` on every primary. */
+  finish(): Promise<void>;
+}
+
+/**
+ * Starts moving `slot` by hand, as `redis-cli --cluster reshard` does, and
+ * leaves it there: `CLUSTER SETSLOT <slot> IMPORTING` on the target (another
+ * primary than the owner, or `to`), then `MIGRATING` on the owner. Every key
+ * stays on the owner until {@link SlotMove.moveKeys} or {@link SlotMove.finish}.
+ *
+ * @throws {Error} when the slot has no live primary or there is no other primary.
+ */
+export async function beginSlotMove(
+  cluster: LocalCluster,
+  slot: number,
+  to?: ClusterNode,
+): Promise<SlotMove> {
+  const from = await cluster.primaryOf(slot);
+  if (from === undefined) throw new Error(`slot ${slot} has no live primary`);
+  const primaries = await livePrimaries(cluster.nodes);
+  const target = to ?? primaries.find((n) => n !== from);
+  if (target === undefined) throw new Error('no other primary to move the slot to');
+  const [fromId, toId] = await Promise.all(
+    [from, target].map((n) => ask(n, (r) => r.cluster('MYID'))),
+  );
+  await ask(target, (r) => r.cluster('SETSLOT', slot, 'IMPORTING', fromId as string));
+  await ask(from, (r) => r.cluster('SETSLOT', slot, 'MIGRATING', toId as string));
+  const migrate = (keys: string[]) =>
+    keys.length === 0
+      ? Promise.resolve()
+      : ask(from, async (r) => {
+          await r.migrate('127.0.0.1', target.port, '', 0, 5_000, 'REPLACE', 'KEYS', ...keys);
+        });
+  return {
+    slot,
+    from,
+    to: target,
+    moveKeys: migrate,
+    async finish() {
+      for (;;) {
+        const keys = await ask(from, (r) => r.cluster('GETKEYSINSLOT', slot, 100));
+        if (keys.length === 0) break;
+        await migrate(keys);
+      }
+      for (const n of [target, from, ...primaries.filter((p) => p !== from && p !== target)]) {
+        await ask(n, (r) => r.cluster('SETSLOT', slot, 'NODE', toId as string));
+      }
+    },
+  };
+}
+
+/** The live nodes that say they are primaries (`ROLE`). */
+async function livePrimaries(nodes: ClusterNode[]): Promise<ClusterNode[]> {
+  const roles = await Promise.all(
+    nodes.filter(isRunning).map(async (n) => {
+      const role = (await ask(n, (r) => r.call('ROLE'))) as string[];
+      return role[0] === 'master' ? [n] : [];
+    }),
+  );
+  return roles.flat();
+}

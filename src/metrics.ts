@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { TableStats } from './store/types.js';
 import { DEGRADED_REASONS } from './valkey/breaker.js';
+import { REDIRECT_KINDS, type RedirectKind } from './valkey/redirects.js';
 
 /** Where an answer came from, as counted by `echostore_reads_total{layer}`. */
 export type ReadCountLayer = 'l1' | 'l2' | 'origin' | 'negative' | 'stale';
@@ -59,6 +60,8 @@ export interface TableCounters {
   valkeyErrors: Record<string, number>;
   /** Writes answered `ECC_VALKEY_UNAVAILABLE` without being sent (degraded: the breaker is open). */
   writesRefused: { put: number; del: number };
+  /** Two-key scripts answered `TRYAGAIN` (their slot in migration) and re-run key by key, by operation. */
+  valkeyRetries: Record<string, number>;
 }
 
 /** A table's counters, all zero. */
@@ -86,6 +89,7 @@ export function newCounters(): TableCounters {
     loadErrors: {},
     valkeyErrors: {},
     writesRefused: { put: 0, del: 0 },
+    valkeyRetries: {},
   };
 }
 
@@ -247,6 +251,12 @@ const MIRRORS: Mirror[] = [
     label: 'op',
     pick: (c) => c.writesRefused,
   },
+  {
+    name: 'echostore_valkey_retries_total',
+    help: 'Two-key scripts answered TRYAGAIN (their cluster slot was being migrated) and run again key by key, by operation (lease, fill, put, del, forget).',
+    label: 'op',
+    pick: (c) => c.valkeyRetries,
+  },
 ];
 
 /** The gauges read from `Table.stats()` at scrape time. */
@@ -297,6 +307,8 @@ export class StoreMetrics {
   readonly #loadSeconds: Histogram<'table'>;
   readonly #waitSeconds: Histogram<'table'>;
   #degraded: () => string | undefined = () => undefined;
+  /** Cluster redirects seen by the store's client, by kind (see `watchRedirects`). */
+  readonly redirects: Record<RedirectKind, number> = { moved: 0, ask: 0, tryagain: 0 };
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -342,6 +354,17 @@ export class StoreMetrics {
       collect() {
         const now = degraded();
         for (const reason of DEGRADED_REASONS) this.set({ reason }, reason === now ? 1 : 0);
+      },
+    });
+    const redirects = this.redirects;
+    new Counter({
+      name: 'echostore_valkey_redirects_total',
+      help: "Cluster redirects answered to the store's commands, by kind: moved (the slot has a new owner), ask (the slot is being migrated; the key is on the importing node), tryagain (the slot is being migrated and a two-key script's keys are split: it runs again key by key).",
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        this.reset();
+        for (const kind of REDIRECT_KINDS) this.inc({ kind }, redirects[kind]);
       },
     });
     // Fine between 0.1 and 1 s, where origins live: a 0.5 s origin reads as p99 ≈ 0.6 s, not 0.94.

@@ -163,7 +163,7 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         counters.lease[tookOver ? 'takeover' : 'acquired']++;
         waited();
         if (servableStale !== undefined && !flight.background) serveStale(flight, servableStale);
-        return await loadAndFill(ctx, flight, answer.token, servableStale);
+        return await loadAndFill(ctx, flight, answer.token, answer.mark, servableStale);
       }
       // Contended: another instance loads. A refresh has nothing to wait for, and a
       // reader with a stale value in hand is answered with it (stale-while-revalidate).
@@ -204,7 +204,8 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
 };
 
 /**
- * Holding the lease: load while renewing it, then `fillAndRelease`; on a
+ * Holding the lease: load while renewing it, then `fillAndRelease` (over the
+ * value the lease was taken over, `mark`); on a
  * failed load, release the lease and wake the waiters. A renewal that finds
  * the lease gone fences the flight: its answer is not stored. `previous` is
  * the servable value the key held, if any (see {@link confirmNotFound}).
@@ -213,6 +214,7 @@ async function loadAndFill(
   ctx: TableContext,
   flight: Flight,
   token: string,
+  mark: string,
   previous: Envelope | undefined,
 ): Promise<Outcome> {
   let envelope: Envelope;
@@ -233,7 +235,7 @@ async function loadAndFill(
   if (lease.fenced) return { kind: 'value', envelope, layer: 'origin', refused: true };
   let refused = false;
   try {
-    const written = await ctx.l2.fillAndRelease(flight.id, token, envelope, ctx.now());
+    const written = await ctx.l2.fillAndRelease(flight.id, token, mark, envelope, ctx.now());
     if (written === undefined) {
       refused = true;
       ctx.counters.lease.lost++;

@@ -10,13 +10,25 @@
  * and lease keys share one hash tag (see {@link valueKey}), and the coherence
  * message is a plain PUBLISH, which names no key. Each script has one name,
  * the same here, in its ioredis command (`ecc` + the name) and in the docs.
+ *
+ * While a slot is being migrated (resharding) an item's keys may sit on two
+ * nodes, and a script with several keys is answered `TRYAGAIN` until the move
+ * ends (see `valkey/redirects.ts`). It then runs again key by key (its
+ * **one-key path**, counted in `echostore_valkey_retries_total`): every
+ * one-key command is served during a move, by the old owner while it holds the
+ * key and by the importing node (`ASK`) once it does not. The steps are
+ * ordered so that no write is lost: a write writes the value before it
+ * cancels the lease, and a fill is refused once the value differs from the
+ * one read when its lease was taken (its mark), whichever path either takes.
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Cluster, Redis } from 'ioredis';
+import { bump } from '../metrics.js';
+import { isTryAgain } from '../valkey/redirects.js';
 import type { Breakers } from '../valkey/shard-breaker.js';
 import { isCluster } from '../valkey/slots.js';
-import { type Envelope, LUA_ENVELOPE, writeArgs } from './format.js';
+import { decodeHeader, type Envelope, LUA_ENVELOPE, readMark, writeArgs } from './format.js';
 
 /**
  * The Valkey key of an item's envelope: `ecc:<table>:{<id>}`, or
@@ -81,6 +93,19 @@ local function notify(channel, message)
 end
 `;
 
+// take(lease, token, ms): false when this caller now holds the lease, else the holder's PTTL.
+// A lease without an expiry (or of another type) is broken: it is taken over at once.
+const LUA_TAKE = `
+local function take(lease, token, ms)
+  if redis.call('SET', lease, token, 'NX', 'PX', ms) then return false end
+  local ttl = redis.call('PTTL', lease)
+  if ttl >= 0 then return ttl end
+  redis.call('DEL', lease)
+  redis.call('SET', lease, token, 'PX', ms)
+  return false
+end
+`;
+
 // A remembered load failure of the item (KEYS[3] of the reads): its text and what remains of it, ms.
 const LUA_FAILURE = `
 local function failure(k)
@@ -97,34 +122,43 @@ end
  * key holds what failed) → `{4, failure, pttl, old, now}`: no lease, no load.
  * Anything else (absent, stale, older format, garbage, another type) needs a
  * load: the caller competes for the lease → `{2, old, now}` (leased) or
- * `{3, pttl, old, now}` (contended). A lease without an expiry (or of another
- * type) is broken: it is taken over at once.
+ * `{3, pttl, old, now}` (contended).
  */
-const READ_OR_LEASE = `${LUA_ENVELOPE}${LUA_FAILURE}
+const READ_OR_LEASE = `${LUA_ENVELOPE}${LUA_FAILURE}${LUA_TAKE}
 local nowms = clock()
 local v = getv(KEYS[1])
 local n, soft = header(v)
 if n and soft > nowms and n > tonumber(ARGV[3]) then return {1, v, nowms} end
 local e, ettl = failure(KEYS[3])
 if e then return {4, e, ettl, v, nowms} end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2, v, nowms} end
-local ttl = redis.call('PTTL', KEYS[2])
-if ttl < 0 then
-  redis.call('DEL', KEYS[2])
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-  return {2, v, nowms}
-end
+local ttl = take(KEYS[2], ARGV[1], ARGV[2])
+if not ttl then return {2, v, nowms} end
 return {3, ttl, v, nowms}
+`;
+
+/** takeLease — KEYS: lease. ARGV: token, leaseMs. readOrLease's lease step (its one-key path): `{2}` or `{3, pttl}`. */
+const TAKE_LEASE = `${LUA_TAKE}
+local ttl = take(KEYS[1], ARGV[1], ARGV[2])
+if not ttl then return {2} end
+return {3, ttl}
 `;
 
 /**
  * read — KEYS: value, error. The value (or false), Valkey's now, and a
  * remembered load failure (or false) with what remains of it:
- * `{v, now, failure, pttl}` (cache-aside without the lease).
+ * `{v, now, failure, pttl}` (cache-aside without the lease). With the value
+ * key alone (its one-key path): `{v, now, false, 0}`.
  */
 const READ = `${LUA_ENVELOPE}${LUA_FAILURE}
-local e, ettl = failure(KEYS[2])
+local e, ettl = false, 0
+if #KEYS > 1 then e, ettl = failure(KEYS[2]) end
 return {getv(KEYS[1]), (clock()), e, ettl}
+`;
+
+/** failure — KEYS: error. A remembered load failure (or false) and what remains of it: `{failure, pttl}` (the one-key path's). */
+const FAILURE = `${LUA_ENVELOPE}${LUA_FAILURE}
+local e, ettl = failure(KEYS[1])
+return {e, ettl}
 `;
 
 /**
@@ -160,14 +194,23 @@ end
 
 /**
  * fillAndRelease — KEYS: value, lease. ARGV: token, softIn, hardIn, delta,
- * flags, json, pxMs, channel, idjson. Writes only while the lease still holds
- * this token: a PUT or DELETE (which delete the lease) or an expiry in
- * between refuses the stale set (→ 0).
+ * flags, json, pxMs, channel, idjson, mark. Writes only while the lease still
+ * holds this token and the value is the one read when the lease was taken
+ * (`mark`; or gone, expired): a PUT or DELETE (which delete the lease, after
+ * writing on their one-key path) or an expiry in between refuses the stale
+ * set (→ 0). With the value key alone (its one-key path, the lease checked
+ * and released by separate commands) it is the mark that refuses.
  */
 const FILL_AND_RELEASE = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
-if redis.pcall('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 2)
-redis.call('DEL', KEYS[2])
+local leased = #KEYS > 1
+if leased and redis.pcall('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local cur = getv(KEYS[1])
+if cur and mark(cur) ~= ARGV[10] then
+  if leased then redis.call('DEL', KEYS[2]) end
+  return 0
+end
+local v, nowms = write(KEYS[1], (header(cur)), 2)
+if leased then redis.call('DEL', KEYS[2]) end
 return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], v))}
 `;
 
@@ -185,12 +228,13 @@ return 1
  * (kind "del", a tombstone): replaces the value with a version above the
  * current one and cancels any lease, so a fill already in flight anywhere is
  * refused, then tells the fleet. Run after its deadline, it writes nothing
- * (→ `'late'`).
+ * (→ `'late'`). With the value key alone (its one-key path) it only writes:
+ * the caller deletes the lease next.
  */
 const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}${LUA_DEADLINE}
 if late(ARGV[10]) then return 'late' end
 local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 1)
-redis.call('DEL', KEYS[2])
+if #KEYS > 1 then redis.call('DEL', KEYS[2]) end
 return {string.format('%.0f', v), nowms, notify(ARGV[7], event(ARGV[9], ARGV[8], v))}
 `;
 
@@ -198,7 +242,8 @@ return {string.format('%.0f', v), nowms, notify(ARGV[7], event(ARGV[9], ARGV[8],
  * forget — KEYS: value, lease. ARGV: channel, idjson, deadline. A DELETE
  * without a tombstone (nothing after its deadline: → `'late'`), for when Valkey refuses to store one (OOM): deletes the value and
  * the lease (Valkey accepts DEL under OOM) and tells the fleet, at a version
- * above the deleted value's.
+ * above the deleted value's. With the value key alone (its one-key path) the
+ * caller deletes the lease next.
  */
 const FORGET = `${LUA_ENVELOPE}${LUA_EVENT}${LUA_DEADLINE}
 if late(ARGV[3]) then return 'late' end
@@ -206,7 +251,7 @@ local n = header(getv(KEYS[1]))
 local nowms, nowus = clock()
 local v = nowus
 if n and n >= v then v = n + 1 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', unpack(KEYS))
 return {string.format('%.0f', v), nowms, notify(ARGV[1], event('del', ARGV[2], v))}
 `;
 
@@ -224,16 +269,26 @@ local v, nowms = write(KEYS[1], (header(cur)), 2)
 return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], v))}
 `;
 
-/** The scripts by name: the ioredis command is `ecc` + the capitalised name. */
+/**
+ * The scripts by name: the ioredis command is `ecc` + the capitalised name.
+ * A name ending in `Alone` is the same script on the value key alone: a
+ * script's one-key path (see the module's comment).
+ */
 const SCRIPTS = {
   readOrLease: { keys: 3, lua: READ_OR_LEASE },
+  takeLease: { keys: 1, lua: TAKE_LEASE },
   read: { keys: 2, lua: READ },
+  readAlone: { keys: 1, lua: READ },
+  failure: { keys: 1, lua: FAILURE },
   renew: { keys: 1, lua: RENEW },
   fillAndRelease: { keys: 2, lua: FILL_AND_RELEASE },
+  fillAlone: { keys: 1, lua: FILL_AND_RELEASE },
   release: { keys: 1, lua: RELEASE },
   writeAndCancel: { keys: 2, lua: WRITE_AND_CANCEL },
+  writeAlone: { keys: 1, lua: WRITE_AND_CANCEL },
   fillIfUnchanged: { keys: 1, lua: FILL_IF_UNCHANGED },
   forget: { keys: 2, lua: FORGET },
+  forgetAlone: { keys: 1, lua: FORGET },
 } as const;
 
 type ScriptName = keyof typeof SCRIPTS;
@@ -256,8 +311,17 @@ export function defineScripts(client: Redis | Cluster): void {
 export type LeaseAnswer =
   /** A fresh envelope (text). */
   | { kind: 'value'; text: string; valkeyNowMs: number }
-  /** This caller holds the lease and must load; `stale` is the old envelope text, if any. */
-  | { kind: 'leased'; token: string; stale: string | undefined; valkeyNowMs: number }
+  /**
+   * This caller holds the lease and must load; `stale` is the old envelope
+   * text, if any, and `mark` its {@link readMark} (what {@link L2.fillAndRelease} expects).
+   */
+  | {
+      kind: 'leased';
+      token: string;
+      stale: string | undefined;
+      mark: string;
+      valkeyNowMs: number;
+    }
   /** Another loader holds the lease for `remainingMs` more. */
   | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number }
   /** A load of it failed lately (`failure`: the error's code) and is remembered for `remainingMs` more. */
@@ -325,16 +389,43 @@ export class L2 {
    * since Valkey read its clock before the answer was received); undefined before any.
    */
   #valkeyAheadMs: number | undefined;
+  readonly #retries: Record<string, number>;
   #corked = false;
 
-  /** @param coherent false: the scripts publish nothing (coherence is off). */
-  constructor(client: Redis | Cluster, breaker: Breakers, table: string, coherent = true) {
+  /**
+   * @param coherent false: the scripts publish nothing (coherence is off).
+   * @param retries counts, by operation, the scripts run again on their
+   *   one-key path (`get`, `lease`, `fill`, `put`, `del`, `forget`): the table's counters.
+   */
+  constructor(
+    client: Redis | Cluster,
+    breaker: Breakers,
+    table: string,
+    coherent = true,
+    retries: Record<string, number> = {},
+  ) {
     defineScripts(client);
     this.#client = client as ScriptClient;
     this.#breaker = breaker;
     this.#table = table;
     this.#channel = coherent ? eventsChannel(table) : '';
     this.#commandTimeoutMs = commandTimeoutOf(client);
+    this.#retries = retries;
+  }
+
+  /**
+   * Runs `all` (a script with several keys); when its slot is being migrated
+   * and the keys are split (`TRYAGAIN`: nothing ran), counts a retry of `op`
+   * and runs `alone`, the same operation key by key.
+   */
+  async #keyByKey<T>(op: string, all: () => Promise<T>, alone: () => Promise<T>): Promise<T> {
+    try {
+      return await all();
+    } catch (err) {
+      if (!isTryAgain(err)) throw err;
+      bump(this.#retries, op);
+      return alone();
+    }
   }
 
   /** Valkey answered at `valkeyNowMs` on its clock, received now: narrows {@link #valkeyAheadMs}. */
@@ -401,15 +492,30 @@ export class L2 {
     });
   }
 
-  /** `read`: the value key's text (null when absent or not a string) and Valkey's clock (cache-aside without the lease). */
-  async read(
-    id: string,
-  ): Promise<{ text: string | null; valkeyNowMs: number; failed: RememberedFailure | undefined }> {
-    const reply = (await this.#call(
-      'read',
-      valueKey(this.#table, id),
-      errorKey(this.#table, id),
-    )) as unknown[];
+  /**
+   * `read`: the value key's text (null when absent or not a string), Valkey's
+   * clock and a remembered load failure (cache-aside without the lease). On a
+   * slot in migration: `readAlone` and `failure`, side by side.
+   */
+  async read(id: string): Promise<ReadAnswer> {
+    const value = valueKey(this.#table, id);
+    const error = errorKey(this.#table, id);
+    const reply = await this.#keyByKey(
+      'get',
+      async () => (await this.#call('read', value, error)) as unknown[],
+      async () => {
+        const [read, failed] = await Promise.all([
+          this.#call('readAlone', value) as Promise<unknown[]>,
+          this.#call('failure', error) as Promise<unknown[]>,
+        ]);
+        return [read[0], read[1], failed[0], failed[1]];
+      },
+    );
+    return this.#readAnswer(reply);
+  }
+
+  /** `{v, now, failure, pttl}` as a {@link ReadAnswer}; its clock narrows the offset. */
+  #readAnswer(reply: unknown[]): ReadAnswer {
     this.#sawClock(Number(reply[1]));
     const failure = optionalText(reply[2]);
     return {
@@ -440,11 +546,26 @@ export class L2 {
    * `replaceUpTo`; else a remembered failure of its load, if any; else
    * `SET <lease> <random token> NX PX leaseMs`. An early
    * refresh passes the version it means to replace; a caller that could not
-   * decode the value passes `Number.MAX_SAFE_INTEGER`.
+   * decode the value passes `Number.MAX_SAFE_INTEGER`. On a slot in
+   * migration, step by step (see {@link L2.#readOrLeaseAlone}).
    */
   async readOrLease(id: string, leaseMs: number, replaceUpTo: number): Promise<LeaseAnswer> {
     // `<host>:<pid>/<random>`: unique, and it names the holder (`echostore inspect`).
     const token = `${LEASE_HOLDER}/${randomBytes(12).toString('base64url')}`;
+    return this.#keyByKey(
+      'lease',
+      () => this.#readOrLeaseAll(id, token, leaseMs, replaceUpTo),
+      () => this.#readOrLeaseAlone(id, token, leaseMs, replaceUpTo),
+    );
+  }
+
+  /** `readOrLease` in one script. */
+  async #readOrLeaseAll(
+    id: string,
+    token: string,
+    leaseMs: number,
+    replaceUpTo: number,
+  ): Promise<LeaseAnswer> {
     const reply = (await this.#call(
       'readOrLease',
       valueKey(this.#table, id),
@@ -468,12 +589,8 @@ export class L2 {
       return { kind: 'value', text: String(reply[1]), valkeyNowMs: Number(reply[2]) };
     }
     if (reply[0] === 2) {
-      return {
-        kind: 'leased',
-        token,
-        stale: optionalText(reply[1]),
-        valkeyNowMs: Number(reply[2]),
-      };
+      const stale = optionalText(reply[1]);
+      return { kind: 'leased', token, stale, mark: readMark(stale), valkeyNowMs: Number(reply[2]) };
     }
     return {
       kind: 'contended',
@@ -483,36 +600,91 @@ export class L2 {
     };
   }
 
+  /**
+   * `readOrLease` key by key, in the script's order: `readAlone` and
+   * `failure`; unless fresh or failed, `takeLease`; once leased, `readAlone`
+   * again, since a fill may have landed in between (then the lease is given
+   * back and that value answered: no load while the value is in L2).
+   */
+  async #readOrLeaseAlone(
+    id: string,
+    token: string,
+    leaseMs: number,
+    replaceUpTo: number,
+  ): Promise<LeaseAnswer> {
+    const lease = leaseKey(this.#table, id);
+    const readValue = async () =>
+      this.#readAnswer([
+        ...((await this.#call('readAlone', valueKey(this.#table, id))) as unknown[]),
+      ]);
+    const [first, failed] = await Promise.all([
+      readValue(),
+      this.#call('failure', errorKey(this.#table, id)) as Promise<unknown[]>,
+    ]);
+    const { valkeyNowMs } = first;
+    if (isFresh(first, replaceUpTo)) return { kind: 'value', text: first.text, valkeyNowMs };
+    const stale = first.text ?? undefined;
+    const failure = optionalText(failed[0]);
+    if (failure !== undefined) {
+      const remainingMs = Math.max(0, Number(failed[1]));
+      return { kind: 'failed', failure, remainingMs, stale, valkeyNowMs };
+    }
+    const taken = (await this.#call('takeLease', lease, token, leaseMs)) as unknown[];
+    if (taken[0] !== 2) {
+      return { kind: 'contended', remainingMs: Math.max(0, Number(taken[1])), stale, valkeyNowMs };
+    }
+    const again = await readValue();
+    if (isFresh(again, replaceUpTo)) {
+      await this.#call('release', lease, token, '', '');
+      return { kind: 'value', text: again.text, valkeyNowMs: again.valkeyNowMs };
+    }
+    const now = again.text ?? undefined;
+    return {
+      kind: 'leased',
+      token,
+      stale: now,
+      mark: readMark(now),
+      valkeyNowMs: again.valkeyNowMs,
+    };
+  }
+
   /** `renew`: extends the lease by `leaseMs` if it still holds `token`; false when it is gone (fenced). */
   async renew(id: string, token: string, leaseMs: number): Promise<boolean> {
     return (await this.#call('renew', leaseKey(this.#table, id), token, leaseMs)) === 1;
   }
 
   /**
-   * `fillAndRelease`: writes `envelope` if the lease still holds `token`,
-   * deletes the lease and publishes the fill.
+   * `fillAndRelease`: writes `envelope` if the lease still holds `token` and
+   * the value is still the one the lease was taken over (`mark`, from the
+   * `leased` answer), deletes the lease and publishes the fill. On a slot in
+   * migration: `GET` the lease, `fillAlone`, `release`.
    *
    * @param now this process's clock, on which `envelope`'s expiries are.
    * @returns the version Valkey wrote it at (and its clock), or undefined when the lease was
-   *   lost (expired, or cancelled by a PUT or DELETE): nothing was written.
+   *   lost (expired, or cancelled by a PUT or DELETE) or the value replaced: nothing was written.
    */
   async fillAndRelease(
     id: string,
     token: string,
+    mark: string,
     envelope: Envelope,
     now: number,
   ): Promise<WriteAck | undefined> {
+    const value = valueKey(this.#table, id);
+    const lease = leaseKey(this.#table, id);
     const args = writeArgs(envelope, now);
+    const rest = [...args, Math.max(1, args[1]), this.#channel, JSON.stringify(id), mark];
     return this.#filled(
-      await this.#call(
-        'fillAndRelease',
-        valueKey(this.#table, id),
-        leaseKey(this.#table, id),
-        token,
-        ...args,
-        Math.max(1, args[1]),
-        this.#channel,
-        JSON.stringify(id),
+      await this.#keyByKey(
+        'fill',
+        () => this.#call('fillAndRelease', value, lease, token, ...rest),
+        async () => {
+          const holder = await this.#breaker.run(() => this.#client.get(lease), { key: lease });
+          if (holder !== token) return 0;
+          const written = await this.#call('fillAlone', value, token, ...rest);
+          await this.#call('release', lease, token, '', '');
+          return written;
+        },
       ),
     );
   }
@@ -563,17 +735,26 @@ export class L2 {
     kind: WriteKind,
   ): Promise<WriteAck> {
     const key = valueKey(this.#table, id);
+    const lease = leaseKey(this.#table, id);
     const deadline = await this.#deadline(key);
-    const reply = await this.#call(
-      'writeAndCancel',
-      key,
-      leaseKey(this.#table, id),
+    const rest = [
       ...writeArgs(envelope, now),
       Math.max(1, Math.round(pxMs)),
       this.#channel,
       JSON.stringify(id),
       kind,
       deadline,
+    ];
+    const reply = await this.#keyByKey(
+      kind,
+      () => this.#call('writeAndCancel', key, lease, ...rest),
+      async () => {
+        // The value first: a fill that lands before the lease is gone finds it changed.
+        const written = await this.#call('writeAlone', key, ...rest);
+        if (written !== 'late')
+          await this.#breaker.run(() => this.#client.del(lease), { key: lease });
+        return written;
+      },
     );
     return this.#acknowledged(reply, 'write');
   }
@@ -607,19 +788,28 @@ export class L2 {
    * @throws {LateWriteError} when Valkey ran it after its deadline.
    */
   async forget(id: string): Promise<WriteAck> {
-    const command = commandOf('forget');
     const key = valueKey(this.#table, id);
+    const lease = leaseKey(this.#table, id);
     const deadline = await this.#deadline(key);
-    const reply = await this.#breaker.run(
-      () =>
-        this.#client[command]?.(
-          key,
-          leaseKey(this.#table, id),
-          this.#channel,
-          JSON.stringify(id),
-          deadline,
-        ) as Promise<unknown>,
-      { whileRefused: true, key },
+    const args = [this.#channel, JSON.stringify(id), deadline];
+    const run = (name: ScriptName, keys: string[]) =>
+      this.#breaker.run(
+        () => this.#client[commandOf(name)]?.(...keys, ...args) as Promise<unknown>,
+        { whileRefused: true, key },
+      );
+    const reply = await this.#keyByKey(
+      'forget',
+      () => run('forget', [key, lease]),
+      async () => {
+        const forgotten = await run('forgetAlone', [key]);
+        if (forgotten !== 'late') {
+          await this.#breaker.run(() => this.#client.del(lease), {
+            whileRefused: true,
+            key: lease,
+          });
+        }
+        return forgotten;
+      },
     );
     return this.#acknowledged(reply, 'forget');
   }
@@ -631,6 +821,22 @@ export class L2 {
       (await this.#call('release', leaseKey(this.#table, id), token, this.#channel, message)) === 1
     );
   }
+}
+
+/** What `read` answers. */
+export interface ReadAnswer {
+  /** The value key's text; null when absent or not a string. */
+  text: string | null;
+  /** Valkey's clock when it answered, epoch ms. */
+  valkeyNowMs: number;
+  /** A remembered load failure of the id, if any. */
+  failed: RememberedFailure | undefined;
+}
+
+/** What `readOrLease` calls fresh, on Valkey's clock: soft expiry after its now, version above `replaceUpTo`. */
+function isFresh(read: ReadAnswer, replaceUpTo: number): read is ReadAnswer & { text: string } {
+  const h = read.text === null ? undefined : decodeHeader(read.text);
+  return h !== undefined && h.softExpiresAt > read.valkeyNowMs && h.version > replaceUpTo;
 }
 
 /** A write script's answer: `{version, valkeyNowMs, publishRefusal|nil}` written, or 0 when it refused. */

@@ -20,7 +20,9 @@ import {
   readEvictionPolicy,
   within,
 } from '../valkey/probe.js';
+import { watchRedirects } from '../valkey/redirects.js';
 import { type Breakers, breakersFor } from '../valkey/shard-breaker.js';
+import { isCluster } from '../valkey/slots.js';
 import { checkTopology } from '../valkey/topology.js';
 import { batchingLoader } from './batch-load.js';
 import { coarseClock } from './clock.js';
@@ -189,6 +191,12 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   // One breaker for a single server, one per primary for a cluster.
   const breaker = breakersFor(valkey, log, { probe, ...options.breaker });
   metrics.watchDegraded(() => breaker.reason);
+  // A slot in migration answers TRYAGAIN at once (the scripts then go key by key), and every redirect is counted.
+  const unwatchRedirects = isCluster(valkey)
+    ? watchRedirects(valkey, (kind) => {
+        metrics.redirects[kind]++;
+      })
+    : () => {};
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
   const events = coherence ? new TableEvents(valkey, log) : undefined;
   const subscribed = new Map<string, Promise<boolean>>();
@@ -196,6 +204,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now, hitNow, tracing };
   const tables = new Map<string, Table>();
   const release = async () => {
+    unwatchRedirects();
     breaker.close();
     await events?.close();
     if (ownsClient) valkey.disconnect();
@@ -283,6 +292,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       await Promise.all([...tables.values()].map((t) => t.close(graceMs)));
       await events?.close();
       breaker.close();
+      unwatchRedirects();
       valkey.off('error', onError);
       valkey.off('ready', onReady);
       if (ownsClient) await valkey.quit().catch(() => valkey.disconnect());
@@ -355,7 +365,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     load: tracer === undefined ? load : tracer.wrapLoad(load),
     ...(tracer === undefined ? {} : { trace: tracer }),
     checkId,
-    l2: new L2(deps.valkey, deps.breaker, name, deps.events !== undefined),
+    l2: new L2(deps.valkey, deps.breaker, name, deps.events !== undefined, counters.valkeyRetries),
     events: deps.events,
     counters,
     metrics: deps.metrics.forTable(name, counters, () => (table as Table).stats()),

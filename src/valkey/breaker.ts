@@ -39,7 +39,10 @@ export interface RunOptions {
  * Reply-error prefixes that say the *server* cannot serve (memory, role,
  * loading, a busy script, persistence, auth, permissions, cluster state):
  * they count against Valkey. Any other reply error (WRONGTYPE, a script's own
- * error) is about the data, and proves the server answered.
+ * error) is about the data, and proves the server answered. So is `TRYAGAIN`
+ * (and `ASK`/`MOVED`, should one ever reach here): the slot of the key is
+ * being moved, the node is healthy, and a migration must not degrade the
+ * store (the scripts answer it by their one-key path, see `l2/scripts.ts`).
  */
 const HEALTH_REPLY_PREFIXES = [
   'OOM',
@@ -51,7 +54,6 @@ const HEALTH_REPLY_PREFIXES = [
   'NOPERM',
   'MASTERDOWN',
   'CLUSTERDOWN',
-  'TRYAGAIN',
 ] as const;
 
 /** A command inside a script refused by the ACL: Redis 7.0 words it `ERR The user executing the script can't …`. */

@@ -236,7 +236,11 @@ describe('classifyValkeyError', () => {
     ['NOAUTH', reply('NOAUTH Authentication required.'), 'health'],
     ['MASTERDOWN', reply('MASTERDOWN Link with MASTER is down'), 'health'],
     ['CLUSTERDOWN', reply('CLUSTERDOWN The cluster is down'), 'health'],
-    ['TRYAGAIN', reply('TRYAGAIN Multiple keys request during rehashing of slot'), 'health'],
+    [
+      'TRYAGAIN (a slot in migration: the node is healthy)',
+      reply('TRYAGAIN Multiple keys request during rehashing of slot'),
+      'data',
+    ],
     ['OOM inside a script', reply(SCRIPT_OOM), 'health'],
     ['OOM inside a script, older wording', reply(SCRIPT_OOM_OLD), 'health'],
   ])('%s is %s', (_, err, kind) => {
