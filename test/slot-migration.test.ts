@@ -7,14 +7,15 @@
  * must still come from L2 (counted at the source), writes must succeed, the
  * store must not go degraded, and the redirects and retries are counted.
  */
+import { Cluster, type Redis } from 'ioredis';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { beginSlotMove, type LocalCluster, spawnCluster } from '../harness/cluster.js';
 import type { ReadResult } from '../src/index.js';
 import { leaseKey, valueKey } from '../src/l2/scripts.js';
 import { keySlot } from '../src/valkey/slots.js';
-import { metricValue, openStore } from './helpers/probe.js';
-import { countingLoader, uniqueTable } from './helpers/store.js';
+import { metricValue, openStore, plantEnvelope, storedValue } from './helpers/probe.js';
+import { countingLoader, deferred, uniqueTable } from './helpers/store.js';
 
 const silent = pino({ level: 'silent' });
 
@@ -134,6 +135,61 @@ describe('a slot in migration', () => {
     for (const s of [a, b, c]) {
       expect(await metricValue(s, 'echostore_valkey_errors_total', table)).toBe(0);
     }
+  });
+
+  it('lets a PUT made while a load runs in a migrating slot win over that load', async () => {
+    const table = uniqueTable('mig-race');
+    const id = 'raced';
+    const source = countingLoader(0);
+    const gate = deferred<void>();
+    const loading = await clusterStore(cluster, {
+      [table]: {
+        load: async (x, ctx) => {
+          await gate.promise;
+          return source.load(x, ctx);
+        },
+      },
+    });
+    const writer = await clusterStore(cluster, { [table]: { load: source.load } });
+    await holdSlot(table, id);
+    const read = loading.table(table).get(id);
+    await vi.waitFor(async () =>
+      expect(
+        await metricValue(loading, 'echostore_lease_total', table, { outcome: 'acquired' }),
+      ).toBe(1),
+    );
+    await writer.table(table).put(id, { put: true });
+    gate.resolve();
+    await read;
+    const fresh = await clusterStore(cluster, { [table]: { load: source.load } });
+    expect(await answerOf(fresh.table(table).get(id))).toEqual({ put: true });
+    expect(source.calls()).toBe(1);
+  });
+
+  it('refuses a fill whose value was replaced after its lease was taken, though the lease still holds', async () => {
+    // What a PUT on its one-key path leaves for an instant: its value written, the lease not yet deleted.
+    const table = uniqueTable('mig-mark');
+    const id = 'marked';
+    const gate = deferred<void>();
+    const store = await clusterStore(cluster, {
+      [table]: {
+        load: async () => {
+          await gate.promise;
+          return { loaded: true };
+        },
+      },
+    });
+    const raw = new Cluster(cluster.seeds.map((n) => `redis://${n}`)) as unknown as Redis;
+    raw.on('error', () => {});
+    onTestFinished(() => raw.disconnect());
+    const read = store.table(table).get(id);
+    await vi.waitFor(async () => expect(await raw.get(leaseKey(table, id))).not.toBeNull());
+    await plantEnvelope(raw, table, id, { value: { written: true }, version: 2 ** 50 });
+    gate.resolve();
+    await read;
+    expect(await metricValue(store, 'echostore_lease_total', table, { outcome: 'lost' })).toBe(1);
+    expect(await storedValue(raw, table, id)).toEqual({ written: true });
+    expect(await raw.get(leaseKey(table, id))).toBeNull();
   });
 
   it('keeps working after the move ends (MOVED): the slot is read and written on its new owner', async () => {
