@@ -354,6 +354,8 @@ export class StoreMetrics {
       collect() {
         const now = degraded();
         for (const reason of DEGRADED_REASONS) this.set({ reason }, reason === now ? 1 : 0);
+        // No longer a reason (a slot in migration does not degrade); kept at 0 until 0.3.0 (CHANGELOG.md).
+        this.set({ reason: 'tryagain' }, 0);
       },
     });
     const redirects = this.redirects;
