@@ -253,7 +253,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_valkey_retries_total',
-    help: 'Two-key scripts answered TRYAGAIN (their cluster slot was being migrated) and run again key by key, by operation (lease, fill, put, del, forget).',
+    help: 'Scripts with several keys answered TRYAGAIN (their cluster slot was being migrated) and run again key by key, by operation (get, lease, fill, put, del, forget).',
     label: 'op',
     pick: (c) => c.valkeyRetries,
   },

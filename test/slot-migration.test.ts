@@ -81,6 +81,22 @@ describe('a slot in migration', () => {
     ).toBeGreaterThan(0);
   });
 
+  it('serves a plain cache-aside table (coalescing: process) from L2 while its slot migrates', async () => {
+    const table = uniqueTable('mig-plain');
+    const id = 'plain';
+    const source = countingLoader(5);
+    const policy = { load: source.load, coalescing: 'process' as const };
+    const writer = await clusterStore(cluster, { [table]: policy });
+    const reader = await clusterStore(cluster, { [table]: policy });
+    await writer.table(table).get(id);
+    await holdSlot(table, id);
+    expect((await reader.table(table).get(id)).layer).toBe('l2');
+    expect(source.calls()).toBe(1);
+    expect(
+      await metricValue(reader, 'echostore_valkey_retries_total', table, { op: 'get' }),
+    ).toBeGreaterThan(0);
+  });
+
   it('serves an id from L2 once its value moved to the importing node (ASK): no source read', async () => {
     const id = 'on-target';
     const { table, source, reader } = await warmed('mig-target', id);
