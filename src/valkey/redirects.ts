@@ -10,8 +10,8 @@
  * `maxRedirections` (16) run out: about a second per command for as long as the
  * move lasts, then a plain `Error` ("Too many Cluster redirections") that looks
  * like a lost connection. Here a `TRYAGAIN` is handed back at once as the
- * server's reply instead: the store's scripts with several keys then take their one-key
- * path (see `l2/scripts.ts`), which a migrating slot always serves.
+ * server's reply instead: the store's scripts with several keys then take
+ * their one-key path (see `l2/scripts.ts`), which a migrating slot always serves.
  */
 import type { Cluster } from 'ioredis';
 
