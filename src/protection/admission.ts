@@ -1,40 +1,17 @@
 /**
  * Admission to the source for one table, per process: what protects the source.
+ * Three rules, each in full in docs/operations.md ("Admission: protecting the
+ * source"):
  *
- * Two rules, after Netflix's concurrency-limits (Gradient2) and CoDel's idea
- * as Facebook applies it to queues ("Fail at Scale", Maurer, ACM Queue 2015):
- *
- * 1. **An adaptive concurrency limit.** At most `limit` loader calls run at
- *    once. The limit follows the source's latency: while loads take about as
- *    long as they usually do it grows toward `maxConcurrentLoads`; when they
- *    get slower (the short-term average rises above twice the long-term one)
- *    it shrinks in proportion, and a failed or timed-out load halves it (once per
- *    id in ten seconds: one id the source keeps refusing is not the source
- *    failing). So a source that slows down or fails sees less concurrency.
- * 2. **Shedding by queueing delay, not by count.** A load that finds every slot
- *    taken waits in a FIFO queue only if its predicted wait — the loads ahead
- *    of it over the rate at which slots free up — plus one load's latency
- *    (the phase of the loads running now) is within `maxQueueDelayMs` while
- *    the source is steady (its limit at the ceiling, its loads about as fast
- *    as usual: the rate measured is the rate to come), and within half of it
- *    while the limit is moving (it may shrink under the queued loads: half is
- *    the headroom for that error); otherwise it is shed at once with
- *    `ECC_SHED` and a `Retry-After`. No queued load waits longer than
- *    `maxQueueDelayMs` either (CoDel's bound on the time spent queued).
- *    A healthy source that can drain a burst in time is never shed, even when
- *    this process drains it slowly (a busy or starved CPU slows the measured
- *    rate, not the source); a slow one sheds the excess fast instead of
- *    letting callers queue into timeouts. `maxQueuedLoads` only bounds memory.
- * 3. **A partition for overdue loads.** A load that has run far past the
- *    table's normal latency ({@link OVERDUE_FACTOR} × the long-term average,
- *    at least {@link MIN_OVERDUE_MS}) is hanging on its id, not measuring the
- *    source: it leaves the pool above and runs on in a partition of its own
- *    (at most `maxOverdueLoads`), so a few ids whose source never answers
- *    cannot take every slot from the healthy ones (a partitioned limit, as
- *    Netflix's concurrency-limits partitions one). Its end teaches the limit
- *    nothing. An id whose load went overdue lately is admitted straight to
- *    that partition, and shed when it is full. So one table's loader calls
- *    at once never exceed `maxConcurrentLoads` + `maxOverdueLoads`.
+ * 1. an adaptive concurrency limit (Netflix concurrency-limits' Gradient2):
+ *    at most `limit` loads at once, shrinking when loads slow down or fail;
+ * 2. shedding by predicted queueing delay, not by count (CoDel, as in "Fail at
+ *    Scale", Maurer, ACM Queue 2015): a load that would wait longer than
+ *    `maxQueueDelayMs` for a slot is shed at once with `ECC_SHED`;
+ * 3. a partition for overdue loads ({@link OVERDUE_FACTOR} × the usual load
+ *    time): ids that hang leave the limit for at most `maxOverdueLoads` slots of
+ *    their own, so a table never runs more than `maxConcurrentLoads` +
+ *    `maxOverdueLoads` loads.
  */
 import { LRUCache } from 'lru-cache';
 import type { ShedError } from '../errors.js';
@@ -71,12 +48,9 @@ interface Queued {
 const MIN_LIMIT = 1;
 /**
  * Short- and long-term averages of load latency (exponential weights per
- * sample: the short one spans about ten loads, the long one about a hundred,
- * so a slowdown shrinks the limit before it becomes the new normal). Ten, not
- * two: a source whose latency varies (exponentially distributed, mean 100 ms)
- * had its limit cut and its queue halved by single tail samples, shedding a
- * quarter of a healthy load (`npm run bench:admission`: 23 % → 0 %), while a
- * real slowdown (20 → 500 ms) still shows after one load.
+ * sample: the short one spans about ten loads, so one tail sample of a source
+ * whose latency varies is not a slowdown; the long one about a hundred, so a
+ * slowdown shrinks the limit before it becomes the new normal).
  */
 const SHORT_WEIGHT = 0.1;
 const LONG_WEIGHT = 0.01;
