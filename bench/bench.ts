@@ -1,6 +1,7 @@
 /**
  * Benchmark: warm `Table.get` against a raw lru-cache `get`, a fleet herd's p99 − loader
- * time, and HTTP L1 hits against a bare fastify route; ratios measured side by side in one run.
+ * time, HTTP L1 hits against a bare fastify route, and tagged rows against untagged ones
+ * (warm `Table.get` and the HTTP L1 hit); ratios measured side by side in one run.
  * Prints figures, asserts nothing. Usage: drills/README.md#bench.
  */
 import { execFile } from 'node:child_process';
@@ -12,12 +13,13 @@ import { pino } from 'pino';
 import { drillArgs, int, text, valkeyOption } from '../drills/lib/cli.js';
 import { columns, median, opsPerSecond, percentile } from '../drills/lib/report.js';
 import { buildServer } from '../src/http/server.js';
+import { withPolicy } from '../src/store/load-result.js';
 import { createStore } from '../src/store/store.js';
 
 const args = drillArgs({
   seconds: int(3, 1, 3_600),
   connections: int(50, 1, 10_000),
-  only: text('inproc,fleet,http'),
+  only: text('inproc,fleet,http,tags'),
   valkey: valkeyOption(),
 });
 const { seconds, valkey } = args;
@@ -213,6 +215,83 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
 
 const HTTP_ROUNDS = 5;
 
+/** The tags of bench row `i`: three, as a catalogue row might carry (product, category, brand). */
+const tagsOf = (i: number) => [`product:${i}`, `category:${i % 50}`, `brand:${i % 7}`];
+
+/**
+ * Tagged against untagged rows, in one store: warm `Table.get` (alternating rounds of each,
+ * the median ratio) and the HTTP L1 hit (autocannon, alternating rounds). Both tables are
+ * purged by a tag none of their rows carries after the rows were read, so each row has
+ * outlived a purge (the case that makes a hit look at the epochs at all).
+ */
+async function taggedRows(): Promise<Array<[string, string]>> {
+  const plain = `bench-plain-${process.pid}`;
+  const tagged = `bench-tagged-${process.pid}`;
+  const l1 = { ttlMs: 600_000, maxEntries: KEYS * 2 };
+  const store = await createStore({
+    valkey,
+    tables: {
+      [plain]: { load: (id) => value(Number(id)), l1 },
+      [tagged]: { load: (id) => withPolicy(value(Number(id)), { tags: tagsOf(Number(id)) }), l1 },
+    },
+  });
+  const ids = Array.from({ length: KEYS }, (_, i) => String(i + 1));
+  const tables = [store.table(plain), store.table(tagged)] as const;
+  for (const t of tables) {
+    for (const id of ids) await t.get(id);
+    await t.purge({ tags: ['no-row-has-it'] });
+  }
+  const ms = Math.max(500, (seconds * 1000) / 2);
+  const get = (t: (typeof tables)[number]) => (i: number) => t.get(ids[i % KEYS] as string);
+  for (const t of tables) await opsPerSecond(300, get(t));
+  const inproc: number[][] = [[], []];
+  // Alternating which goes first (ABBA), so drift on a shared machine hits both alike.
+  for (let round = 0; round < 6; round++) {
+    const order = round % 2 === 0 ? [0, 1] : [1, 0];
+    for (const k of order)
+      inproc[k]?.push(await opsPerSecond(ms, get(tables[k] as (typeof tables)[number])));
+  }
+  const [plainOps, taggedOps] = inproc.map((xs) => median(xs)) as [number, number];
+  const inprocRatios = (inproc[1] as number[]).map((x, i) => x / (inproc[0]?.[i] as number));
+
+  const app = buildServer({ store, logger: pino({ level: 'silent' }) });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const { port } = app.server.address() as { port: number };
+  const urlOf = (table: string) => `http://127.0.0.1:${port}/v1/tables/${table}/items/42`;
+  for (const t of [plain, tagged]) await loadFrom(urlOf(t), args.connections, 1);
+  const rps: number[][] = [[], []];
+  for (let round = 0; round < HTTP_ROUNDS + 1; round++) {
+    const order = round % 2 === 0 ? [0, 1] : [1, 0];
+    for (const k of order) {
+      const t = [plain, tagged][k] as string;
+      rps[k]?.push((await loadFrom(urlOf(t), args.connections, seconds)).requests.average);
+    }
+  }
+  const httpRatios = (rps[1] as number[]).map((x, i) => x / (rps[0]?.[i] as number));
+  await app.close();
+  for (const t of tables) await t.purge({ all: true });
+  await store.close();
+  const within = (r: number) => (r >= 0.95 ? 'met' : 'GAP');
+  return [
+    ['Table.get warm, untagged rows (median of 6)', `${fmt(plainOps)} ops/s`],
+    ['Table.get warm, rows of 3 tags (median of 6)', `${fmt(taggedOps)} ops/s`],
+    [
+      'ratio tagged / untagged, median (each round)',
+      `${median(inprocRatios).toFixed(3)} (${inprocRatios.map((r) => r.toFixed(2)).join(', ')})`,
+    ],
+    ['HTTP L1 hit, untagged row (median)', `${fmt(median(rps[0] as number[]))} req/s`],
+    ['HTTP L1 hit, row of 3 tags (median)', `${fmt(median(rps[1] as number[]))} req/s`],
+    [
+      `ratio tagged / untagged, median of ${HTTP_ROUNDS + 1} rounds (each round)`,
+      `${median(httpRatios).toFixed(3)} (${httpRatios.map((r) => r.toFixed(2)).join(', ')})`,
+    ],
+    [
+      'target: both ratios ≥ 0.95',
+      `${within(median(inprocRatios))} / ${within(median(httpRatios))}`,
+    ],
+  ];
+}
+
 /** autocannon in a child process against `url`; its JSON result. */
 function loadFrom(url: string, connections: number, seconds: number): Promise<autocannon.Result> {
   const cli = createRequire(import.meta.url).resolve('autocannon/autocannon.js');
@@ -238,6 +317,12 @@ if (only.has('inproc')) {
 if (only.has('fleet')) {
   const f = await fleetHerd();
   process.stdout.write(`fleet herd (lease; losers woken by the fill's PUBLISH)\n${columns(f)}\n\n`);
+}
+if (only.has('tags')) {
+  const tg = await taggedRows();
+  process.stdout.write(
+    `tagged rows against untagged ones, each table purged once by a tag no row carries\n${columns(tg)}\n\n`,
+  );
 }
 if (only.has('http')) {
   const h = await http();

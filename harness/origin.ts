@@ -24,6 +24,14 @@ export interface OriginAnswer {
 /** Ids with this prefix are held open until {@link Origin.release} (or `maxHoldMs`). */
 export const HOLD_PREFIX = 'hold-';
 
+/** What an origin adds to its answers. */
+export interface OriginOptions {
+  /** Sent as `origin` in every answer, so two origins' answers can be told apart. */
+  label?: string;
+  /** The `Surrogate-Key` header (purge tags) of an id's answers; none when undefined. */
+  surrogateKey?: (id: string) => string | undefined;
+}
+
 /** A running origin. */
 export interface Origin {
   /** Base URL, e.g. `http://127.0.0.1:40123`. */
@@ -66,9 +74,14 @@ export interface Origin {
  * `nonce` is fresh per read, so two source reads can never look like one
  * answer. A read of an id starting {@link HOLD_PREFIX} is held until released,
  * never longer than `maxHoldMs`; a held read whose client went away is still
- * counted: it was a source read.
+ * counted: it was a source read. `options` may label the answers and give
+ * each id a `Surrogate-Key` (its purge tags).
  */
-export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promise<Origin> {
+export async function startOrigin(
+  latencyMs: number,
+  maxHoldMs = 20_000,
+  options: OriginOptions = {},
+): Promise<Origin> {
   const log = new Map<string, StampedRead[]>();
   const released = new Set<string>();
   const held = new Map<string, Array<() => void>>();
@@ -97,8 +110,13 @@ export async function startOrigin(latencyMs: number, maxHoldMs = 20_000): Promis
       res.writeHead(override.status, override.headers).end();
       return;
     }
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ id, read: read.n, nonce: randomUUID() }));
+    const key = options.surrogateKey?.(id);
+    res.writeHead(200, {
+      'content-type': 'application/json',
+      ...(key === undefined ? {} : { 'surrogate-key': key }),
+    });
+    const label = options.label === undefined ? {} : { origin: options.label };
+    res.end(JSON.stringify({ id, read: read.n, nonce: randomUUID(), ...label }));
   };
 
   const server = createServer((req, res) => {

@@ -127,6 +127,26 @@ export class BadValueError extends EchoStoreError {
     'the source returned a value that cannot be stored as JSON';
 }
 
+/**
+ * The source gave a row tags beyond the bounds (more than 64, one longer than 128 bytes, or
+ * one that is not visible ASCII without `|`): the load fails and nothing is cached, since a
+ * row stored without its tags could not be purged by them.
+ */
+export class RowTagsError extends EchoStoreError {
+  static override readonly code = 'ECC_BAD_ROW_TAGS';
+  static override readonly statusCode = 502;
+  static override readonly publicMessage = 'the source returned tags that cannot be stored';
+}
+
+/**
+ * A purge is malformed: neither `tags` nor `all: true` (or both), no tag or more than 256, or a
+ * tag beyond the bounds a row's tags keep (1–128 bytes of visible ASCII without `|`).
+ */
+export class BadPurgeError extends EchoStoreError {
+  static override readonly code = 'ECC_BAD_PURGE';
+  static override readonly statusCode = 400;
+}
+
 /** The load took longer than the table's `loadTimeoutMs`. */
 export class LoadTimeoutError extends EchoStoreError {
   static override readonly code = 'ECC_LOAD_TIMEOUT';

@@ -9,7 +9,7 @@
  */
 export * from './errors.js';
 export type { Envelope } from './l2/format.js';
-export { leaseKey, valueKey } from './l2/scripts.js';
+export { epochsKey, eventsChannel, keyPrefix, leaseKey, valueKey } from './l2/scripts.js';
 export {
   type BuildContext,
   buildSource,
@@ -25,6 +25,7 @@ export {
   type SqliteSourceOptions,
   type SqlSourceContext,
   type SqlSourceOptions,
+  sourceFingerprint,
   sqliteSource,
 } from './sources/index.js';
 export { LoadResult, type RowPolicy, withPolicy } from './store/load-result.js';
@@ -34,8 +35,16 @@ export {
   type TablePolicy,
   type TablePolicyInput,
 } from './store/policy.js';
-export { createStore, type Store, type StoreOptions, type TableOptions } from './store/store.js';
+export {
+  createStore,
+  FINGERPRINT,
+  NAMESPACE,
+  type Store,
+  type StoreOptions,
+  type TableOptions,
+} from './store/store.js';
 export { assertId, MAX_BATCH_IDS, MAX_ID_BYTES, TABLE_NAME, type Table } from './store/table.js';
+export { MAX_PURGE_TAGS, MAX_ROW_TAGS, MAX_TAG_BYTES, TAG } from './store/tags.js';
 export type * from './store/types.js';
 export { createValkeyClient, type ValkeyOptions, type ValkeyTlsOptions } from './valkey/client.js';
 export type { Credentials } from './valkey/credentials.js';

@@ -43,11 +43,17 @@ export interface TableCounters {
   /** L2 values that could not be decoded (a miss, overwritten). */
   badEnvelopes: number;
   /** Background refreshes started, by reason. */
-  refreshes: { early: number; stale: number; revalidate: number };
+  refreshes: { early: number; stale: number; revalidate: number; purge: number };
   /** Background refreshes that failed. */
   refreshFailures: number;
   /** DELETEs accepted by Valkey. */
   invalidations: number;
+  /** Purges accepted by Valkey from this instance, by kind (`hard`, `soft`) and scope (`tags`, `table`). */
+  purges: Record<'hard_tags' | 'hard_table' | 'soft_tags' | 'soft_table', number>;
+  /** L1 rows found purged when read: hard (dropped), soft (served stale, a refresh asked). */
+  purgedRows: { hard: number; soft: number };
+  /** L2 rows another source wrote under this table's name (another fingerprint): misses, never served. */
+  foreignRows: number;
   /** DELETEs that deleted the value instead of writing a tombstone (Valkey was out of memory). */
   tombstoneFallbacks: number;
   /** Coherence messages about a row this instance holds: applied (dropped) or stale (ignored). */
@@ -80,9 +86,12 @@ export function newCounters(): TableCounters {
     rememberedFailures: 0,
     unconfirmedNotFound: 0,
     badEnvelopes: 0,
-    refreshes: { early: 0, stale: 0, revalidate: 0 },
+    refreshes: { early: 0, stale: 0, revalidate: 0, purge: 0 },
     refreshFailures: 0,
     invalidations: 0,
+    purges: { hard_tags: 0, hard_table: 0, soft_tags: 0, soft_table: 0 },
+    purgedRows: { hard: 0, soft: 0 },
+    foreignRows: 0,
     tombstoneFallbacks: 0,
     coherence: { applied: 0, stale: 0 },
     l1Flushes: 0,
@@ -201,7 +210,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_refreshes_total',
-    help: 'Background refreshes started: early (XFetch), stale (a stale value was served), or revalidate (a row loaded while Valkey was unusable, read once it is usable again).',
+    help: 'Background refreshes started: early (XFetch), stale (a stale value was served), revalidate (a row loaded while Valkey was unusable, read once it is usable again), or purge (a soft-purged value was served).',
     label: 'reason',
     pick: (c) => c.refreshes,
   },
@@ -214,6 +223,23 @@ const MIRRORS: Mirror[] = [
     name: 'echostore_invalidations_total',
     help: 'DELETEs (invalidations) accepted by Valkey.',
     pick: (c) => c.invalidations,
+  },
+  {
+    name: 'echostore_purges_total',
+    help: 'Purges accepted by Valkey from this instance, by kind: hard_tags, hard_table, soft_tags, soft_table.',
+    label: 'kind',
+    pick: (c) => c.purges,
+  },
+  {
+    name: 'echostore_purged_rows_total',
+    help: 'L1 rows found purged when read: hard (dropped from L1; the read loads it) or soft (served stale while one refresh was asked).',
+    label: 'kind',
+    pick: (c) => c.purgedRows,
+  },
+  {
+    name: 'echostore_foreign_rows_total',
+    help: "L2 rows written under this table's name by another source (another fingerprint): each a miss, never served.",
+    pick: (c) => c.foreignRows,
   },
   {
     name: 'echostore_tombstone_fallbacks_total',

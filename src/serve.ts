@@ -19,7 +19,7 @@ import { isLoopback, PROTECTED_MODE_HINT } from './http/auth.js';
 import type { Lifecycle } from './http/ops.js';
 import { buildServer } from './http/server.js';
 import { collectNodeMetrics, registerBuildInfo } from './process-metrics.js';
-import { buildSource, type Source } from './sources/index.js';
+import { buildSource, type Source, sourceFingerprint } from './sources/index.js';
 import { DEFAULT_POLICY } from './store/policy.js';
 import { createStore, type TableOptions } from './store/store.js';
 import { redactUrl } from './valkey/client.js';
@@ -62,6 +62,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
       tables[name] = {
         ...policy,
         load: built.load,
+        fingerprint: sourceFingerprint(source),
         ...(built.loadMany === undefined ? {} : { loadMany: built.loadMany }),
         ...(built.checkId === undefined ? {} : { checkId: built.checkId }),
         // The kind's default unless the table sets it: an http origin's 404 is confirmed first.
@@ -81,6 +82,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
   }
   const store = await createStore({
     valkey: config.valkey,
+    ...(config.namespace === undefined ? {} : { namespace: config.namespace }),
     tables,
     registry,
     logger: log,

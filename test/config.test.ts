@@ -41,6 +41,8 @@ describe('loadConfig without a file', () => {
     const config = loadConfig({ argv: [], env: {}, cwd: dir });
     expect(config).toEqual({
       origin: 'built-in demo',
+      // Its own namespace: a library store on the same Valkey never reads the demo's rows.
+      namespace: 'demo',
       valkey: {
         url: 'redis://127.0.0.1:6379',
         commandTimeoutMs: 1000,
@@ -64,6 +66,7 @@ describe('loadConfig without a file', () => {
             query:
               'SELECT id, sku, name, category, price_cents, stock, description FROM products WHERE id = ?',
             seed: 'demo',
+            tagsColumn: 'category',
           },
           idPattern: '^[1-9][0-9]{0,9}$',
         },
@@ -227,10 +230,37 @@ describe('loadConfig environment overrides', () => {
     ['VALKEY_URL', 'http://127.0.0.1:6379'],
     ['LOG_LEVEL', 'loud'],
     ['ECHOSTORE_ADMIN_TOKEN', 'short'],
+    ['ECHOSTORE_NAMESPACE', 'Has:Colon'],
   ])('rejects %s=%s as ECC_BAD_CONFIG naming the variable', (name, value) => {
     const err = failure(() => loadConfig({ argv: [], env: { [name]: value }, cwd: dir }));
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toContain(name);
+  });
+});
+
+describe('loadConfig namespace', () => {
+  const tables = `tables:\n  t: { source: ${HTTP_SOURCE} }\n`;
+
+  it('is unset by default in a file (the unnamed namespace), read from the file, and overridden by ECHOSTORE_NAMESPACE', () => {
+    expect(
+      loadConfig({ argv: ['--config', write('ns0.yaml', tables)], env: {} }).namespace,
+    ).toBeUndefined();
+    const file = write('ns.yaml', `namespace: shop\n${tables}`);
+    expect(loadConfig({ argv: ['--config', file], env: {} }).namespace).toBe('shop');
+    const env = { ECHOSTORE_NAMESPACE: 'shop-eu' };
+    expect(loadConfig({ argv: ['--config', file], env }).namespace).toBe('shop-eu');
+    expect(loadConfig({ argv: [], env, cwd: dir }).namespace).toBe('shop-eu');
+  });
+
+  it('rejects a namespace that is not [a-z0-9_-]{1,64}, naming the field', () => {
+    const err = failure(() =>
+      loadConfig({
+        argv: ['--config', write('ns-bad.yaml', `namespace: "a:b"\n${tables}`)],
+        env: {},
+      }),
+    );
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect((err as { field?: string }).field).toBe('namespace');
   });
 });
 

@@ -29,7 +29,7 @@ describe('foreign and broken data in L2', () => {
       },
     });
     const soft = Date.now() + 60_000;
-    await raw.set(`ecc:${table}:{k}`, `E2|99999999999999999999|${soft}|${soft}|1|0|{}`);
+    await raw.set(`ecc:${table}:{k}`, `E3|99999999999999999999|${soft}|${soft}|1|0|0|||{}`);
     const r = await store.table(table).get('k');
     expect(r.found && r.value).toEqual({ fine: true });
     expect(loads).toBe(1);

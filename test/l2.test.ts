@@ -75,7 +75,7 @@ describe('L2', () => {
     expect(pttl).toBeGreaterThanOrEqual(15_000 - 250);
   });
 
-  it('the stored value is the E2 header (version, soft and hard expiry, deltaMs, flags) and the JSON', async () => {
+  it('the stored value is the E3 header (version, expiries, deltaMs, flags, born, fingerprint, tags) and the JSON', async () => {
     const table = uniqueTable('l2-envelope');
     const store = await openStore({
       [table]: { ttlMs: 60_000, load: (id) => ({ id, tags: ['a', 'b'] }) },
@@ -83,7 +83,7 @@ describe('L2', () => {
     const before = Date.now();
     const r = await store.table(table).get('e1');
     const text = (await raw.get(valueKey(table, 'e1'))) as string;
-    expect(text).toMatch(/^E2\|\d+\|\d+\|\d+\|\d+\|0\|\{"id":"e1","tags":\["a","b"\]\}$/);
+    expect(text).toMatch(/^E3\|\d+\|\d+\|\d+\|\d+\|0\|\d+\|\|\|\{"id":"e1","tags":\["a","b"\]\}$/);
     const envelope = (await readEnvelope(raw, table, 'e1')) as Envelope;
     expect(envelope).toEqual({
       value: { id: 'e1', tags: ['a', 'b'] },
@@ -93,7 +93,11 @@ describe('L2', () => {
       hardExpiresAt: expect.any(Number),
       deltaMs: expect.any(Number),
       negative: false,
+      born: expect.any(Number),
+      fingerprint: '',
     });
+    // born: when the load started, on Valkey's clock (µs), before the fill's version.
+    expect(envelope.born).toBeLessThanOrEqual(r.version);
     expect(envelope.softExpiresAt).toBeGreaterThan(before + 50_000);
     // hard = soft + staleMs (60 s) × the same jitter factor (1 to 1.2)
     expect(envelope.hardExpiresAt - envelope.softExpiresAt).toBeGreaterThanOrEqual(60_000);
@@ -114,7 +118,7 @@ describe('L2', () => {
     });
     const t = store.table(table);
     await raw.set(valueKey(table, 'garbage'), 'not json {', 'PX', 60_000);
-    // The JSON envelope of the format before E2: a miss, reloaded, never a crash.
+    // The JSON envelope of the format before E2 (and E3): a miss, reloaded, never a crash.
     await raw.set(
       valueKey(table, 'older'),
       JSON.stringify({
@@ -129,7 +133,7 @@ describe('L2', () => {
     );
     await raw.set(
       valueKey(table, 'bad-json'),
-      `E2|1|${Date.now() + 60_000}|0|1|0|{oops`,
+      `E3|1|${Date.now() + 60_000}|0|1|0|0|||{oops`,
       'PX',
       60_000,
     );

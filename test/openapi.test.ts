@@ -90,8 +90,15 @@ describe('the OpenAPI document', () => {
       }
     }
     expect(missing).toEqual([]);
-    expect(refusals).toBe(5); // the item path, the warm path, the two batch paths and the inspect path
-    for (const path of ['/v1/tables/{table}/items/{id}', '/readyz', '/metrics', '/openapi.json']) {
+    // the item path, the warm, purge and inspect paths and the two batch paths
+    expect(refusals).toBe(6);
+    for (const path of [
+      '/v1/tables/{table}/items/{id}',
+      '/v1/tables/{table}/purge',
+      '/readyz',
+      '/metrics',
+      '/openapi.json',
+    ]) {
       expect(Object.keys(doc.paths)).toContain(path);
     }
   });

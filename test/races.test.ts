@@ -148,8 +148,8 @@ describe('poisoned L2 values', () => {
     const table = uniqueTable('absurd');
     const raw = scopedValkey();
     const store = await openStore({ [table]: { load: () => ({ fine: true }) } });
-    await raw.set(`ecc:${table}:{a}`, 'E2|1|1e300|1e300|1|0|{"bad":1}');
-    await raw.set(`ecc:${table}:{b}`, `E2|1|${'9'.repeat(40)}|${'9'.repeat(40)}|1|0|{"bad":1}`);
+    await raw.set(`ecc:${table}:{a}`, 'E3|1|1e300|1e300|1|0|0|||{"bad":1}');
+    await raw.set(`ecc:${table}:{b}`, `E3|1|${'9'.repeat(40)}|${'9'.repeat(40)}|1|0|0|||{"bad":1}`);
     for (const id of ['a', 'b']) {
       const r = await store.table(table).get(id);
       expect(r.found && r.value).toEqual({ fine: true });

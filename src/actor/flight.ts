@@ -9,6 +9,7 @@ import type { Envelope } from '../l2/format.js';
 import type { L2, WriteAck } from '../l2/scripts.js';
 import { bump, type TableCounters, type TableHistograms } from '../metrics.js';
 import type { Admission } from '../protection/admission.js';
+import type { Epochs } from '../store/epochs.js';
 import type { NotFoundConfirmations } from '../store/not-found.js';
 import type { TablePolicy } from '../store/policy.js';
 import type { FlightTrace } from '../store/tracing.js';
@@ -74,6 +75,12 @@ export class Flight {
   replaceUpTo = 0;
   /** A version minted when the flight started: writes and deletes newer than it supersede it. */
   startVersion = 0;
+  /**
+   * How many of `waiters` joined before the first purge of the table applied while the flight
+   * ran (undefined: none applied). Only they may receive an answer that purge covers; the
+   * waiters after them wait for a load that started after it. Set only by the owner.
+   */
+  beforePurge: number | undefined;
 
   /** @param first the first waiter; none for a background refresh. */
   constructor(id: string, first?: Waiter) {
@@ -88,6 +95,12 @@ export class Flight {
 export interface TableContext {
   /** The table's name (`[a-z0-9_-]{1,64}`). */
   name: string;
+  /** The fingerprint of the table's source: a row another source wrote is a miss (`''`: none given). */
+  fingerprint: string;
+  /** The table's purge epochs (shared by the hit path, the owner and the flights). */
+  epochs: Epochs;
+  /** Warns that a row of another source was found (at most once a minute; always counted). */
+  foreignRow(id: string, fingerprint: string): void;
   /** Chosen once from `coalescing`: whether a miss coalesces onto a running flight or an open miss message (`none`, the drills' baseline, never does). */
   coalesces: boolean;
   policy: TablePolicy;

@@ -6,7 +6,8 @@
 
 import type { TableEvent } from '../l2/events.js';
 import type { Envelope } from '../l2/format.js';
-import type { WriteResult } from '../store/types.js';
+import type { PurgeAck, PurgeScope } from '../l2/scripts.js';
+import type { PurgeResult, WriteResult } from '../store/types.js';
 
 /** What the owner answers a `put` with; the table adds the entity tag. */
 type Written = Pick<WriteResult, 'version'>;
@@ -19,8 +20,11 @@ export interface WriteWaiter<T> {
   reject(error: Error): void;
 }
 
-/** Why a background refresh started: XFetch (`early`) or a stale read (`stale`). */
-export type RefreshReason = 'early' | 'stale' | 'revalidate';
+/**
+ * Why a background refresh started: XFetch (`early`), a stale read (`stale`), a row loaded while
+ * Valkey was unusable (`revalidate`), or a soft-purged row read (`purge`).
+ */
+export type RefreshReason = 'early' | 'stale' | 'revalidate' | 'purge';
 
 /**
  * A caller missed L1. Callers of the same id that miss while it waits in the
@@ -70,7 +74,17 @@ export type Message =
   | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }
   /** Valkey acknowledged (or failed) an `invalidate`: answer, replay what was parked. */
   | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> }
-  /** Another instance (or this one) wrote, filled or deleted an id: coherence for L1 and flights. */
+  /** A caller purges rows by tag or the whole table: the epochs in Valkey, then in memory. */
+  | { kind: 'purge'; scope: PurgeScope; waiter: WriteWaiter<PurgeResult> }
+  /** Valkey acknowledged (or failed) a `purge`: apply its epoch, answer. */
+  | {
+      kind: 'purged';
+      scope: PurgeScope;
+      ack?: PurgeAck;
+      error?: unknown;
+      waiter: WriteWaiter<PurgeResult>;
+    }
+  /** Another instance (or this one) wrote, filled, deleted or purged: coherence for L1 and flights. */
   | { kind: 'event'; event: TableEvent }
   /** The subscriber reconnected: events may have been missed, drop every L1 row. */
   | { kind: 'flush' };
@@ -84,6 +98,8 @@ export function waitersOf(m: Message): Array<{ reject(error: Error): void }> {
     case 'written':
     case 'invalidate':
     case 'invalidated':
+    case 'purge':
+    case 'purged':
       return [m.waiter];
     case 'landed':
     case 'serveStale':

@@ -17,6 +17,7 @@ import type { TableEvent } from '../l2/events.js';
 import type { Envelope } from '../l2/format.js';
 import { bump } from '../metrics.js';
 import { rowAnswer } from '../store/answers.js';
+import { HARD_PURGED, type Purge, SOFT_PURGED } from '../store/epochs.js';
 import { RefreshBackoff } from '../store/freshness.js';
 import type { L1 } from '../store/l1.js';
 import {
@@ -31,6 +32,9 @@ import { Mailbox } from './mailbox.js';
 import { type Message, type Miss, type RefreshReason, waitersOf } from './messages.js';
 import { type FlightRunner, flightRunner } from './run-flight.js';
 import { Writes } from './writes.js';
+
+type PurgeMessage = Extract<Message, { kind: 'purge' }>;
+type PurgedMessage = Extract<Message, { kind: 'purged' }>;
 
 type Handlers = { [K in Message['kind']]: (m: Extract<Message, { kind: K }>) => void };
 
@@ -159,10 +163,14 @@ export class TableOwner {
     written: (m) => this.#writes.written(m),
     invalidate: (m) => this.#write(m, () => this.#writes.invalidate(m)),
     invalidated: (m) => this.#writes.invalidated(m),
+    purge: (m) => this.#purge(m),
+    purged: (m) => this.#purged(m),
     event: (m) => this.#event(m.event),
     flush: () => {
+      // Events may have been missed: no L1 row, and no purge epoch, is proven current.
       this.#l1.clear();
       this.#unconfirmed.clear();
+      this.#ctx.epochs.unprove();
       this.#ctx.counters.l1Flushes++;
       // A flight running now may have missed an event too: its answer goes to its waiters, not into L1.
       for (const id of [...this.#flights.keys()]) this.#supersede(id);
@@ -197,14 +205,20 @@ export class TableOwner {
     }
     const callers = 1 + (coalesced?.count ?? 0);
     const now = this.#ctx.now();
-    const row = this.#l1.get(id, now);
+    let row = this.#l1.get(id, now);
+    const purge = row === undefined ? 0 : this.#ctx.epochs.judge(row.born, row.tags);
+    if (purge === HARD_PURGED) {
+      this.#l1.delete(id);
+      this.#ctx.counters.purgedRows.hard++;
+      row = undefined;
+    }
     if (row !== undefined) {
-      const stale = now >= row.softExpiresAt;
+      const stale = now >= row.softExpiresAt || purge === SOFT_PURGED;
       this.#ctx.counters.reads[row.negative ? 'negative' : stale ? 'stale' : 'l1'] += callers;
-      const answer = rowAnswer(row, now);
+      const answer = rowAnswer(row, now, false, purge === SOFT_PURGED);
       waiter.resolve(answer);
       coalesced?.resolve(answer);
-      if (stale) this.#refresh(id, 'stale');
+      if (stale) this.#refresh(id, purge === SOFT_PURGED ? 'purge' : 'stale');
       return;
     }
     const running = this.#ctx.coalesces ? this.#flights.get(id) : undefined;
@@ -260,23 +274,51 @@ export class TableOwner {
       return;
     }
     this.#backoff.succeeded(flight.id);
-    const { envelope, layer } = outcome;
+    const { layer } = outcome;
+    let { envelope } = outcome;
     if (layer === 'l2') counters.l2_hits++;
+    // A purge applied while the flight ran may cover its answer (a load that started before it).
+    const purge = this.#ctx.epochs.judge(envelope.born ?? 0, envelope.tags);
+    if (purge === HARD_PURGED) {
+      this.#answerBeforePurge(flight, envelope, layer, now);
+      return;
+    }
+    if (purge === SOFT_PURGED) envelope = staleNow(envelope, now);
     const kept = !flight.superseded && !outcome.refused;
     if (kept) {
       this.#l1.set(flight.id, envelope, now);
       if (outcome.unconfirmed === true) this.#unconfirmed.set(flight.id, true);
       else this.#unconfirmed.delete(flight.id);
     }
-    counters.reads[envelope.negative ? 'negative' : layer] += flight.callers;
+    counters.reads[envelope.negative ? 'negative' : purge === SOFT_PURGED ? 'stale' : layer] +=
+      flight.callers;
     const stored = kept && layer === 'origin';
     answerAll(flight.waiters, (coalesced) => answerOf(envelope, layer, coalesced, now, stored));
+    if (purge === SOFT_PURGED && kept) this.#refresh(flight.id, 'purge');
+  }
+
+  /**
+   * A flight's answer that a purge applied while it ran covers: the waiters that joined before
+   * the purge get it (they asked before it answered), the later ones wait for a load that
+   * starts now; nothing goes into L1.
+   */
+  #answerBeforePurge(flight: Flight, envelope: Envelope, layer: 'l2' | 'origin', now: number) {
+    const early = flight.waiters.splice(0, flight.beforePurge ?? flight.waiters.length);
+    const earlyCallers = early.reduce((n, w) => n + (w.count ?? 1), 0);
+    this.#ctx.counters.reads[envelope.negative ? 'negative' : layer] += earlyCallers;
+    answerAll(early, (coalesced) => answerOf(envelope, layer, coalesced, now, false));
+    flight.callers -= earlyCallers;
+    if (flight.waiters.length > 0) this.#relaunch(flight);
   }
 
   /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
-  #serveStale(flight: Flight, envelope: Envelope): void {
+  #serveStale(flight: Flight, stale: Envelope): void {
     if (flight.superseded || flight.waiters.length === 0) return;
+    const purge = this.#ctx.epochs.judge(stale.born ?? 0, stale.tags);
+    // Hard-purged since the flight read it: never served; the flight's load answers.
+    if (purge === HARD_PURGED) return;
     const now = this.#ctx.now();
+    const envelope = purge === SOFT_PURGED ? staleNow(stale, now) : stale;
     // In L1, later callers get the stale value without the mailbox while the refresh runs.
     this.#l1.set(flight.id, envelope, now);
     this.#unconfirmed.delete(flight.id);
@@ -298,8 +340,60 @@ export class TableOwner {
     this.#launch(flight);
   }
 
+  /**
+   * A purge: the epochs in Valkey (and the event), then, acknowledged, in memory. Refused once
+   * closed. The entry point of every invalidation by tag or table (a change stream's too).
+   */
+  #purge(m: PurgeMessage): void {
+    if (this.#closed) {
+      m.waiter.reject(new ClosedError('the store is shutting down', { table: this.#ctx.name }));
+      return;
+    }
+    this.#ctx.l2.purge(m.scope).then(
+      (ack) => this.post({ kind: 'purged', scope: m.scope, ack, waiter: m.waiter }),
+      (error: unknown) => this.post({ kind: 'purged', scope: m.scope, error, waiter: m.waiter }),
+    );
+  }
+
+  /** Valkey answered a purge: this instance applies it before the caller hears, so it never serves a purged row after. */
+  #purged(m: PurgedMessage): void {
+    const { ack, scope } = m;
+    if (ack === undefined) {
+      m.waiter.reject(this.#writes.valkeyError('purge', undefined, m.error));
+      return;
+    }
+    this.#ctx.clock.sawValkeyTime(ack.valkeyNowMs);
+    if (ack.unpublished !== undefined) {
+      bump(this.#ctx.counters.valkeyErrors, 'publish');
+      this.#ctx.log.warn(
+        { table: this.#ctx.name, refusal: ack.unpublished },
+        'purged, but valkey refused the purge event: other instances may serve purged rows from L1 until their L1 TTL',
+      );
+    }
+    this.#applyPurge({ epoch: ack.epoch, soft: scope.soft, tags: scope.tags });
+    const kind =
+      `${scope.soft ? 'soft' : 'hard'}_${scope.tags === undefined ? 'table' : 'tags'}` as const;
+    this.#ctx.counters.purges[kind]++;
+    m.waiter.resolve({ epoch: ack.epoch });
+  }
+
+  /**
+   * Takes in a purge (this instance's, or another's event): the epochs every read judges by,
+   * and a mark on each running flight, whose later waiters must not get an answer it covers.
+   */
+  #applyPurge(purge: Purge): void {
+    this.#ctx.epochs.apply(purge);
+    for (const flight of this.#flights.values()) flight.beforePurge ??= flight.waiters.length;
+  }
+
   /** Coherence: drop this instance's L1 row when the event is newer than it (newer-wins). */
   #event(event: TableEvent): void {
+    if (event.k === 'purge') {
+      // A planted epoch far ahead would make every row loaded until then immune to purges.
+      if (event.v === undefined || !this.#ctx.clock.plausible(event.v)) return;
+      this.#applyPurge({ epoch: event.v, soft: event.soft === true, tags: event.tags });
+      return;
+    }
     if (event.v === undefined || event.k === 'release') return;
     this.#writes.noteEvent(event.id, event.v);
     // A write or delete elsewhere, newer than a flight of ours: its fill is refused
@@ -381,9 +475,13 @@ export class TableOwner {
   /** Stale-if-error: a row still within its hard TTL answers instead of the error. */
   #answerError(flight: Flight, error: EchoStoreError, now: number): void {
     const row = flight.superseded ? undefined : this.#l1.get(flight.id, now);
-    if (row !== undefined && !row.negative) {
+    const purge = row === undefined ? 0 : this.#ctx.epochs.judge(row.born, row.tags);
+    // A soft-purged row is kept through its refresh's failure; a hard-purged one never answers.
+    if (row !== undefined && !row.negative && purge !== HARD_PURGED) {
       this.#ctx.counters.reads.stale += flight.callers;
-      answerAll(flight.waiters, (coalesced) => rowAnswer(row, now, coalesced));
+      answerAll(flight.waiters, (coalesced) =>
+        rowAnswer(row, now, coalesced, purge === SOFT_PURGED),
+      );
     } else {
       for (const w of flight.waiters) w.reject(error);
     }
@@ -424,4 +522,9 @@ export class TableOwner {
       this.#idle = undefined;
     }
   }
+}
+
+/** `envelope`, stale from `now` on (a soft purge covers it): served stale while one refresh runs. */
+function staleNow(envelope: Envelope, now: number): Envelope {
+  return envelope.softExpiresAt <= now ? envelope : { ...envelope, softExpiresAt: now };
 }

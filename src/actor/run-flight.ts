@@ -21,8 +21,10 @@ import { decodeEnvelope, type Envelope, localize, readMark, toJson } from '../l2
 import type { LeaseAnswer, RememberedFailure } from '../l2/scripts.js';
 import { bump } from '../metrics.js';
 import type { LoadEnd, Permit } from '../protection/admission.js';
+import { HARD_PURGED, NOT_PURGED } from '../store/epochs.js';
 import { LoadResult, type RowPolicy } from '../store/load-result.js';
 import { mintEnvelope } from '../store/mint.js';
+import { rowTags } from '../store/tags.js';
 import { classifyValkeyError } from '../valkey/breaker.js';
 import { type Flight, noteWritten, type Outcome, type TableContext } from './flight.js';
 
@@ -68,13 +70,16 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
   let text: string | null;
   let cached: Envelope | undefined;
   let failed: RememberedFailure | undefined;
+  let born = bornFloor(ctx, 0);
   const sentAt = ctx.now();
   try {
+    await ctx.epochs.ensure();
     const read = await ctx.l2.read(flight.id);
     ctx.clock.sawValkeyTime(read.valkeyNowMs);
+    born = bornFloor(ctx, read.valkeyNowUs);
     text = read.text;
     failed = read.failed;
-    cached = text === null ? undefined : decode(ctx, text, read.valkeyNowMs, sentAt);
+    cached = text === null ? undefined : decode(ctx, flight.id, text, read.valkeyNowMs, sentAt);
   } catch (err) {
     if (classifyValkeyError(err) !== 'data') return runDegraded(ctx, flight, err, 'get');
     // A script error about the data: garbage to overwrite, not a sick server.
@@ -82,13 +87,21 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
     text = null;
   }
   const now = ctx.now();
-  if (cached !== undefined && cached.softExpiresAt > now && cached.version > flight.replaceUpTo) {
+  const purge = cached === undefined ? NOT_PURGED : judge(ctx, cached);
+  if (
+    cached !== undefined &&
+    purge === NOT_PURGED &&
+    cached.softExpiresAt > now &&
+    cached.version > flight.replaceUpTo
+  ) {
     return { kind: 'value', envelope: cached, layer: 'l2', refused: false };
   }
-  if (failed !== undefined) return rememberedFailure(ctx, flight, failed, cached);
-  const previous = cached !== undefined && servable(cached, now) ? cached : undefined;
+  if (failed !== undefined) {
+    return rememberedFailure(ctx, flight, failed, cached);
+  }
+  const previous = cached !== undefined && servable(ctx, cached, now) ? cached : undefined;
   if (previous !== undefined && !flight.background) serveStale(flight, previous);
-  const loaded = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight), previous);
+  const loaded = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight, born), previous);
   const version = await fillWithoutLease(ctx, flight, loaded, readMark(text));
   return {
     kind: 'value',
@@ -133,27 +146,36 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
       let answer: LeaseAnswer;
       const sentAt = ctx.now();
       try {
+        await ctx.epochs.ensure();
         answer = await ctx.l2.readOrLease(flight.id, policy.leaseMs, replaceUpTo);
       } catch (err) {
         return await runDegraded(ctx, flight, err, 'lease');
       }
       ctx.clock.sawValkeyTime(answer.valkeyNowMs);
       if (answer.kind === 'value') {
-        const envelope = decode(ctx, answer.text, answer.valkeyNowMs, sentAt);
-        if (envelope !== undefined) {
+        const envelope = decode(ctx, flight.id, answer.text, answer.valkeyNowMs, sentAt);
+        if (envelope === undefined) {
+          // Its header looked fresh but it does not decode: compete for the lease to overwrite it.
+          replaceUpTo = Number.MAX_SAFE_INTEGER;
+          undecodable = answer.text;
+          continue;
+        }
+        const purge = judge(ctx, envelope);
+        if (purge === NOT_PURGED) {
           waited();
           return { kind: 'value', envelope, layer: 'l2', refused: false };
         }
-        // Its header looked fresh but it does not decode: compete for the lease to overwrite it.
-        replaceUpTo = Number.MAX_SAFE_INTEGER;
-        undecodable = answer.text;
+        // Purged: a load must replace it (one per fleet, under the lease); a soft-purged one
+        // is served stale meanwhile, as the stale value of the next answer.
+        replaceUpTo = Math.max(replaceUpTo, envelope.version);
         continue;
       }
       const stale =
         answer.stale === undefined || answer.stale === undecodable
           ? undefined
-          : decode(ctx, answer.stale, answer.valkeyNowMs, sentAt);
-      const servableStale = stale !== undefined && servable(stale, ctx.now()) ? stale : undefined;
+          : decode(ctx, flight.id, answer.stale, answer.valkeyNowMs, sentAt);
+      const servableStale =
+        stale !== undefined && servable(ctx, stale, ctx.now()) ? stale : undefined;
       if (answer.kind === 'failed') {
         waited();
         return rememberedFailure(ctx, flight, answer, servableStale);
@@ -163,7 +185,14 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         counters.lease[tookOver ? 'takeover' : 'acquired']++;
         waited();
         if (servableStale !== undefined && !flight.background) serveStale(flight, servableStale);
-        return await loadAndFill(ctx, flight, answer.token, answer.mark, servableStale);
+        return await loadAndFill(
+          ctx,
+          flight,
+          answer.token,
+          answer.mark,
+          servableStale,
+          bornFloor(ctx, answer.valkeyNowUs),
+        );
       }
       // Contended: another instance loads. A refresh has nothing to wait for, and a
       // reader with a stale value in hand is answered with it (stale-while-revalidate).
@@ -216,12 +245,13 @@ async function loadAndFill(
   token: string,
   mark: string,
   previous: Envelope | undefined,
+  born: number,
 ): Promise<Outcome> {
   let envelope: Envelope;
   const lease = keepLease(ctx, flight.id, token);
   try {
     // A failure is remembered before the lease goes: the waiters it wakes find it.
-    envelope = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight), previous);
+    envelope = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight, born), previous);
   } catch (err) {
     release(ctx, flight.id, token);
     throw err;
@@ -311,7 +341,7 @@ async function runDegraded(
   op: string,
 ): Promise<Outcome> {
   valkeyFailed(ctx, err, op);
-  const envelope = await loadEnvelope(ctx, flight);
+  const envelope = await loadEnvelope(ctx, flight, bornFloor(ctx, 0));
   void fillWithoutLease(ctx, flight, envelope, '');
   return { kind: 'value', envelope, layer: 'origin', refused: false, unconfirmed: true };
 }
@@ -353,7 +383,7 @@ function rememberedFailure(
   stale: Envelope | undefined,
 ): Outcome {
   ctx.counters.rememberedFailures++;
-  if (stale !== undefined && servable(stale, ctx.now()) && !flight.background) {
+  if (stale !== undefined && servable(ctx, stale, ctx.now()) && !flight.background) {
     return { kind: 'value', envelope: stale, layer: 'l2', refused: false };
   }
   return {
@@ -375,9 +405,9 @@ function rememberedFailure(
  * @throws {LoadFailedError} `ECC_LOAD_FAILED` with `retryAfterMs` for a remembered failure;
  *   otherwise what {@link loadEnvelope} throws.
  */
-async function loadOrRemember(ctx: TableContext, flight: Flight): Promise<Envelope> {
+async function loadOrRemember(ctx: TableContext, flight: Flight, born: number): Promise<Envelope> {
   try {
-    return await loadEnvelope(ctx, flight);
+    return await loadEnvelope(ctx, flight, born);
   } catch (err) {
     const ttlMs = failureTtlMs(ctx, err);
     if (ttlMs <= 0) throw err;
@@ -441,18 +471,41 @@ function valkeyFailed(ctx: TableContext, err: unknown, op: string): void {
   ctx.log.debug({ err, table: ctx.name, op }, 'valkey command failed; answering without L2');
 }
 
-/** A stale value may be served while it is within its hard TTL; "not found" never is. */
-function servable(envelope: Envelope, now: number): boolean {
-  return !envelope.negative && envelope.hardExpiresAt > now;
+/**
+ * A stale value may be served while it is within its hard TTL and no hard purge covers it;
+ * "not found" never is.
+ */
+function servable(ctx: TableContext, envelope: Envelope, now: number): boolean {
+  return !envelope.negative && envelope.hardExpiresAt > now && judge(ctx, envelope) !== HARD_PURGED;
+}
+
+/** Whether a purge covers `envelope` (by the epochs this instance holds). */
+function judge(ctx: TableContext, envelope: Envelope) {
+  return ctx.epochs.judge(envelope.born ?? 0, envelope.tags);
+}
+
+/**
+ * The `born` of a load about to start: a time no later than its source read, on Valkey's clock
+ * in µs. Valkey's clock in the answer that let it start (`valkeyNowUs`: a purge just before it
+ * has a lower epoch, even in the same millisecond), and never before a purge this instance
+ * already knows of (it happened before the load starts, even if Valkey's clock stepped back
+ * since). Degraded (`valkeyNowUs` 0): the latest Valkey time this instance saw (whole ms,
+ * never ahead).
+ */
+function bornFloor(ctx: TableContext, valkeyNowUs: number): number {
+  const seenUs = Math.max(valkeyNowUs, ctx.clock.valkeyNowSeenMs * 1000);
+  return Math.max(seenUs, ctx.epochs.newest + 1);
 }
 
 /**
  * Decodes an L2 envelope onto this process's clock (`sentAt`: when the command
  * that read it was sent; Valkey's clock read `valkeyNowMs` then) and lets the
- * version clock observe it; counts the undecodable.
+ * version clock observe it; counts the undecodable, and refuses (counts and
+ * warns of) a row another source wrote.
  */
 function decode(
   ctx: TableContext,
+  id: string,
   text: string,
   valkeyNowMs: number,
   sentAt: number,
@@ -460,6 +513,11 @@ function decode(
   const stored = decodeEnvelope(text);
   if (stored === undefined) {
     ctx.counters.badEnvelopes++;
+    return undefined;
+  }
+  if ((stored.fingerprint ?? '') !== ctx.fingerprint) {
+    ctx.counters.foreignRows++;
+    ctx.foreignRow(id, stored.fingerprint ?? '');
     return undefined;
   }
   ctx.clock.observe(stored.version);
@@ -475,7 +533,7 @@ function decode(
  * @throws {LoadTimeoutError} `ECC_LOAD_TIMEOUT`; {@link BadValueError} `ECC_BAD_VALUE`;
  *   anything the loader throws (mapped later by {@link asStoreError}).
  */
-async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope> {
+async function loadEnvelope(ctx: TableContext, flight: Flight, born: number): Promise<Envelope> {
   const { admission, name: table } = ctx;
   const asked = ctx.trace === undefined ? 0 : performance.now();
   const permit = await admission.acquire((retryAfterMs) => {
@@ -488,7 +546,7 @@ async function loadEnvelope(ctx: TableContext, flight: Flight): Promise<Envelope
   ctx.trace?.admitted(flight.id, performance.now() - asked);
   const started = performance.now();
   const value = await callLoader(ctx, flight, permit);
-  return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started));
+  return buildEnvelope(ctx, flight.id, value, Math.round(performance.now() - started), born);
 }
 
 /**
@@ -558,9 +616,18 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
 /**
  * Wraps a loaded value (or "not found") in a fresh envelope: soft TTL
  * `ttlMs` (or `negativeTtlMs`), hard TTL `+ staleMs`, both jittered; a
- * {@link LoadResult} overrides the table's policy for this row.
+ * {@link LoadResult} overrides the table's policy for this row (and gives its tags).
+ *
+ * @param born when the load started, µs on Valkey's clock (see `bornFloor`).
+ * @throws {RowTagsError} `ECC_BAD_ROW_TAGS` for tags beyond the bounds (`store/tags.ts`).
  */
-function buildEnvelope(ctx: TableContext, id: string, result: unknown, deltaMs: number): Envelope {
+function buildEnvelope(
+  ctx: TableContext,
+  id: string,
+  result: unknown,
+  deltaMs: number,
+  born: number,
+): Envelope {
   const { policy } = ctx;
   let value = result;
   let override: RowPolicy = {};
@@ -576,7 +643,8 @@ function buildEnvelope(ctx: TableContext, id: string, result: unknown, deltaMs: 
       id,
     });
   }
-  return mintEnvelope(
+  const tags = negative ? undefined : rowTags(override.tags, ctx.name, id);
+  const envelope = mintEnvelope(
     // Valkey sets the version when it stores the fill; this one stands only while it does not.
     { value: negative ? null : value, json, version: ctx.clock.local(), deltaMs, negative },
     {
@@ -586,6 +654,10 @@ function buildEnvelope(ctx: TableContext, id: string, result: unknown, deltaMs: 
     },
     ctx.now(),
   );
+  envelope.born = born;
+  envelope.fingerprint = ctx.fingerprint;
+  if (tags !== undefined) envelope.tags = tags;
+  return envelope;
 }
 
 /** Maps anything thrown by a loader to the coded error every waiter receives. */

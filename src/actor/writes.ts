@@ -13,6 +13,7 @@
  *   first) does not go into L1.
  */
 import { ValkeyUnavailableError } from '../errors.js';
+import { BORN_NOW } from '../l2/format.js';
 import { LateWriteError } from '../l2/scripts.js';
 import { bump } from '../metrics.js';
 import type { L1 } from '../store/l1.js';
@@ -91,16 +92,22 @@ export class Writes {
       policy,
       now,
     );
+    // Its data is as of Valkey's clock when it is stored (no purge before covers it); its own
+    // source's fingerprint; no tags (a PUT is reached by a table purge, not a tag's).
+    envelope.born = BORN_NOW;
+    envelope.fingerprint = ctx.fingerprint;
     this.#parked.set(m.id, []);
     ctx.l2.write(m.id, envelope, now, hardTtlMs(envelope, now), 'put').then(
       (written) => {
         noteWritten(ctx, written);
         this.#warnUnpublished('put', m.id, written.unpublished);
         const { version } = written;
+        // In L1, born as Valkey stamped it (its µs clock at the write; else its ms, never later).
+        const born = written.valkeyNowUs ?? written.valkeyNowMs * 1000;
         this.#post({
           kind: 'written',
           id: m.id,
-          envelope: { ...envelope, version },
+          envelope: { ...envelope, version, born },
           waiter: m.waiter,
         });
       },
@@ -121,7 +128,7 @@ export class Writes {
     } else {
       // The write may or may not have reached Valkey: drop L1 so the next read asks L2.
       this.#l1.delete(m.id);
-      m.waiter.reject(this.#valkeyError('put', m.id, m.error));
+      m.waiter.reject(this.valkeyError('put', m.id, m.error));
     }
     this.#end(m.id);
   }
@@ -162,7 +169,7 @@ export class Writes {
       this.#ctx.counters.invalidations++;
       m.waiter.resolve();
     } else {
-      m.waiter.reject(this.#valkeyError('delete', m.id, m.error));
+      m.waiter.reject(this.valkeyError('delete', m.id, m.error));
     }
     this.#end(m.id);
   }
@@ -196,17 +203,21 @@ export class Writes {
    * only before the moment it was given up on, so never after a write
    * acknowledged after this error).
    */
-  #valkeyError(op: 'put' | 'delete', id: string, cause: unknown): ValkeyUnavailableError {
+  valkeyError(
+    op: 'put' | 'delete' | 'purge',
+    id: string | undefined,
+    cause: unknown,
+  ): ValkeyUnavailableError {
     if (cause instanceof LateWriteError) {
-      bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
+      bump(this.#ctx.counters.valkeyErrors, op === 'delete' ? 'del' : op);
       return new ValkeyUnavailableError(
         `valkey ran the ${op} after its deadline: nothing was written`,
-        { table: this.#ctx.name, id, cause, notSent: true },
+        { table: this.#ctx.name, ...(id === undefined ? {} : { id }), cause, notSent: true },
       );
     }
     const kind = classifyValkeyError(cause);
-    if (kind !== 'unsent') bump(this.#ctx.counters.valkeyErrors, op === 'put' ? 'put' : 'del');
-    else this.#ctx.counters.writesRefused[op === 'put' ? 'put' : 'del']++;
+    if (kind !== 'unsent') bump(this.#ctx.counters.valkeyErrors, op === 'delete' ? 'del' : op);
+    else if (op !== 'purge') this.#ctx.counters.writesRefused[op === 'put' ? 'put' : 'del']++;
     const reason = valkeyReason(cause);
     const message =
       kind === 'unsent'
@@ -216,7 +227,7 @@ export class Writes {
           : `valkey did not confirm the ${op}; it may or may not have been applied`;
     return new ValkeyUnavailableError(message, {
       table: this.#ctx.name,
-      id,
+      ...(id === undefined ? {} : { id }),
       cause,
       // A refused write wrote nothing, like one never sent.
       notSent: kind === 'unsent' || isReplyError(cause),

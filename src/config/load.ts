@@ -52,6 +52,7 @@ export const ENV_FIELDS = {
   PORT: 'http.port',
   LOG_LEVEL: 'log.level',
   ECHOSTORE_ADMIN_TOKEN: 'http.adminToken',
+  ECHOSTORE_NAMESPACE: 'namespace',
 } as const;
 
 /**
@@ -70,7 +71,7 @@ const MAX_YAML_ALIAS_COUNT = 100;
  * 2. Without a file: one built-in demo table, `products`, served by the demo
  *    catalog in `<ECHOSTORE_DATA_DIR or cwd/data>/demo.sqlite` (created on first use).
  * 3. `VALKEY_URL`, `VALKEY_CLUSTER_NODES` (comma-separated `host:port`),
- *    `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN` override the file, and
+ *    `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN`, `ECHOSTORE_NAMESPACE` override the file, and
  *    are validated the same way. `VALKEY_URL` replaces the file's `cluster` or
  *    `sentinel`, `VALKEY_CLUSTER_NODES` its `url` or `sentinel`; both at once are refused.
  *
@@ -216,6 +217,8 @@ function configPath(argv: string[]): string | undefined {
 
 function demoConfig(dataDir: string): unknown {
   return {
+    // Its own namespace: a library store on the same Valkey never reads the demo's rows.
+    namespace: 'demo',
     tables: {
       products: {
         source: {
@@ -223,6 +226,8 @@ function demoConfig(dataDir: string): unknown {
           file: resolve(dataDir, 'demo.sqlite'),
           query: DEMO_QUERY,
           seed: 'demo',
+          // Purge "everything of a category": POST /v1/tables/products/purge {"tags": ["kitchen"]}.
+          tagsColumn: 'category',
         },
         idPattern: '^[1-9][0-9]{0,9}$',
       },
@@ -400,6 +405,8 @@ function applyEnv(config: FileConfig, env: (name: string) => string | undefined)
   if (level !== undefined) config.log.level = level as FileConfig['log']['level'];
   const adminToken = env('ECHOSTORE_ADMIN_TOKEN');
   if (adminToken !== undefined) config.http.adminToken = adminToken;
+  const namespace = env('ECHOSTORE_NAMESPACE');
+  if (namespace !== undefined) config.namespace = namespace;
 
   if (!validate(config)) {
     const { field, reason } = schemaProblem(validate.errors);

@@ -82,6 +82,14 @@ export const SqliteSourceSchema = Type.Object(
           '`demo`: create the demo catalog (10,000 products) in `file` first, when it has no `products` table.',
       }),
     ),
+    tagsColumn: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        description:
+          "A column of the query's rows holding the row's purge tags: text of tags separated by spaces or commas, an array of tags, or a number; `null` for none. The column stays in the value. At most 64 tags of 1–128 visible ASCII characters but `|`, else the load fails (`ECC_BAD_ROW_TAGS`).",
+      }),
+    ),
     idsQuery: Type.Optional(
       Type.String({
         minLength: 1,
@@ -130,7 +138,7 @@ export const HttpSourceSchema = Type.Object(
   {
     additionalProperties: false,
     description:
-      'GET a URL with the id in it; 200 JSON is the item, 404 is "not found"; any other answer, a redirect (never followed), a body that is not JSON or too large, or a timeout fails the load (`ECC_LOAD_FAILED`, never cached).',
+      'GET a URL with the id in it; 200 JSON is the item (its `Surrogate-Key` and `Cache-Tag` headers are its purge tags), 404 is "not found"; any other answer, a redirect (never followed), a body that is not JSON or too large, or a timeout fails the load (`ECC_LOAD_FAILED`, never cached).',
   },
 );
 
@@ -148,6 +156,14 @@ function sqlFields(listExample: string, limitExample: string) {
         default: DEFAULT_ID_COLUMN,
         description:
           'The column whose value, as text, is the row\'s id: rows are matched to the ids asked by it; an id with no row is "not found".',
+      }),
+    ),
+    tagsColumn: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        description:
+          "A column of the query's rows holding the row's purge tags: text of tags separated by spaces or commas, an array of tags, or a number; `null` for none. The column stays in the value. At most 64 tags of 1–128 visible ASCII characters but `|`, else the load fails (`ECC_BAD_ROW_TAGS`).",
       }),
     ),
     poolSize: Type.Optional(
@@ -646,7 +662,7 @@ export const HttpSchema = Type.Object(
         maxLength: 512,
         pattern: ADMIN_TOKEN_PATTERN,
         description:
-          'Bearer token required by PUT, DELETE and warm-up: visible ASCII characters. Better set by the environment, so that the secret need not live in the file. Unset: protected mode, those routes answer loopback clients only (403 `ECC_PROTECTED_MODE` to others), and start-up warns when `host` is beyond loopback.',
+          'Bearer token required by PUT, DELETE, warm-up and purge: visible ASCII characters. Better set by the environment, so that the secret need not live in the file. Unset: protected mode, those routes answer loopback clients only (403 `ECC_PROTECTED_MODE` to others), and start-up warns when `host` is beyond loopback.',
       }),
     ),
   },
@@ -676,8 +692,16 @@ export const LogSchema = Type.Object(
  * the defaults of the {@link SECTIONS} (so they and their defaulted fields are required here);
  * table policy defaults are applied later by `resolvePolicy`, so `tables` stays as written.
  */
+/** `namespace`: what every key and channel of the service lives in. */
+export const NamespaceSchema = Type.String({
+  pattern: '^[a-z0-9_-]{1,64}$',
+  description:
+    "Every key, lease, tombstone, purge epoch and channel lives in it (`ecc:<namespace>:<table>:…`, `ecc:events:<namespace>:<table>`), so two deployments on one Valkey in different namespaces never read each other's rows. `ECHOSTORE_NAMESPACE` sets it from the environment. Unset: the unnamed namespace of earlier releases (`ecc:<table>:…`); the built-in demo uses `demo`.",
+});
+
 export const configSchema = Type.Object(
   {
+    namespace: Type.Optional(NamespaceSchema),
     valkey: ValkeySchema,
     http: HttpSchema,
     log: LogSchema,

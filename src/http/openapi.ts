@@ -102,7 +102,7 @@ export function installOpenApi(app: FastifyInstance): void {
             type: 'http',
             scheme: 'bearer',
             description:
-              'Required by PUT, DELETE and warm-up when `http.adminToken` (or `ECHOSTORE_ADMIN_TOKEN`) is set. Without one (protected mode) they answer loopback clients only; any other gets 403 `ECC_PROTECTED_MODE`.',
+              'Required by PUT, DELETE, warm-up and purge when `http.adminToken` (or `ECHOSTORE_ADMIN_TOKEN`) is set. Without one (protected mode) they answer loopback clients only; any other gets 403 `ECC_PROTECTED_MODE`.',
           },
         },
       },

@@ -18,6 +18,7 @@ import { installJsonBodyParser } from './json-body.js';
 import { installOpenApi, openApiRoute } from './openapi.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
 import { orderPipelined } from './pipeline.js';
+import { purgeRoutes } from './purge.js';
 import { installRequestMetrics } from './request-metrics.js';
 import { statusRoutes } from './status-page.js';
 import { warmRoutes } from './warm.js';
@@ -37,7 +38,7 @@ export interface ServerOptions {
   /** A request not received in full within this is answered 408 `ECC_REQUEST_TIMEOUT`, ms. Default 30,000. */
   requestTimeoutMs?: number;
   /**
-   * When set, PUT and DELETE on items and `POST /v1/tables/:table/warm` need
+   * When set, PUT and DELETE on items, `POST /v1/tables/:table/warm` and `POST /v1/tables/:table/purge` need
    * `Authorization: Bearer <adminToken>` (else 401 `ECC_UNAUTHORIZED`). Reads,
    * `/v1/tables`, `/metrics`, `/healthz` and `/readyz` stay open. A non-empty
    * string without whitespace; default: no token, and protected mode: those
@@ -132,6 +133,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     batchRoutes(api, options.store, options.maxBatchBytes);
     warmRoutes(api, options.store, admin);
     inspectRoutes(api, options.store, admin);
+    purgeRoutes(api, options.store, admin);
     opsRoutes(api, options.store, lifecycle);
     statusRoutes(api);
     openApiRoute(api);

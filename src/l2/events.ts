@@ -1,5 +1,5 @@
 /**
- * The table event channels (`ecc:events:<table>`) as seen by one store: a
+ * The table event channels (`ecc:events:[<namespace>:]<table>`) as seen by one store: a
  * dedicated subscriber connection, and watches that wake a flight waiting for
  * another instance's fill of one id.
  */
@@ -12,13 +12,18 @@ import { eventsChannel } from './scripts.js';
 
 /**
  * A message on a table's channel. `k` is the kind: `fill` (a load's value was
- * written), `release` (a load failed), `put` (a write), `del` (an invalidation).
+ * written), `release` (a load failed), `put` (a write), `del` (an invalidation),
+ * `purge` (rows by tag, or the table: `id` is `""`).
  */
 export interface TableEvent {
-  k: 'fill' | 'release' | 'put' | 'del';
+  k: 'fill' | 'release' | 'put' | 'del' | 'purge';
   id: string;
-  /** The version written, for `fill` and `put`. */
+  /** The version written, for `fill`, `put` and `del`; the epoch (µs) of a `purge`. */
   v?: number;
+  /** A `purge`: soft rather than hard. */
+  soft?: boolean;
+  /** A `purge`: the tags purged; absent (`null` on the wire) for the whole table. */
+  tags?: string[];
 }
 
 /** What a table does with its channel. */
@@ -47,15 +52,26 @@ export class TableEvents {
   readonly #log: Logger;
   readonly #watches = new Map<string, Set<WatchImpl>>();
   readonly #handlers = new Map<string, TableHandlers>();
+  /** Table by channel. */
+  readonly #tables = new Map<string, string>();
+  readonly #namespace: string;
   #connectedBefore = false;
   readonly #stopHeartbeat: () => void;
 
   /**
    * Opens a subscriber connection for `client` (a duplicate; on a cluster, one
    * that follows its nodes), health-checked by a heartbeat.
+   *
+   * @param namespace the store's namespace: the channels are `ecc:events:<namespace>:<table>`.
    */
-  constructor(client: Redis | Cluster, log: Logger, heartbeat: HeartbeatOptions = {}) {
+  constructor(
+    client: Redis | Cluster,
+    log: Logger,
+    heartbeat: HeartbeatOptions = {},
+    namespace = '',
+  ) {
     this.#log = log;
+    this.#namespace = namespace;
     // Subscriptions are queued until connected and re-issued after a reconnect.
     // The SUBSCRIBE waits in the offline queue until the connection is up, however
     // long that takes (the main client's maxRetriesPerRequest: 0 would drop it).
@@ -109,7 +125,9 @@ export class TableEvents {
    */
   subscribe(table: string, handlers: TableHandlers): Promise<boolean> {
     this.#handlers.set(table, handlers);
-    return this.#sub.subscribe(eventsChannel(table)).then(
+    const channel = eventsChannel(table, this.#namespace);
+    this.#tables.set(channel, table);
+    return this.#sub.subscribe(channel).then(
       () => true,
       (err: unknown) => {
         this.#log.warn(
@@ -146,7 +164,8 @@ export class TableEvents {
   }
 
   #deliver(channel: string, message: string): void {
-    const table = channel.slice('ecc:events:'.length);
+    const table = this.#tables.get(channel);
+    if (table === undefined) return;
     let event: TableEvent;
     try {
       event = JSON.parse(message) as TableEvent;
@@ -155,6 +174,11 @@ export class TableEvents {
     }
     if (typeof event?.id !== 'string') return;
     if (event.v !== undefined && !Number.isSafeInteger(event.v)) return;
+    if (event.k === 'purge') {
+      const tags = event.tags as unknown;
+      if (tags === null) delete event.tags;
+      else if (!Array.isArray(tags) || tags.some((t) => typeof t !== 'string')) return;
+    }
     this.#handlers.get(table)?.onEvent(event);
     const set = this.#watches.get(`${table}\u0000${event.id}`);
     if (set !== undefined) for (const w of set) w.wake();

@@ -1,18 +1,23 @@
 /**
- * The value format, defined once: what `ecc:<table>:{<id>}` holds, and how
+ * The value format, defined once: what a value key (`ecc:[<namespace>:]<table>:{<id>}`) holds, and how
  * TS and Lua read and write its header. Minting a row is `store/mint.ts`, the
  * version clock `store/version-clock.ts`, a loader's per-row policy
  * `store/load-result.ts`.
  *
  * A stored value is a fixed header and the value's JSON text:
  *
- *     E2|<version>|<softExpiresAt>|<hardExpiresAt>|<deltaMs>|<flags>|<json>
+ *     E3|<version>|<softExpiresAt>|<hardExpiresAt>|<deltaMs>|<flags>|<born>|<fingerprint>|<tags>|<json>
  *
- * Every header field is decimal digits. `flags` bit 1 is "negative" (not
- * found). The header is found with `indexOf` here and `string.find` in Lua
+ * The six numeric fields are decimal digits. `flags` bit 1 is "negative" (not
+ * found). `born` is when the data was read from the source (Valkey's clock,
+ * µs, never later than the read): a purge at or after it covers the row.
+ * `fingerprint` names the source that wrote the row (no `|`, may be empty);
+ * `tags` are the row's purge tags, separated by one space (may be empty).
+ * The header is found with `indexOf` here and `string.find` in Lua
  * ({@link LUA_ENVELOPE}), never by parsing the JSON or by a regex over its key
- * order. A value in any other format (the older `{"v":1,…}` JSON envelope, a
- * foreign string) is a miss: it is reloaded and overwritten, never a crash.
+ * order. A value in any other format (`E2|…` of 0.1, the older `{"v":1,…}`
+ * JSON envelope, a foreign string) is a miss: it is reloaded and overwritten,
+ * never a crash.
  *
  * One clock for the fleet: a stored header's versions and expiries are on
  * Valkey's clock. The scripts write them from Valkey's `TIME` (an instance
@@ -24,7 +29,7 @@
  */
 
 /** The magic that starts every stored value of this format. */
-export const ENVELOPE_MAGIC = 'E2|';
+export const ENVELOPE_MAGIC = 'E3|';
 
 /** Flag bit: the source said "not found" (negative caching). */
 const FLAG_NEGATIVE = 1;
@@ -60,6 +65,16 @@ export interface Envelope {
   deltaMs: number;
   /** True when the source said "not found" (negative caching). */
   negative: boolean;
+  /**
+   * When the data was read from the source, on Valkey's clock in µs, never later than that read
+   * (for a PUT: when Valkey stored it). A purge whose epoch is at or after it covers the row.
+   * Absent: 0, as old as can be (any purge of the row's tags or table covers it).
+   */
+  born?: number;
+  /** The fingerprint of the source that wrote it (`TableOptions.fingerprint`); absent: `''`. */
+  fingerprint?: string;
+  /** The row's purge tags (see `store/tags.ts`); absent or empty: untagged. */
+  tags?: readonly string[];
 }
 
 /**
@@ -80,7 +95,8 @@ export function toJson(value: unknown): string | undefined {
 /** The stored text of an envelope: header, then the already-serialised value (no second `stringify`). */
 export function encodeEnvelope(env: Envelope): string {
   const flags = env.negative ? FLAG_NEGATIVE : 0;
-  return `${ENVELOPE_MAGIC}${env.version}|${env.softExpiresAt}|${env.hardExpiresAt}|${env.deltaMs}|${flags}|${env.json}`;
+  const tags = env.tags === undefined ? '' : env.tags.join(' ');
+  return `${ENVELOPE_MAGIC}${env.version}|${env.softExpiresAt}|${env.hardExpiresAt}|${env.deltaMs}|${flags}|${env.born ?? 0}|${env.fingerprint ?? ''}|${tags}|${env.json}`;
 }
 
 /** The header fields of a stored value; `end` is where the JSON starts. */
@@ -90,6 +106,10 @@ export interface EnvelopeHeader {
   hardExpiresAt: number;
   deltaMs: number;
   flags: number;
+  born: number;
+  fingerprint: string;
+  /** The tags field as stored: tags separated by one space, `''` for none. */
+  tags: string;
   end: number;
 }
 
@@ -103,7 +123,7 @@ export function decodeHeader(text: string): EnvelopeHeader | undefined {
   if (!text.startsWith(ENVELOPE_MAGIC)) return undefined;
   const fields: number[] = [];
   let at = ENVELOPE_MAGIC.length;
-  for (let i = 0; i < 5; i++) {
+  for (let i = 0; i < 6; i++) {
     const bar = text.indexOf('|', at);
     if (bar <= at || bar - at > MAX_FIELD_DIGITS) return undefined;
     const n = digits(text, at, bar);
@@ -111,14 +131,29 @@ export function decodeHeader(text: string): EnvelopeHeader | undefined {
     fields.push(n);
     at = bar + 1;
   }
-  const [version, softExpiresAt, hardExpiresAt, deltaMs, flags] = fields as [
+  const fpEnd = text.indexOf('|', at);
+  if (fpEnd < 0) return undefined;
+  const tagsEnd = text.indexOf('|', fpEnd + 1);
+  if (tagsEnd < 0) return undefined;
+  const [version, softExpiresAt, hardExpiresAt, deltaMs, flags, born] = fields as [
+    number,
     number,
     number,
     number,
     number,
     number,
   ];
-  return { version, softExpiresAt, hardExpiresAt, deltaMs, flags, end: at };
+  return {
+    version,
+    softExpiresAt,
+    hardExpiresAt,
+    deltaMs,
+    flags,
+    born,
+    fingerprint: text.slice(at, fpEnd),
+    tags: text.slice(fpEnd + 1, tagsEnd),
+    end: tagsEnd + 1,
+  };
 }
 
 /** The safe integer spelled by `text[from, to)`, or undefined when it is not all decimal digits. */
@@ -153,7 +188,7 @@ export function decodeEnvelope(text: string): Envelope | undefined {
     value = null;
     json = 'null';
   }
-  return {
+  const envelope: Envelope = {
     value,
     json,
     version: h.version,
@@ -161,7 +196,11 @@ export function decodeEnvelope(text: string): Envelope | undefined {
     hardExpiresAt: Math.max(h.hardExpiresAt, h.softExpiresAt),
     deltaMs: h.deltaMs,
     negative,
+    born: h.born,
+    fingerprint: h.fingerprint,
   };
+  if (h.tags !== '') envelope.tags = h.tags.split(' ');
+  return envelope;
 }
 
 /**
@@ -191,22 +230,30 @@ export function localize(stored: Envelope, valkeyNowMs: number, localNowMs: numb
   };
 }
 
+/** `born` of a write whose data is Valkey's now (a PUT, a tombstone): the script stamps its own clock. */
+export const BORN_NOW = -1;
+
 /**
  * What a script needs to write `envelope` at `now` (this process's clock):
  * its remaining lifetimes, not its expiry instants, which the script sets on
- * Valkey's clock. `[softInMs, hardInMs, deltaMs, flags, json]`.
+ * Valkey's clock. `[softInMs, hardInMs, deltaMs, flags, born, fingerprint, tags, json]`;
+ * `born` is {@link BORN_NOW} for "Valkey's now".
  */
 export function writeArgs(
   envelope: Envelope,
   now: number,
-): [number, number, number, number, string] {
+): [number, number, number, number, string, string, string, string] {
   const softInMs = Math.max(0, Math.round(envelope.softExpiresAt - now));
   const hardInMs = Math.max(softInMs, Math.round(envelope.hardExpiresAt - now));
+  const born = envelope.born ?? 0;
   return [
     softInMs,
     hardInMs,
     envelope.deltaMs,
     envelope.negative ? FLAG_NEGATIVE : 0,
+    born === BORN_NOW ? 'now' : String(Math.max(0, Math.floor(born))),
+    envelope.fingerprint ?? '',
+    envelope.tags === undefined ? '' : envelope.tags.join(' '),
     envelope.json,
   ];
 }
@@ -215,14 +262,15 @@ export function writeArgs(
  * The same format for the Lua scripts, prepended to each of them:
  * - `getv(k)`: the key's string, or false when absent or of another type
  *   (WRONGTYPE is garbage to overwrite, not an error);
- * - `header(v)`: `version, softExpiresAt, hardExpiresAt`, or nil when `v` is
- *   not of this format;
+ * - `header(v)`: `version, softExpiresAt, hardExpiresAt, fingerprint`, or nil
+ *   when `v` is not of this format;
  * - `mark(v)`: as {@link readMark};
  * - `clock()`: Valkey's time, in ms and in µs since the epoch (`TIME`);
- * - `stored(cur, nowus, softIn, hardIn, delta, flags, json, nowms)`: the text
- *   to store, its version above `cur` (the key's version) and at least Valkey's
- *   µs clock, so the order of versions is the order Valkey applied the writes,
- *   and its expiries `softIn`/`hardIn` ms from Valkey's now. Returns text, version.
+ * - `stored(cur, nowus, softIn, hardIn, delta, flags, born, fp, tags, json, nowms)`:
+ *   the text to store, its version above `cur` (the key's version) and at least
+ *   Valkey's µs clock, so the order of versions is the order Valkey applied the
+ *   writes, its expiries `softIn`/`hardIn` ms from Valkey's now, and `born`
+ *   as given (`now`: Valkey's µs clock). Returns text, version.
  */
 export const LUA_ENVELOPE = `
 local function getv(k)
@@ -232,11 +280,11 @@ local function getv(k)
 end
 local function header(v)
   if not v then return nil end
-  local s, e, ver, soft, hard = string.find(v, '^E2|(%d+)|(%d+)|(%d+)|%d+|%d+|')
-  if not s or #ver > 16 or #soft > 16 or #hard > 16 then return nil end
+  local s, e, ver, soft, hard, born, fp = string.find(v, '^E3|(%d+)|(%d+)|(%d+)|%d+|%d+|(%d+)|([^|]*)|[^|]*|')
+  if not s or #ver > 16 or #soft > 16 or #hard > 16 or #born > 16 then return nil end
   local n = tonumber(ver)
   if n >= 9007199254740992 then return nil end
-  return n, tonumber(soft), tonumber(hard)
+  return n, tonumber(soft), tonumber(hard), fp
 end
 local function mark(v)
   if not v then return '' end
@@ -249,11 +297,12 @@ local function clock()
   local sec, us = tonumber(t[1]), tonumber(t[2])
   return sec * 1000 + math.floor(us / 1000), sec * 1000000 + us
 end
-local function stored(cur, nowus, softIn, hardIn, delta, flags, json, nowms)
+local function stored(cur, nowus, softIn, hardIn, delta, flags, born, fp, tags, json, nowms)
   local v = nowus
   if cur and cur >= v then v = cur + 1 end
   local f = function(n) return string.format('%.0f', n) end
-  return 'E2|' .. f(v) .. '|' .. f(nowms + tonumber(softIn)) .. '|' .. f(nowms + tonumber(hardIn))
-    .. '|' .. delta .. '|' .. flags .. '|' .. json, v
+  if born == 'now' then born = f(nowus) end
+  return 'E3|' .. f(v) .. '|' .. f(nowms + tonumber(softIn)) .. '|' .. f(nowms + tonumber(hardIn))
+    .. '|' .. delta .. '|' .. flags .. '|' .. born .. '|' .. fp .. '|' .. tags .. '|' .. json, v
 end
 `;

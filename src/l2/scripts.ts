@@ -31,6 +31,17 @@ import { isCluster } from '../valkey/slots.js';
 import { decodeHeader, type Envelope, LUA_ENVELOPE, readMark, writeArgs } from './format.js';
 
 /**
+ * The prefix of every key of `table` in `namespace`: `ecc:<table>` in the
+ * unnamed namespace (`''`, the layout of 0.1), else `ecc:<namespace>:<table>`.
+ * Table names and namespaces cannot contain `:` or braces, and a value key has
+ * `{` or `~` right after the prefix's colon while a table name never starts
+ * with either, so no key of one namespace is a key of another.
+ */
+export function keyPrefix(table: string, namespace = ''): string {
+  return namespace === '' ? `ecc:${table}` : `ecc:${namespace}:${table}`;
+}
+
+/**
  * The Valkey key of an item's envelope: `ecc:<table>:{<id>}`, or
  * `ecc:<table>:~{<escaped id>}` when the id contains `{` or `}`.
  *
@@ -48,21 +59,30 @@ import { decodeHeader, type Envelope, LUA_ENVELOPE, readMark, writeArgs } from '
  * the escape is reversible; the value key ends in `}` while a lease key ends
  * in `:lease`, so no id can address another table's key or a lease key.
  */
-export function valueKey(table: string, id: string): string {
-  return `ecc:${table}:${taggedId(id)}`;
+export function valueKey(table: string, id: string, namespace = ''): string {
+  return `${keyPrefix(table, namespace)}:${taggedId(id)}`;
 }
 
 /** Who this process is in a lease token: `<hostname>:<pid>`. */
 const LEASE_HOLDER = `${hostname()}:${process.pid}`;
 
 /** The Valkey key of an item's lease: {@link valueKey} + `:lease`, in the same slot. */
-export function leaseKey(table: string, id: string): string {
-  return `ecc:${table}:${taggedId(id)}:lease`;
+export function leaseKey(table: string, id: string, namespace = ''): string {
+  return `${keyPrefix(table, namespace)}:${taggedId(id)}:lease`;
+}
+
+/**
+ * The Valkey hash of a table's purge epochs: `<prefix>:epochs`. Its fields are
+ * `H` / `S` (the table's hard / soft purge) and `H<tag>` / `S<tag>`; each value
+ * is the purge's time on Valkey's clock, µs.
+ */
+export function epochsKey(table: string, namespace = ''): string {
+  return `${keyPrefix(table, namespace)}:epochs`;
 }
 
 /** The Valkey key of an item's remembered load failure: {@link valueKey} + `:error`, in the same slot. */
-export function errorKey(table: string, id: string): string {
-  return `ecc:${table}:${taggedId(id)}:error`;
+export function errorKey(table: string, id: string, namespace = ''): string {
+  return `${keyPrefix(table, namespace)}:${taggedId(id)}:error`;
 }
 
 /** `{<id>}`, or `~{<escaped id>}` for an id with a brace (see {@link valueKey}). */
@@ -72,9 +92,13 @@ function taggedId(id: string): string {
   return `~{${escaped}}`;
 }
 
-/** The pub/sub channel of a table's fills and invalidations: `ecc:events:<table>`. */
-export function eventsChannel(table: string): string {
-  return `ecc:events:${table}`;
+/**
+ * The pub/sub channel of a table's fills, invalidations and purges:
+ * `ecc:events:<table>`, or `ecc:events:<namespace>:<table>` in a namespace
+ * (one ACL channel pattern, `&ecc:events:*`, covers every namespace).
+ */
+export function eventsChannel(table: string, namespace = ''): string {
+  return namespace === '' ? `ecc:events:${table}` : `ecc:events:${namespace}:${table}`;
 }
 
 // The coherence message `{ k, id, v }` (id already JSON-encoded), and its PUBLISH:
@@ -116,24 +140,25 @@ end
 `;
 
 /**
- * readOrLease — KEYS: value, lease, error. ARGV: token, leaseMs, replaceUpTo.
+ * readOrLease — KEYS: value, lease, error. ARGV: token, leaseMs, replaceUpTo, fingerprint.
  * Fresh on Valkey's clock (soft expiry after its now, version above
- * replaceUpTo) → `{1, value, now}`. A load of it failed lately (the error
- * key holds what failed) → `{4, failure, pttl, old, now}`: no lease, no load.
- * Anything else (absent, stale, older format, garbage, another type) needs a
- * load: the caller competes for the lease → `{2, old, now}` (leased) or
- * `{3, pttl, old, now}` (contended).
+ * replaceUpTo, written by a source of this fingerprint) → `{1, value, now}`.
+ * A load of it failed lately (the error key holds what failed) →
+ * `{4, failure, pttl, old, now}`: no lease, no load. Anything else (absent,
+ * stale, older format, garbage, another type) needs a load: the caller
+ * competes for the lease → `{2, old, now}` (leased) or `{3, pttl, old, now}`
+ * (contended). Every answer ends with Valkey's clock in µs too (a load's `born`).
  */
 const READ_OR_LEASE = `${LUA_ENVELOPE}${LUA_FAILURE}${LUA_TAKE}
-local nowms = clock()
+local nowms, nowus = clock()
 local v = getv(KEYS[1])
-local n, soft = header(v)
-if n and soft > nowms and n > tonumber(ARGV[3]) then return {1, v, nowms} end
+local n, soft, hard, fp = header(v)
+if n and soft > nowms and n > tonumber(ARGV[3]) and fp == ARGV[4] then return {1, v, nowms, nowus} end
 local e, ettl = failure(KEYS[3])
-if e then return {4, e, ettl, v, nowms} end
+if e then return {4, e, ettl, v, nowms, nowus} end
 local ttl = take(KEYS[2], ARGV[1], ARGV[2])
-if not ttl then return {2, v, nowms} end
-return {3, ttl, v, nowms}
+if not ttl then return {2, v, nowms, nowus} end
+return {3, ttl, v, nowms, nowus}
 `;
 
 /** takeLease — KEYS: lease. ARGV: token, leaseMs. readOrLease's lease step (its one-key path): `{2}` or `{3, pttl}`. */
@@ -148,11 +173,13 @@ return {3, ttl}
  * remembered load failure (or false) with what remains of it:
  * `{v, now, failure, pttl}` (cache-aside without the lease). With the value
  * key alone (its one-key path): `{v, now, false, 0}`.
+ * Valkey's clock in µs follows, last (a load's `born`): `{…, nowus}`.
  */
 const READ = `${LUA_ENVELOPE}${LUA_FAILURE}
 local e, ettl = false, 0
 if #KEYS > 1 then e, ettl = failure(KEYS[2]) end
-return {getv(KEYS[1]), (clock()), e, ettl}
+local nowms, nowus = clock()
+return {getv(KEYS[1]), nowms, e, ettl, nowus}
 `;
 
 /** failure — KEYS: error. A remembered load failure (or false) and what remains of it: `{failure, pttl}` (the one-key path's). */
@@ -181,20 +208,22 @@ local function late(deadline)
 end
 `;
 
-// The written value's ARGV, shared by the write scripts: softIn, hardIn, delta, flags, json, pxMs.
-// The SET is each write script's first effect: when Valkey refuses it (OOM, READONLY) nothing was written.
+// The written value's ARGV, shared by the write scripts: softIn, hardIn, delta, flags, born,
+// fingerprint, tags, json, pxMs. The SET is each write script's first effect: when Valkey refuses
+// it (OOM, READONLY) nothing was written.
 const WRITE_ARGV = `
 local function write(key, cur, a)
   local nowms, nowus = clock()
-  local env, v = stored(cur, nowus, ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], nowms)
-  redis.call('SET', key, env, 'PX', ARGV[a + 5])
-  return v, nowms
+  local env, v = stored(cur, nowus, ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
+    ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], nowms)
+  redis.call('SET', key, env, 'PX', ARGV[a + 8])
+  return v, nowms, nowus
 end
 `;
 
 /**
- * fillAndRelease — KEYS: value, lease. ARGV: token, softIn, hardIn, delta,
- * flags, json, pxMs, channel, idjson, mark. Writes only while the lease still
+ * fillAndRelease — KEYS: value, lease. ARGV: token, the written value (8,
+ * see WRITE_ARGV), pxMs, channel, idjson, mark. Writes only while the lease still
  * holds this token and the value is the one read when the lease was taken
  * (`mark`; or gone, expired): a PUT or DELETE (which delete the lease, after
  * writing on their one-key path) or an expiry in between refuses the stale
@@ -205,13 +234,13 @@ const FILL_AND_RELEASE = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 local leased = #KEYS > 1
 if leased and redis.pcall('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 local cur = getv(KEYS[1])
-if cur and mark(cur) ~= ARGV[10] then
+if cur and mark(cur) ~= ARGV[13] then
   if leased then redis.call('DEL', KEYS[2]) end
   return 0
 end
 local v, nowms = write(KEYS[1], (header(cur)), 2)
 if leased then redis.call('DEL', KEYS[2]) end
-return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], v))}
+return {string.format('%.0f', v), nowms, notify(ARGV[11], event('fill', ARGV[12], v))}
 `;
 
 /** release — KEYS: lease. ARGV: token, channel, message. Compare-and-delete, then wake the waiters. */
@@ -223,8 +252,8 @@ return 1
 `;
 
 /**
- * writeAndCancel — KEYS: value, lease. ARGV: softIn, hardIn, delta, flags,
- * json, pxMs, channel, idjson, kind, deadline. PUT (kind "put") or DELETE
+ * writeAndCancel — KEYS: value, lease. ARGV: the written value (8, see
+ * WRITE_ARGV), pxMs, channel, idjson, kind, deadline (answers Valkey's µs clock too: a PUT's `born`). PUT (kind "put") or DELETE
  * (kind "del", a tombstone): replaces the value with a version above the
  * current one and cancels any lease, so a fill already in flight anywhere is
  * refused, then tells the fleet. Run after its deadline, it writes nothing
@@ -232,10 +261,11 @@ return 1
  * the caller deletes the lease next.
  */
 const WRITE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}${LUA_DEADLINE}
-if late(ARGV[10]) then return 'late' end
-local v, nowms = write(KEYS[1], (header(getv(KEYS[1]))), 1)
+if late(ARGV[13]) then return 'late' end
+local v, nowms, nowus = write(KEYS[1], (header(getv(KEYS[1]))), 1)
 if #KEYS > 1 then redis.call('DEL', KEYS[2]) end
-return {string.format('%.0f', v), nowms, notify(ARGV[7], event(ARGV[9], ARGV[8], v))}
+return {string.format('%.0f', v), nowms, notify(ARGV[10], event(ARGV[12], ARGV[11], v)),
+  string.format('%.0f', nowus)}
 `;
 
 /**
@@ -256,8 +286,8 @@ return {string.format('%.0f', v), nowms, notify(ARGV[1], event('del', ARGV[2], v
 `;
 
 /**
- * fillIfUnchanged — KEYS: value. ARGV: expected, softIn, hardIn, delta,
- * flags, json, pxMs, channel, idjson. A fill without the lease (plain
+ * fillIfUnchanged — KEYS: value. ARGV: expected, the written value (8, see
+ * WRITE_ARGV), pxMs, channel, idjson. A fill without the lease (plain
  * regimes, degraded mode) writes only if the key still holds what the flight
  * read (`expected`, a mark). Anything written in between (a PUT, another
  * fill, a DELETE's tombstone) wins (→ 0).
@@ -266,7 +296,39 @@ const FILL_IF_UNCHANGED = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 local cur = getv(KEYS[1])
 if mark(cur) ~= ARGV[1] then return 0 end
 local v, nowms = write(KEYS[1], (header(cur)), 2)
-return {string.format('%.0f', v), nowms, notify(ARGV[8], event('fill', ARGV[9], v))}
+return {string.format('%.0f', v), nowms, notify(ARGV[11], event('fill', ARGV[12], v))}
+`;
+
+/**
+ * purge — KEYS: epochs. ARGV: kind (`H` hard or `S` soft), channel, keepUs,
+ * tagsjson, then the tags (none: the whole table). Sets each purged field to
+ * the purge's epoch: Valkey's µs clock, raised above what the field held (a
+ * clock that stepped back never weakens a purge); drops fields older than
+ * keepUs (no row outlives them) and keeps the hash as long; publishes
+ * `{"k":"purge","id":"","v":epoch,"soft":…,"tags":…}`.
+ */
+const PURGE = `${LUA_ENVELOPE}${LUA_EVENT}
+local nowms, nowus = clock()
+local e = nowus
+local fields = {}
+if #ARGV == 4 then fields[1] = ARGV[1] else
+  for i = 5, #ARGV do fields[#fields + 1] = ARGV[1] .. ARGV[i] end
+end
+for _, f in ipairs(fields) do
+  local cur = tonumber(redis.call('HGET', KEYS[1], f))
+  if cur and cur >= e then e = cur + 1 end
+end
+local es = string.format('%.0f', e)
+for _, f in ipairs(fields) do redis.call('HSET', KEYS[1], f, es) end
+local keep = tonumber(ARGV[3])
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if tonumber(all[i + 1]) < nowus - keep then redis.call('HDEL', KEYS[1], all[i]) end
+end
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.floor(keep / 1000)))
+local soft = ARGV[1] == 'S' and 'true' or 'false'
+local message = '{"k":"purge","id":"","v":' .. es .. ',"soft":' .. soft .. ',"tags":' .. ARGV[4] .. '}'
+return {es, nowms, notify(ARGV[2], message)}
 `;
 
 /**
@@ -289,6 +351,7 @@ const SCRIPTS = {
   fillIfUnchanged: { keys: 1, lua: FILL_IF_UNCHANGED },
   forget: { keys: 2, lua: FORGET },
   forgetAlone: { keys: 1, lua: FORGET },
+  purge: { keys: 1, lua: PURGE },
 } as const;
 
 type ScriptName = keyof typeof SCRIPTS;
@@ -310,7 +373,7 @@ export function defineScripts(client: Redis | Cluster): void {
 /** The answer of {@link L2.readOrLease}; `valkeyNowMs` is Valkey's clock when it answered. */
 export type LeaseAnswer =
   /** A fresh envelope (text). */
-  | { kind: 'value'; text: string; valkeyNowMs: number }
+  | { kind: 'value'; text: string; valkeyNowMs: number; valkeyNowUs: number }
   /**
    * This caller holds the lease and must load; `stale` is the old envelope
    * text, if any, and `mark` its {@link readMark} (what {@link L2.fillAndRelease} expects).
@@ -321,9 +384,16 @@ export type LeaseAnswer =
       stale: string | undefined;
       mark: string;
       valkeyNowMs: number;
+      valkeyNowUs: number;
     }
   /** Another loader holds the lease for `remainingMs` more. */
-  | { kind: 'contended'; remainingMs: number; stale: string | undefined; valkeyNowMs: number }
+  | {
+      kind: 'contended';
+      remainingMs: number;
+      stale: string | undefined;
+      valkeyNowMs: number;
+      valkeyNowUs: number;
+    }
   /** A load of it failed lately (`failure`: the error's code) and is remembered for `remainingMs` more. */
   | {
       kind: 'failed';
@@ -331,6 +401,7 @@ export type LeaseAnswer =
       remainingMs: number;
       stale: string | undefined;
       valkeyNowMs: number;
+      valkeyNowUs: number;
     };
 
 /** A load failure remembered for an id: the error's code and what remains of it, ms. */
@@ -345,7 +416,31 @@ export interface WriteAck {
   valkeyNowMs: number;
   /** Why the coherence message was not sent (its PUBLISH was refused, e.g. by the ACL); the write itself happened. */
   unpublished?: string;
+  /** Valkey's clock in µs when it wrote (`writeAndCancel` only): a PUT's `born`. */
+  valkeyNowUs?: number;
 }
+
+/** What a purge covers: the rows carrying one of `tags`, or (`tags` undefined) every row of the table. */
+export interface PurgeScope {
+  tags?: readonly string[];
+  /** Soft (stale while one refresh per row runs) rather than hard (a miss). */
+  soft: boolean;
+}
+
+/** Valkey's acknowledgement of a purge: its epoch (µs on Valkey's clock) and Valkey's clock then. */
+export interface PurgeAck {
+  epoch: number;
+  valkeyNowMs: number;
+  /** Why the purge event was not sent (refused PUBLISH); the epochs were written. */
+  unpublished?: string;
+}
+
+/**
+ * How long a table's purge epochs are kept, ms: four times the longest policy
+ * duration (2³¹ − 1 ms), so longer than any row lives (soft + stale TTL, each
+ * at most that, times a jitter factor of at most 2): about 99 days.
+ */
+export const EPOCH_KEEP_MS = 4 * 2_147_483_647;
 
 /**
  * A write script ran after its deadline (see {@link L2.write}): its client
@@ -380,6 +475,8 @@ export class L2 {
   readonly #client: ScriptClient;
   readonly #breaker: Breakers;
   readonly #table: string;
+  readonly #namespace: string;
+  readonly #fingerprint: string;
   readonly #channel: string;
   /** The client's command timeout, ms; undefined when it has none (a client of the caller's own). */
   readonly #commandTimeoutMs: number | undefined;
@@ -396,6 +493,8 @@ export class L2 {
    * @param coherent false: the scripts publish nothing (coherence is off).
    * @param retries counts, by operation, the scripts run again on their
    *   one-key path (`get`, `lease`, `fill`, `put`, `del`, `forget`): the table's counters.
+   * @param namespace the store's namespace (`''`: the unnamed one).
+   * @param fingerprint the table's source fingerprint: a value another source wrote is never fresh.
    */
   constructor(
     client: Redis | Cluster,
@@ -403,14 +502,30 @@ export class L2 {
     table: string,
     coherent = true,
     retries: Record<string, number> = {},
+    namespace = '',
+    fingerprint = '',
   ) {
     defineScripts(client);
     this.#client = client as ScriptClient;
     this.#breaker = breaker;
     this.#table = table;
-    this.#channel = coherent ? eventsChannel(table) : '';
+    this.#namespace = namespace;
+    this.#fingerprint = fingerprint;
+    this.#channel = coherent ? eventsChannel(table, namespace) : '';
     this.#commandTimeoutMs = commandTimeoutOf(client);
     this.#retries = retries;
+  }
+
+  #value(id: string): string {
+    return valueKey(this.#table, id, this.#namespace);
+  }
+
+  #lease(id: string): string {
+    return leaseKey(this.#table, id, this.#namespace);
+  }
+
+  #error(id: string): string {
+    return errorKey(this.#table, id, this.#namespace);
   }
 
   /**
@@ -498,8 +613,8 @@ export class L2 {
    * slot in migration: `readAlone` and `failure`, side by side.
    */
   async read(id: string): Promise<ReadAnswer> {
-    const value = valueKey(this.#table, id);
-    const error = errorKey(this.#table, id);
+    const value = this.#value(id);
+    const error = this.#error(id);
     const reply = await this.#keyByKey(
       'get',
       async () => (await this.#call('read', value, error)) as unknown[],
@@ -521,6 +636,7 @@ export class L2 {
     return {
       text: optionalText(reply[0]) ?? null,
       valkeyNowMs: Number(reply[1]),
+      valkeyNowUs: Number(reply[4]),
       failed:
         failure === undefined ? undefined : { failure, remainingMs: Math.max(0, Number(reply[3])) },
     };
@@ -532,7 +648,7 @@ export class L2 {
    * failure instead of a lease, so the source is not asked again.
    */
   async rememberFailure(id: string, failure: string, ttlMs: number): Promise<void> {
-    const key = errorKey(this.#table, id);
+    const key = this.#error(id);
     await this.#breaker.run(
       () => this.#client.set(key, failure, 'PX', Math.max(1, Math.round(ttlMs))),
       {
@@ -568,12 +684,13 @@ export class L2 {
   ): Promise<LeaseAnswer> {
     const reply = (await this.#call(
       'readOrLease',
-      valueKey(this.#table, id),
-      leaseKey(this.#table, id),
-      errorKey(this.#table, id),
+      this.#value(id),
+      this.#lease(id),
+      this.#error(id),
       token,
       leaseMs,
       String(replaceUpTo),
+      this.#fingerprint,
     )) as unknown[];
     this.#sawClock(Number(reply[reply[0] === 3 ? 3 : reply[0] === 4 ? 4 : 2]));
     if (reply[0] === 4) {
@@ -583,20 +700,34 @@ export class L2 {
         remainingMs: Math.max(0, Number(reply[2])),
         stale: optionalText(reply[3]),
         valkeyNowMs: Number(reply[4]),
+        valkeyNowUs: Number(reply[5]),
       };
     }
     if (reply[0] === 1) {
-      return { kind: 'value', text: String(reply[1]), valkeyNowMs: Number(reply[2]) };
+      return {
+        kind: 'value',
+        text: String(reply[1]),
+        valkeyNowMs: Number(reply[2]),
+        valkeyNowUs: Number(reply[3]),
+      };
     }
     if (reply[0] === 2) {
       const stale = optionalText(reply[1]);
-      return { kind: 'leased', token, stale, mark: readMark(stale), valkeyNowMs: Number(reply[2]) };
+      return {
+        kind: 'leased',
+        token,
+        stale,
+        mark: readMark(stale),
+        valkeyNowMs: Number(reply[2]),
+        valkeyNowUs: Number(reply[3]),
+      };
     }
     return {
       kind: 'contended',
       remainingMs: Math.max(0, Number(reply[1])),
       stale: optionalText(reply[2]),
       valkeyNowMs: Number(reply[3]),
+      valkeyNowUs: Number(reply[4]),
     };
   }
 
@@ -612,31 +743,42 @@ export class L2 {
     leaseMs: number,
     replaceUpTo: number,
   ): Promise<LeaseAnswer> {
-    const lease = leaseKey(this.#table, id);
+    const lease = this.#lease(id);
     const readValue = async () =>
-      this.#readAnswer([
-        ...((await this.#call('readAlone', valueKey(this.#table, id))) as unknown[]),
-      ]);
+      this.#readAnswer([...((await this.#call('readAlone', this.#value(id))) as unknown[])]);
     const [first, failed] = await Promise.all([
       readValue(),
-      this.#call('failure', errorKey(this.#table, id)) as Promise<unknown[]>,
+      this.#call('failure', this.#error(id)) as Promise<unknown[]>,
     ]);
-    const { valkeyNowMs } = first;
-    if (isFresh(first, replaceUpTo)) return { kind: 'value', text: first.text, valkeyNowMs };
+    const { valkeyNowMs, valkeyNowUs } = first;
+    if (isFresh(first, replaceUpTo, this.#fingerprint)) {
+      return { kind: 'value', text: first.text, valkeyNowMs, valkeyNowUs };
+    }
     const stale = first.text ?? undefined;
     const failure = optionalText(failed[0]);
     if (failure !== undefined) {
       const remainingMs = Math.max(0, Number(failed[1]));
-      return { kind: 'failed', failure, remainingMs, stale, valkeyNowMs };
+      return { kind: 'failed', failure, remainingMs, stale, valkeyNowMs, valkeyNowUs };
     }
     const taken = (await this.#call('takeLease', lease, token, leaseMs)) as unknown[];
     if (taken[0] !== 2) {
-      return { kind: 'contended', remainingMs: Math.max(0, Number(taken[1])), stale, valkeyNowMs };
+      return {
+        kind: 'contended',
+        remainingMs: Math.max(0, Number(taken[1])),
+        stale,
+        valkeyNowMs,
+        valkeyNowUs,
+      };
     }
     const again = await readValue();
-    if (isFresh(again, replaceUpTo)) {
+    if (isFresh(again, replaceUpTo, this.#fingerprint)) {
       await this.#call('release', lease, token, '', '');
-      return { kind: 'value', text: again.text, valkeyNowMs: again.valkeyNowMs };
+      return {
+        kind: 'value',
+        text: again.text,
+        valkeyNowMs: again.valkeyNowMs,
+        valkeyNowUs: again.valkeyNowUs,
+      };
     }
     const now = again.text ?? undefined;
     return {
@@ -645,12 +787,13 @@ export class L2 {
       stale: now,
       mark: readMark(now),
       valkeyNowMs: again.valkeyNowMs,
+      valkeyNowUs: again.valkeyNowUs,
     };
   }
 
   /** `renew`: extends the lease by `leaseMs` if it still holds `token`; false when it is gone (fenced). */
   async renew(id: string, token: string, leaseMs: number): Promise<boolean> {
-    return (await this.#call('renew', leaseKey(this.#table, id), token, leaseMs)) === 1;
+    return (await this.#call('renew', this.#lease(id), token, leaseMs)) === 1;
   }
 
   /**
@@ -670,8 +813,8 @@ export class L2 {
     envelope: Envelope,
     now: number,
   ): Promise<WriteAck | undefined> {
-    const value = valueKey(this.#table, id);
-    const lease = leaseKey(this.#table, id);
+    const value = this.#value(id);
+    const lease = this.#lease(id);
     const args = writeArgs(envelope, now);
     const rest = [...args, Math.max(1, args[1]), this.#channel, JSON.stringify(id), mark];
     return this.#filled(
@@ -706,7 +849,7 @@ export class L2 {
     return this.#filled(
       await this.#call(
         'fillIfUnchanged',
-        valueKey(this.#table, id),
+        this.#value(id),
         expected,
         ...args,
         Math.max(1, args[1]),
@@ -734,8 +877,8 @@ export class L2 {
     pxMs: number,
     kind: WriteKind,
   ): Promise<WriteAck> {
-    const key = valueKey(this.#table, id);
-    const lease = leaseKey(this.#table, id);
+    const key = this.#value(id);
+    const lease = this.#lease(id);
     const deadline = await this.#deadline(key);
     const rest = [
       ...writeArgs(envelope, now),
@@ -788,8 +931,8 @@ export class L2 {
    * @throws {LateWriteError} when Valkey ran it after its deadline.
    */
   async forget(id: string): Promise<WriteAck> {
-    const key = valueKey(this.#table, id);
-    const lease = leaseKey(this.#table, id);
+    const key = this.#value(id);
+    const lease = this.#lease(id);
     const deadline = await this.#deadline(key);
     const args = [this.#channel, JSON.stringify(id), deadline];
     const run = (name: ScriptName, keys: string[]) =>
@@ -814,12 +957,46 @@ export class L2 {
     return this.#acknowledged(reply, 'forget');
   }
 
+  /**
+   * `purge`: writes the purge's epoch for each of `scope.tags` (or the table),
+   * then tells the fleet.
+   *
+   * @returns the epoch (µs on Valkey's clock): rows born at or before it are purged.
+   */
+  async purge(scope: PurgeScope): Promise<PurgeAck> {
+    const key = epochsKey(this.#table, this.#namespace);
+    const tags = scope.tags ?? [];
+    const reply = (await this.#call(
+      'purge',
+      key,
+      scope.soft ? 'S' : 'H',
+      this.#channel,
+      String(EPOCH_KEEP_MS * 1000),
+      scope.tags === undefined ? 'null' : JSON.stringify(tags),
+      ...tags,
+    )) as unknown[];
+    const epoch = Number(reply[0]);
+    if (!Number.isSafeInteger(epoch) || epoch <= 0)
+      throw new Error('the purge script answered no epoch');
+    const unpublished = optionalText(reply[2]);
+    return {
+      epoch,
+      valkeyNowMs: Number(reply[1]),
+      ...(unpublished === undefined ? {} : { unpublished }),
+    };
+  }
+
+  /** The table's purge epochs as stored (`HGETALL` of {@link epochsKey}): field → µs. */
+  async epochs(): Promise<Record<string, string>> {
+    const key = epochsKey(this.#table, this.#namespace);
+    this.#corkTick();
+    return this.#breaker.run(() => this.#client.hgetall(key), { key });
+  }
+
   /** `release`: deletes the lease if it still holds `token` and wakes the waiters (a failed load). */
   async release(id: string, token: string): Promise<boolean> {
     const message = JSON.stringify({ k: 'release', id });
-    return (
-      (await this.#call('release', leaseKey(this.#table, id), token, this.#channel, message)) === 1
-    );
+    return (await this.#call('release', this.#lease(id), token, this.#channel, message)) === 1;
   }
 }
 
@@ -829,14 +1006,25 @@ export interface ReadAnswer {
   text: string | null;
   /** Valkey's clock when it answered, epoch ms. */
   valkeyNowMs: number;
+  /** The same, µs (the clock of versions and purge epochs). */
+  valkeyNowUs: number;
   /** A remembered load failure of the id, if any. */
   failed: RememberedFailure | undefined;
 }
 
 /** What `readOrLease` calls fresh, on Valkey's clock: soft expiry after its now, version above `replaceUpTo`. */
-function isFresh(read: ReadAnswer, replaceUpTo: number): read is ReadAnswer & { text: string } {
+function isFresh(
+  read: ReadAnswer,
+  replaceUpTo: number,
+  fingerprint: string,
+): read is ReadAnswer & { text: string } {
   const h = read.text === null ? undefined : decodeHeader(read.text);
-  return h !== undefined && h.softExpiresAt > read.valkeyNowMs && h.version > replaceUpTo;
+  return (
+    h !== undefined &&
+    h.softExpiresAt > read.valkeyNowMs &&
+    h.version > replaceUpTo &&
+    h.fingerprint === fingerprint
+  );
 }
 
 /** A write script's answer: `{version, valkeyNowMs, publishRefusal|nil}` written, or 0 when it refused. */
@@ -845,10 +1033,12 @@ function versionOf(reply: unknown): WriteAck | undefined {
   const version = Number(reply[0]);
   if (!Number.isSafeInteger(version) || version <= 0) return undefined;
   const unpublished = optionalText(reply[2]);
+  const nowUs = Number(reply[3]);
   return {
     version,
     valkeyNowMs: Number(reply[1]),
     ...(unpublished === undefined ? {} : { unpublished }),
+    ...(Number.isSafeInteger(nowUs) && nowUs > 0 ? { valkeyNowUs: nowUs } : {}),
   };
 }
 

@@ -2,6 +2,8 @@
 import { context, propagation } from '@opentelemetry/api';
 import { Agent, fetch, type Response } from 'undici';
 import { BadIdError, ConfigError, SourceError } from '../errors.js';
+import { withPolicy } from '../store/load-result.js';
+import { splitTags } from '../store/tags.js';
 import type { Source } from './source.js';
 
 /** Options of {@link httpSource}. */
@@ -40,7 +42,9 @@ const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
  * refused), aborted by the flight's signal or after `timeoutMs`. `close()`
  * destroys that pool: its keep-alive connections are closed and a GET still
  * running fails with a {@link SourceError}. 200 → the parsed JSON body, read up to `maxBodyBytes`;
- * 404 → `undefined` (not found); the body is always read or cancelled, so no
+ * 404 → `undefined` (not found); a 200's `Surrogate-Key` (space-separated, the
+ * Fastly / Varnish xkey convention) and `Cache-Tag` (comma-separated) headers
+ * are the row's purge tags; the body is always read or cancelled, so no
  * connection is left hanging.
  *
  * The loader rejects with {@link BadIdError} `ECC_BAD_ID`, before any request,
@@ -122,7 +126,9 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
           signal: AbortSignal.any([signal, timeout]),
         });
         if (response.status === 200) {
-          return parseJson(await readBody(response, maxBodyBytes, shown), shown);
+          const value = parseJson(await readBody(response, maxBodyBytes, shown), shown);
+          const tags = tagsOf(response);
+          return tags.length === 0 ? value : withPolicy(value, { tags });
         }
       } catch (err) {
         if (signal.aborted) throw err;
@@ -193,6 +199,14 @@ export function retryAfter(header: string | null, nowMs: number): number | undef
   if (/^\d+$/.test(text)) return Number(text) * 1000;
   const at = Date.parse(text);
   return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
+}
+
+/** The purge tags of an answer: its `Surrogate-Key` and `Cache-Tag` headers, together. */
+function tagsOf(response: Response): string[] {
+  const surrogate = response.headers.get('surrogate-key');
+  const cacheTag = response.headers.get('cache-tag');
+  if (surrogate === null && cacheTag === null) return [];
+  return splitTags(`${surrogate ?? ''} ${cacheTag ?? ''}`);
 }
 
 /** What undici says went wrong (its `TypeError: fetch failed` carries the reason in `cause`). */

@@ -7,9 +7,11 @@ import { postgresSource } from './postgres.js';
 import type { Source } from './source.js';
 import type { SqlSourceContext } from './sql.js';
 import { sqliteSource } from './sqlite.js';
+import { withTagsColumn } from './tags-column.js';
 
 export { SourceError } from '../errors.js';
 export { ensureDemoCatalog } from './demo.js';
+export { sourceFingerprint } from './fingerprint.js';
 export { type HttpSourceOptions, httpSource } from './http.js';
 export { type MysqlSourceContext, mysqlSource } from './mysql.js';
 export { type PostgresSourceContext, postgresSource } from './postgres.js';
@@ -31,6 +33,13 @@ export type BuildContext = SqlSourceContext;
  *   set up (see {@link sqliteSource}, {@link httpSource}, {@link postgresSource}, {@link mysqlSource}).
  */
 export async function buildSource(config: SourceConfig, context: BuildContext): Promise<Source> {
+  if (config.kind === 'http' || config.tagsColumn === undefined) return buildKind(config, context);
+  const { tagsColumn, ...rest } = config;
+  return withTagsColumn(await buildKind(rest as SourceConfig, context), tagsColumn);
+}
+
+/** The source of one kind, without its tags column. */
+async function buildKind(config: SourceConfig, context: BuildContext): Promise<Source> {
   const field = context.field ?? 'source';
   switch (config.kind) {
     case 'sqlite': {

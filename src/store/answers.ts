@@ -61,10 +61,11 @@ export function entityTagOf(result: FoundResult): string {
 
 /**
  * The answer of a read served from `row` at `now` (this process's clock);
- * `coalesced` when the caller attached to another's flight (stale-if-error).
+ * `coalesced` when the caller attached to another's flight (stale-if-error);
+ * `stale` when it is served stale whatever its TTL says (a soft purge).
  */
-export function rowAnswer(row: L1Row, now: number, coalesced = false): ReadResult {
-  const ttlMs = row.softExpiresAt - now;
+export function rowAnswer(row: L1Row, now: number, coalesced = false, stale = false): ReadResult {
+  const ttlMs = stale ? Math.min(0, row.softExpiresAt - now) : row.softExpiresAt - now;
   if (!row.negative) return new RowAnswer(row, coalesced, ttlMs);
   const missing: NotFoundResult = {
     found: false,

@@ -16,9 +16,18 @@ import type { L1Policy } from './policy.js';
  * boxed version, the Map entry with the table's growth slack, and the header
  * of an L2 value the JSON text may still point into. High enough for a
  * process up 24 days, when its millisecond times no longer fit a small
- * integer and each takes a box too.
+ * integer and each takes a box too. The row's `born` (a boxed µs time) and
+ * its `tags` field take 24 bytes more than that calibration (272) measured.
  */
-export const ROW_OVERHEAD_BYTES = 272;
+export const ROW_OVERHEAD_BYTES = 296;
+
+/** Heap bytes of a row's tags: the array (16 + 8 per tag) and each tag's string. */
+function tagsBytes(tags: readonly string[] | undefined): number {
+  if (tags === undefined) return 0;
+  let bytes = 16 + 8 * tags.length;
+  for (const tag of tags) bytes += stringBytes(tag, tag.length);
+  return bytes;
+}
 
 /**
  * Heap bytes of a string of `s.length` code units: a 16-byte header, one byte
@@ -38,6 +47,15 @@ export class L1Row {
   readonly hardExpiresAt: number;
   readonly deltaMs: number;
   readonly negative: boolean;
+  /**
+   * When its data was read from the source, µs on Valkey's clock (see `Envelope.born`); raised
+   * past the newest purge a read found not to cover it (`Table.get`), so the next hit needs one
+   * comparison again. Raising it changes no judgement: a later purge covers the row by its
+   * tags exactly when it would have by the first `born`.
+   */
+  born: number;
+  /** Its purge tags; undefined when untagged. */
+  readonly tags: readonly string[] | undefined;
   /** Leaves L1 at this instant (this process's clock): the jittered `l1.ttlMs`, never past `hardExpiresAt`. */
   readonly expiresAt: number;
   /** The heap it takes (what it counts against `maxBytes`, at least the per-row floor). */
@@ -55,6 +73,8 @@ export class L1Row {
     this.hardExpiresAt = Math.floor(envelope.hardExpiresAt);
     this.deltaMs = envelope.deltaMs;
     this.negative = envelope.negative;
+    this.born = envelope.born ?? 0;
+    this.tags = envelope.tags;
     this.expiresAt = Math.floor(expiresAt);
     this.bytes = bytes;
   }
@@ -125,7 +145,8 @@ export class L1 {
    */
   set(id: string, envelope: Envelope, now: number): boolean {
     const remainingMs = envelope.hardExpiresAt - now;
-    const bytes = ROW_OVERHEAD_BYTES + stringBytes(envelope.json) + stringBytes(id);
+    const bytes =
+      ROW_OVERHEAD_BYTES + stringBytes(envelope.json) + stringBytes(id) + tagsBytes(envelope.tags);
     if (remainingMs <= 0 || bytes > this.#maxRowBytes) {
       this.#cache.delete(id);
       return false;

@@ -9,6 +9,11 @@ export interface RowPolicy {
   staleMs?: number;
   /** Cache this row as "not found" (negative caching). */
   negative?: boolean;
+  /**
+   * The row's purge tags (`Table.purge({ tags })` reaches it by any of them): at most 64, each
+   * 1–128 visible ASCII characters but `|`; beyond that the load fails with `ECC_BAD_ROW_TAGS`.
+   */
+  tags?: readonly string[];
 }
 
 /** A loader's answer with its own policy; build it with {@link withPolicy}. */
@@ -25,12 +30,17 @@ export class LoadResult {
 /**
  * Lets a loader set the policy of one row, e.g. an origin's `Cache-Control: max-age`:
  * `return withPolicy(row, { ttlMs: 5_000 })`, or `withPolicy(undefined, { ttlMs: 1_000 })`
- * for a short-lived "not found".
+ * for a short-lived "not found", or `withPolicy(row, { tags: ['category:5'] })` for a row a
+ * purge of that tag reaches.
  *
- * @throws {TypeError} when a duration is not a non-negative integer (ttlMs at least 1).
+ * @throws {TypeError} when a duration is not a non-negative integer (ttlMs at least 1), or
+ *   `tags` is not an array (its bounds are checked when the row is stored: `ECC_BAD_ROW_TAGS`).
  */
 export function withPolicy(value: unknown, policy: RowPolicy): LoadResult {
-  const { ttlMs, staleMs } = policy;
+  const { ttlMs, staleMs, tags } = policy;
+  if (tags !== undefined && !Array.isArray(tags)) {
+    throw new TypeError('withPolicy: tags must be an array of strings');
+  }
   if (ttlMs !== undefined && !(Number.isSafeInteger(ttlMs) && ttlMs >= 1)) {
     throw new TypeError('withPolicy: ttlMs must be an integer >= 1 (milliseconds)');
   }

@@ -37,7 +37,7 @@ export const L1PolicySchema = Type.Object(
         maximum: 64 * 1024 * 1024 * 1024,
         default: 64 * 1024 * 1024,
         description:
-          "Most bytes of heap the L1 rows may take. A row keeps its value's JSON text only (library callers decode it on demand) and counts what it really costs: its text and id as V8 stores them (one byte per character when ASCII, else two) plus 272 bytes for the row itself, calibrated by `npm run bench:memory`. A row larger than an eighth of this is not kept in L1 (pass-through).",
+          "Most bytes of heap the L1 rows may take. A row keeps its value's JSON text only (library callers decode it on demand) and counts what it really costs: its text and id as V8 stores them (one byte per character when ASCII, else two) plus 296 bytes for the row itself (and its tags), calibrated by `npm run bench:memory`. A row larger than an eighth of this is not kept in L1 (pass-through).",
       }),
     ),
     ttlMs: Type.Optional(

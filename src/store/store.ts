@@ -26,6 +26,7 @@ import { isCluster } from '../valkey/slots.js';
 import { checkTopology } from '../valkey/topology.js';
 import { batchingLoader } from './batch-load.js';
 import { coarseClock } from './clock.js';
+import { Epochs } from './epochs.js';
 import { L1 } from './l1.js';
 import { NotFoundConfirmations } from './not-found.js';
 import { policySchemaProperties, resolvePolicy, type TablePolicyInput } from './policy.js';
@@ -51,7 +52,20 @@ export interface TableOptions extends TablePolicyInput {
    * @throws {BadIdError} `ECC_BAD_ID` for an id the source cannot take.
    */
   checkId?: (id: string) => void;
+  /**
+   * Names the source this table reads (up to 64 characters, no whitespace or `|`; the service
+   * derives it from the table's `source`). Every row it writes carries it, and a row another
+   * source wrote under the same table name (another fingerprint) is a miss, counted
+   * (`echostore_foreign_rows_total`) and warned of, never served. Default `''`.
+   */
+  fingerprint?: string;
 }
+
+/** A namespace: what {@link StoreOptions.namespace} takes. */
+export const NAMESPACE = /^[a-z0-9_-]{1,64}$/;
+
+/** A source fingerprint: what {@link TableOptions.fingerprint} takes. */
+export const FINGERPRINT = /^[\x21-\x7b\x7d\x7e]{0,64}$/;
 
 /** Options of {@link createStore}. */
 export interface StoreOptions {
@@ -63,6 +77,14 @@ export interface StoreOptions {
   valkey: string | ValkeyOptions | Redis | Cluster;
   /** Tables by name (`[a-z0-9_-]{1,64}`). */
   tables: Record<string, TableOptions>;
+  /**
+   * The namespace every key, lease, tombstone, purge epoch and channel of this store lives in
+   * (`[a-z0-9_-]{1,64}`): keys `ecc:<namespace>:<table>:…`, channels
+   * `ecc:events:<namespace>:<table>`, so deployments on one Valkey in different namespaces
+   * never read each other's rows. Unset: the unnamed namespace of earlier releases
+   * (`ecc:<table>:…`, `ecc:events:<table>`).
+   */
+  namespace?: string;
   /** Where metrics are registered. Default: a new registry per store. */
   registry?: Registry;
   /** pino logger. Default: silent. */
@@ -139,7 +161,7 @@ export interface ValkeyHealth {
 const ajv = new Ajv({ allErrors: false, strict: true });
 const validatePolicy = ajv.compile({
   type: 'object',
-  properties: { ...policySchemaProperties, load: {}, loadMany: {}, checkId: {} },
+  properties: { ...policySchemaProperties, load: {}, loadMany: {}, checkId: {}, fingerprint: {} },
   additionalProperties: false,
 });
 
@@ -163,6 +185,10 @@ const validatePolicy = ajv.compile({
  */
 export async function createStore(options: StoreOptions): Promise<Store> {
   const log = options.logger ?? pino({ level: 'silent' });
+  const namespace = options.namespace ?? '';
+  if (options.namespace !== undefined && !NAMESPACE.test(options.namespace)) {
+    throw new ConfigError(`namespace: must match ${NAMESPACE.source}`, { field: 'namespace' });
+  }
   const ownsClient = typeof options.valkey === 'string' || !('status' in options.valkey);
   if (typeof options.valkey !== 'string' && !('status' in options.valkey)) {
     const tls = options.valkey.tls === undefined ? undefined : tlsOptions(options.valkey.tls);
@@ -187,7 +213,13 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   const probe =
     probed === undefined
       ? undefined
-      : healthProbe(valkey, probed, coherence ? eventsChannel(probed) : '');
+      : healthProbe(
+          valkey,
+          probed,
+          coherence ? eventsChannel(probed, namespace) : '',
+          undefined,
+          namespace,
+        );
   // One breaker for a single server, one per primary for a cluster.
   const breaker = breakersFor(valkey, log, { probe, ...options.breaker });
   metrics.watchDegraded(() => breaker.reason);
@@ -198,10 +230,24 @@ export async function createStore(options: StoreOptions): Promise<Store> {
       })
     : () => {};
   // One subscriber connection: coherence for every table, fill wake-ups for the fleet lease.
-  const events = coherence ? new TableEvents(valkey, log) : undefined;
+  const events = coherence ? new TableEvents(valkey, log, {}, namespace) : undefined;
   const subscribed = new Map<string, Promise<boolean>>();
   const tracing = options.tracing;
-  const deps = { valkey, breaker, events, subscribed, metrics, clock, log, now, hitNow, tracing };
+  const epochs: Epochs[] = [];
+  const deps = {
+    valkey,
+    breaker,
+    events,
+    subscribed,
+    metrics,
+    clock,
+    log,
+    now,
+    hitNow,
+    tracing,
+    namespace,
+    epochs,
+  };
   const tables = new Map<string, Table>();
   const release = async () => {
     unwatchRedirects();
@@ -238,7 +284,14 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   // This waits for the tables' subscriptions too: a store that answers before they are
   // confirmed could miss another instance's write or delete and keep an old L1 row.
   const missing = ready
-    ? await checkAccess(valkey, [...tables.keys()], subscribed, coherence, readyTimeoutMs)
+    ? await checkAccess(
+        valkey,
+        [...tables.keys()],
+        subscribed,
+        coherence,
+        readyTimeoutMs,
+        namespace,
+      )
     : [];
   if (missing.length > 0) {
     valkey.off('error', onError);
@@ -252,6 +305,11 @@ export async function createStore(options: StoreOptions): Promise<Store> {
     log.info('coherence is off: no Pub/Sub; other instances keep replaced rows until their L1 TTL');
   // The first health probe now, so a full or read-only server shows at once.
   if (ready && probe !== undefined) await breaker.run(probe).catch(() => {});
+  // The purge epochs before the first read, so no row purged before this start is served
+  // (bounded; a table whose reading fails reads them again on its first flight).
+  if (ready) {
+    await within(Promise.all(epochs.map((e) => e.ensure().catch(() => {}))), readyTimeoutMs);
+  }
   const eviction: EvictionPolicy = { policy: undefined, risk: undefined };
   const readEviction = async () => {
     const read = await readEvictionPolicy(valkey);
@@ -315,6 +373,10 @@ interface StoreDeps {
   /** The clock of the L1 hit path. */
   hitNow: () => number;
   tracing: TracingOptions | undefined;
+  /** The store's namespace (`''`: the unnamed one). */
+  namespace: string;
+  /** Every table's purge epochs, read once Valkey is ready. */
+  epochs: Epochs[];
 }
 
 function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
@@ -341,7 +403,13 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     const { field, reason } = schemaProblem(validatePolicy.errors, `tables.${name}`);
     throw new ConfigError(`${field}: ${reason}`, { field });
   }
-  const { load: loadOne, loadMany, checkId, ...policyInput } = input;
+  const { load: loadOne, loadMany, checkId, fingerprint = '', ...policyInput } = input;
+  if (typeof fingerprint !== 'string' || !FINGERPRINT.test(fingerprint)) {
+    throw new ConfigError(
+      `tables.${name}.fingerprint: must be up to 64 visible ASCII characters other than "|"`,
+      { field: `tables.${name}.fingerprint` },
+    );
+  }
   const policy = resolvePolicy(policyInput, `tables.${name}`);
   const counters = newCounters();
   // Decided once: with loadMany, the table's loader is the batching function.
@@ -356,16 +424,44 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
           },
         });
   const l1 = new L1(policy.l1, policy.jitter);
+  const l2 = new L2(
+    deps.valkey,
+    deps.breaker,
+    name,
+    deps.events !== undefined,
+    counters.valkeyRetries,
+    deps.namespace,
+    fingerprint,
+  );
+  // With coherence off no purge event arrives: the epochs are read again once per L1 TTL.
+  const epochs = new Epochs(
+    () => l2.epochs(),
+    deps.events === undefined ? policy.l1.ttlMs : Number.POSITIVE_INFINITY,
+  );
+  deps.epochs.push(epochs);
+  const log = deps.log.child({ table: name });
+  let lastForeignWarnMs = Number.NEGATIVE_INFINITY;
   let table: Table | undefined;
   const tracer = deps.tracing === undefined ? undefined : new TableTracer(name, deps.tracing);
   const ctx: TableContext = {
     name,
+    fingerprint,
+    epochs,
+    foreignRow(id, found) {
+      const at = deps.now();
+      if (at - lastForeignWarnMs < 60_000) return;
+      lastForeignWarnMs = at;
+      log.warn(
+        { table: name, id, fingerprint: found, expected: fingerprint },
+        'valkey holds a row of this table written by another source (another fingerprint): it is a miss, reloaded from this source; do two deployments share a namespace? (warned at most once a minute; echostore_foreign_rows_total counts every one)',
+      );
+    },
     coalesces: policy.coalescing !== 'none',
     policy,
     load: tracer === undefined ? load : tracer.wrapLoad(load),
     ...(tracer === undefined ? {} : { trace: tracer }),
     checkId,
-    l2: new L2(deps.valkey, deps.breaker, name, deps.events !== undefined, counters.valkeyRetries),
+    l2,
     events: deps.events,
     counters,
     metrics: deps.metrics.forTable(name, counters, () => (table as Table).stats()),
@@ -377,7 +473,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
       maxOverdue: policy.maxOverdueLoads,
     }),
     notFound: new NotFoundConfirmations(policy.confirmNotFoundMs, deps.now),
-    log: deps.log.child({ table: name }),
+    log,
     now: deps.now,
   };
   const owner = new TableOwner(ctx, l1);

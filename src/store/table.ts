@@ -9,6 +9,7 @@ import type { Miss, RefreshReason } from '../actor/messages.js';
 import type { TableOwner } from '../actor/owner.js';
 import {
   BadIdError,
+  BadPurgeError,
   BadRequestError,
   BadValueError,
   ClosedError,
@@ -21,13 +22,22 @@ import {
 import { toJson } from '../l2/format.js';
 import { type PendingRead, WaitDeadlines } from '../protection/deadlines.js';
 import { rowAnswer } from './answers.js';
+import { type Epochs, HARD_PURGED, NOT_PURGED } from './epochs.js';
 import { entityTag } from './etag.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
-import type { L1 } from './l1.js';
+import type { L1, L1Row } from './l1.js';
 import { LoadResult } from './load-result.js';
 import type { TablePolicy } from './policy.js';
+import { purgeTags } from './tags.js';
 import type { TableTracer } from './tracing.js';
-import type { BatchEntry, ReadResult, TableStats, WriteResult } from './types.js';
+import type {
+  BatchEntry,
+  PurgeInput,
+  PurgeResult,
+  ReadResult,
+  TableStats,
+  WriteResult,
+} from './types.js';
 
 /** Table names: lowercase letters, digits, `_` and `-`, 1–64 characters. */
 export const TABLE_NAME = /^[a-z0-9_-]{1,64}$/;
@@ -129,6 +139,7 @@ export class Table {
   readonly #deadlines: WaitDeadlines;
   readonly #hitNow: () => number;
   readonly #counters: TableContext['counters'];
+  readonly #epochs: Epochs;
   /** `earlyRefreshBeta` (XFetch), read once. */
   readonly #beta: number;
   /** The running average size of a row read by a batch, UTF-16 characters of JSON; 0 before any. */
@@ -156,6 +167,7 @@ export class Table {
     this.#owner = owner;
     this.#hitNow = hitNow;
     this.#counters = ctx.counters;
+    this.#epochs = ctx.epochs;
     this.#beta = ctx.policy.earlyRefreshBeta;
     this.#deadlines = new WaitDeadlines(
       ctx.policy.waitTimeoutMs,
@@ -190,6 +202,11 @@ export class Table {
     // Only ids that passed assertId are ever stored, so a hit needs no id check.
     const row = typeof id === 'string' ? this.#l1.get(id, now) : undefined;
     if (row === undefined) return this.#miss(id);
+    // Every row read from the source since the last purge was born after it: one comparison.
+    if (row.born <= this.#epochs.newest) {
+      const purged = this.#purgedHit(id, row, now);
+      if (purged !== undefined) return purged;
+    }
     const counters = this.#counters;
     counters.hits++;
     // Loaded while Valkey was unusable: once it is usable again, the first read re-validates it.
@@ -207,6 +224,34 @@ export class Table {
       this.#refresh(id, 'stale', now);
     }
     return Promise.resolve(rowAnswer(row, now));
+  }
+
+  /**
+   * An L1 hit on a row born before a purge this instance knows of: a hard purge
+   * covering it makes it a miss (dropped from L1), a soft one serves it stale
+   * while one refresh runs; undefined when no purge covers it (a plain hit).
+   */
+  #purgedHit(id: string, row: L1Row, now: number): Promise<ReadResult> | undefined {
+    const purge = this.#epochs.judge(row.born, row.tags);
+    if (purge === NOT_PURGED) {
+      // No purge held covers it: proven clear of them all, the next hit pays one comparison.
+      row.born = this.#epochs.newest + 1;
+      return undefined;
+    }
+    const counters = this.#counters;
+    if (purge === HARD_PURGED) {
+      this.#l1.delete(id);
+      counters.purgedRows.hard++;
+      return this.#miss(id);
+    }
+    counters.hits++;
+    if (row.negative) counters.reads.negative++;
+    else counters.reads.stale++;
+    if (this.#owner.wantsRefresh(id, now)) {
+      counters.purgedRows.soft++;
+      this.#owner.post({ kind: 'refresh', id, reason: 'purge' });
+    }
+    return Promise.resolve(rowAnswer(row, now, false, true));
   }
 
   /**
@@ -445,6 +490,46 @@ export class Table {
     this.#open = undefined;
     return new Promise((resolve, reject) => {
       this.#owner.post({ kind: 'invalidate', id, waiter: { resolve, reject } });
+    });
+  }
+
+  /**
+   * Purges rows by tag (`{ tags: [...] }`: every row carrying one of them) or
+   * the whole table (`{ all: true }`), fleet-wide. Hard (the default): once this
+   * resolves, this instance never serves a purged row, other instances stop
+   * within the coherence bound (their event), and the next read of each loads
+   * it (one source read per row per fleet). `soft: true`: purged rows are served
+   * stale while one refresh per row per fleet runs, and kept if it fails
+   * (stale-if-error). A load that started before the purge never stores its
+   * value as current after it: a row is purged when it was read from the
+   * source at or before the purge's epoch (docs/freshness.md#purge).
+   *
+   * @returns the purge's epoch (µs on Valkey's clock).
+   * @throws (rejects) {@link BadPurgeError} `ECC_BAD_PURGE` (neither or both of
+   *   `tags` and `all: true`, 0 or more than 256 tags, a tag beyond the bounds),
+   *   `ECC_VALKEY_UNAVAILABLE` (nothing purged when not sent), `ECC_CLOSED`.
+   */
+  purge(input: PurgeInput): Promise<PurgeResult> {
+    let tags: string[] | undefined;
+    const soft = (input as { soft?: unknown })?.soft;
+    try {
+      const { all } = input ?? {};
+      if ((all === true) === (input?.tags !== undefined) || (all !== undefined && all !== true)) {
+        throw new BadPurgeError('give either tags or all: true', { table: this.name });
+      }
+      if (soft !== undefined && typeof soft !== 'boolean') {
+        throw new BadPurgeError('soft must be true or false', { table: this.name });
+      }
+      tags = all === true ? undefined : purgeTags(input.tags, this.name);
+      if (this.#closed) throw new ClosedError('the store is shutting down', { table: this.name });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    // A read after this purge must not coalesce onto a miss posted before it.
+    this.#open = undefined;
+    const scope = { soft: soft === true, ...(tags === undefined ? {} : { tags }) };
+    return new Promise((resolve, reject) => {
+      this.#owner.post({ kind: 'purge', scope, waiter: { resolve, reject } });
     });
   }
 

@@ -86,6 +86,21 @@ export type BatchEntry =
   | { id: string; ok: true; result: ReadResult }
   | { id: string; ok: false; error: EchoStoreError };
 
+/**
+ * What `Table.purge` removes: the rows carrying any of `tags`, or (`all: true`) every row of the
+ * table; `soft: true` serves them stale while one refresh per row per fleet runs (and keeps them
+ * if that refresh fails: stale-if-error), else they are misses.
+ */
+export type PurgeInput =
+  | { tags: readonly string[]; all?: undefined; soft?: boolean }
+  | { all: true; tags?: undefined; soft?: boolean };
+
+/** The answer of `Table.purge`. */
+export interface PurgeResult {
+  /** The purge's epoch, µs on Valkey's clock: rows read from the source at or before it are purged. */
+  epoch: number;
+}
+
 /** The answer of `Table.put`. */
 export interface WriteResult {
   /** The version minted for the write. */

@@ -12,16 +12,31 @@
 export class VersionClock {
   #last = 0;
   #horizon = 0;
+  #seenMs = 0;
 
   /** The highest version observed (0 before any). */
   get last(): number {
     return this.#last;
   }
 
+  /** The latest time Valkey's clock was seen to read, ms (0 before any): never ahead of it. */
+  get valkeyNowSeenMs(): number {
+    return this.#seenMs;
+  }
+
   /** Valkey said its clock reads `valkeyNowMs`. */
   sawValkeyTime(valkeyNowMs: number): void {
     const horizon = (valkeyNowMs + 60_000) * 1000;
     if (horizon > this.#horizon) this.#horizon = horizon;
+    if (valkeyNowMs > this.#seenMs) this.#seenMs = valkeyNowMs;
+  }
+
+  /**
+   * Whether a time announced by another instance, µs on Valkey's clock, is plausible: not
+   * beyond a minute past Valkey's latest known time (unknown yet: any is).
+   */
+  plausible(us: number): boolean {
+    return this.#horizon === 0 || us <= this.#horizon;
   }
 
   /** Takes note of a version read from Valkey or announced by an event. */

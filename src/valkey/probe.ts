@@ -14,13 +14,14 @@
  *   about.
  */
 import type { Cluster, Redis } from 'ioredis';
-import { eventsChannel } from '../l2/scripts.js';
+import { eventsChannel, keyPrefix } from '../l2/scripts.js';
 import { SCRIPT_ACL_REFUSAL } from './breaker.js';
 import { isCluster, keySlot } from './slots.js';
 
 /**
  * probe — KEYS: a probe key of the table. ARGV: channel ('' with coherence
- * off), mode. Runs every command the scripts use. Mode `report`: each under
+ * off), mode. Runs every command the scripts use (the hash ones of a purge's
+ * epochs on the same key, once it is deleted). Mode `report`: each under
  * `pcall`, returning `{command, error, …}` for those refused. Mode `raise`:
  * the first refusal is the script's error, as the server words it (so the
  * client sees `READONLY …` and reconnects). The key is written with a 1 s
@@ -45,6 +46,11 @@ try('SET', KEYS[1], '1', 'PX', 1000)
 try('PTTL', KEYS[1])
 try('PEXPIRE', KEYS[1], 1000)
 try('DEL', KEYS[1])
+try('HSET', KEYS[1], 'H', '1')
+try('HGET', KEYS[1], 'H')
+try('HGETALL', KEYS[1])
+try('HDEL', KEYS[1], 'H')
+redis.pcall('DEL', KEYS[1])
 if ARGV[1] ~= '' then try('PUBLISH', ARGV[1], '') end
 return refused
 `;
@@ -59,12 +65,12 @@ const defineProbe = (c: ProbeClient) => {
 };
 
 /**
- * The probe key of `table`: `ecc:<table>:probe`. It can be neither a value
- * key (`ecc:<table>:{…}`) nor a lease key, and any ACL key pattern that
+ * The probe key of `table`: `ecc:[<namespace>:]<table>:probe`. It can be neither a value
+ * key (`…:{…}`) nor a lease key, and any ACL key pattern that
  * covers the table's keys (`~ecc:*`, `~ecc:<table>:*`) covers it.
  */
-export function probeKey(table: string): string {
-  return `ecc:${table}:probe`;
+export function probeKey(table: string, namespace = ''): string {
+  return `${keyPrefix(table, namespace)}:probe`;
 }
 
 /** One refused command of the probe: its name and the server's words. */
@@ -110,12 +116,13 @@ export function healthProbe(
   table: string,
   channel: string,
   timeoutMs = 2_000,
+  namespace = '',
 ): () => Promise<void> {
   return async () => {
     const c = client as ProbeClient;
     defineProbe(c);
     const answered = await within(
-      c.eccProbe(probeKey(table), channel, 'raise').then(() => true),
+      c.eccProbe(probeKey(table, namespace), channel, 'raise').then(() => true),
       timeoutMs,
     );
     if (answered === undefined)
@@ -137,8 +144,9 @@ export function missingRights(
   table: string,
   outcome: Refusal[] | Error,
   subscribed: boolean | undefined,
+  namespace = '',
 ): string[] {
-  const channel = `the channel ${eventsChannel(table)}`;
+  const channel = `the channel ${eventsChannel(table, namespace)}`;
   const missing: string[] = [];
   if (outcome instanceof Error) {
     const text = outcome.message;
@@ -168,7 +176,8 @@ export function missingRights(
 
 function commandGroup(command: string): string {
   if (command === 'PUBLISH') return 'or +@pubsub';
-  if (command === 'GET' || command === 'PTTL') return 'or +@read';
+  if (command === 'GET' || command === 'PTTL' || command === 'HGET' || command === 'HGETALL')
+    return 'or +@read';
   return 'or +@write';
 }
 
@@ -240,23 +249,27 @@ export async function checkAccess(
   subscribed: ReadonlyMap<string, Promise<boolean>>,
   coherence: boolean,
   timeoutMs: number,
+  namespace = '',
 ): Promise<string[]> {
   const targets = isCluster(client) ? clusterTargets(client) : [{ node: '', client }];
   const perTable = await Promise.all(
     tables.map(async (table) => {
-      const channel = coherence ? eventsChannel(table) : '';
+      const channel = coherence ? eventsChannel(table, namespace) : '';
       const sub = subscribed.get(table);
       const ok = sub === undefined ? undefined : await within(sub, timeoutMs);
       const perNode = await Promise.all(
         targets.map(async (t) => {
-          const key = t.slot === undefined ? probeKey(table) : slotProbeKey(table, t.slot);
+          const key =
+            t.slot === undefined
+              ? probeKey(table, namespace)
+              : slotProbeKey(table, t.slot, namespace);
           const outcome = await within(
             runProbe(t.client, table, channel, key).catch((err: unknown) => err as Error),
             timeoutMs,
           );
           return {
             node: t.node,
-            rights: outcome === undefined ? [] : missingRights(table, outcome, ok),
+            rights: outcome === undefined ? [] : missingRights(table, outcome, ok, namespace),
           };
         }),
       );
@@ -291,9 +304,9 @@ function clusterTargets(cluster: Cluster): ProbeTarget[] {
  * the first n that hashes there (covered by the same ACL patterns as
  * {@link probeKey}; at most a few tens of thousands of tries, once per node at start-up).
  */
-export function slotProbeKey(table: string, slot: number): string {
+export function slotProbeKey(table: string, slot: number, namespace = ''): string {
   for (let n = 0; ; n++) {
-    if (keySlot(`{${n}}`) === slot) return `ecc:${table}:probe:{${n}}`;
+    if (keySlot(`{${n}}`) === slot) return `${keyPrefix(table, namespace)}:probe:{${n}}`;
   }
 }
 

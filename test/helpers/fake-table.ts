@@ -9,6 +9,7 @@ import type { Envelope } from '../../src/l2/format.js';
 import type { L2 } from '../../src/l2/scripts.js';
 import { newCounters } from '../../src/metrics.js';
 import { Admission } from '../../src/protection/admission.js';
+import { Epochs } from '../../src/store/epochs.js';
 import { L1 } from '../../src/store/l1.js';
 import { NotFoundConfirmations } from '../../src/store/not-found.js';
 import { resolvePolicy, type TablePolicyInput } from '../../src/store/policy.js';
@@ -46,6 +47,9 @@ export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {})
   const resolved = resolvePolicy(policy);
   const ctx: TableContext = {
     name: 't',
+    fingerprint: '',
+    epochs: new Epochs(async () => ({})),
+    foreignRow() {},
     coalesces: resolved.coalescing !== 'none',
     policy: resolved,
     load: () => undefined,

@@ -24,19 +24,38 @@ const sample: Envelope = {
   hardExpiresAt: 1_764_547_320_000,
   deltaMs: 42,
   negative: false,
+  born: 1_764_547_199_000_000,
+  fingerprint: 'ab12cd34ef56ab78',
+  tags: ['category:5', 'brand:acme'],
 };
+
+/** A row written without a fingerprint or tags, as a library table without them writes it. */
+const plain: Envelope = { ...sample, fingerprint: '', tags: undefined };
+delete plain.tags;
 
 describe('envelope codec', () => {
   it('round-trips every field, a "|" inside the value included', () => {
     const text = encodeEnvelope(sample);
-    expect(text.startsWith('E2|1764547200000123|1764547260000|1764547320000|42|0|')).toBe(true);
+    expect(
+      text.startsWith(
+        'E3|1764547200000123|1764547260000|1764547320000|42|0|1764547199000000|ab12cd34ef56ab78|category:5 brand:acme|',
+      ),
+    ).toBe(true);
     expect(decodeEnvelope(text)).toEqual(sample);
   });
 
+  it('round-trips a row without fingerprint or tags (empty fields)', () => {
+    const text = encodeEnvelope(plain);
+    expect(
+      text.startsWith('E3|1764547200000123|1764547260000|1764547320000|42|0|1764547199000000|||'),
+    ).toBe(true);
+    expect(decodeEnvelope(text)).toEqual(plain);
+  });
+
   it('round-trips a negative envelope and a tombstone', () => {
-    const neg = { ...sample, value: null, json: 'null', negative: true };
+    const neg = { ...plain, value: null, json: 'null', negative: true };
     expect(decodeEnvelope(encodeEnvelope(neg))).toEqual(neg);
-    expect(decodeEnvelope(encodeEnvelope(tombstone(7)))).toEqual(tombstone(7));
+    expect(decodeEnvelope(encodeEnvelope(tombstone(7)))).toMatchObject(tombstone(7));
   });
 
   it.each([
@@ -44,36 +63,41 @@ describe('envelope codec', () => {
       'the JSON envelope of the older format',
       '{"v":1,"version":1,"softExpiresAt":1,"deltaMs":1,"value":1}',
     ],
-    ['another magic', 'E3|1|1|1|1|0|1'],
-    ['a missing field', 'E2|1|1|1|0|1'],
-    ['an empty field', 'E2|1||1|1|0|1'],
-    ['a non-digit', 'E2|1|1e3|1|1|0|1'],
-    ['a negative number', 'E2|-1|1|1|1|0|1'],
-    ['17 digits', 'E2|12345678901234567|1|1|1|0|1'],
+    ['the E2 format of 0.1 (no born, fingerprint or tags)', 'E2|1|1|1|1|0|1'],
+    ['another magic', 'E4|1|1|1|1|0|1|||1'],
+    ['a missing field', 'E3|1|1|1|0|1|||1'],
+    ['no tags field', 'E3|1|1|1|1|0|1|fp|1'],
+    ['an empty field', 'E3|1||1|1|0|1|||1'],
+    ['a non-digit', 'E3|1|1e3|1|1|0|1|||1'],
+    ['a negative number', 'E3|-1|1|1|1|0|1|||1'],
+    ['17 digits', 'E3|12345678901234567|1|1|1|0|1|||1'],
     [
       '17 digits of a small number (zero-padded), as Lua rejects them',
-      'E2|00000000000000001|1|1|1|0|1',
+      'E3|00000000000000001|1|1|1|0|1|||1',
     ],
-    ['a version beyond 2^53', 'E2|9007199254740993|1|1|1|0|1'],
-    ['JSON that does not parse', 'E2|1|1|1|1|0|{oops'],
-    ['nothing after the header', 'E2|1|1|1|1|0|'],
+    ['a version beyond 2^53', 'E3|9007199254740993|1|1|1|0|1|||1'],
+    ['JSON that does not parse', 'E3|1|1|1|1|0|1|||{oops'],
+    ['nothing after the header', 'E3|1|1|1|1|0|1|||'],
   ])('%s is not an envelope (a miss)', (_why, text) => {
     expect(decodeEnvelope(text)).toBeUndefined();
   });
 
   it('reads the header without the JSON', () => {
-    expect(decodeHeader('E2|5|6|7|8|1|{not json')).toEqual({
+    expect(decodeHeader('E3|5|6|7|8|1|9|fp|a b|{not json')).toEqual({
       version: 5,
       softExpiresAt: 6,
       hardExpiresAt: 7,
       deltaMs: 8,
       flags: 1,
-      end: 13,
+      born: 9,
+      fingerprint: 'fp',
+      tags: 'a b',
+      end: 22,
     });
   });
 
   it('a value flagged negative is "not found" whatever JSON follows the header', () => {
-    expect(decodeEnvelope('E2|1|2|3|4|1|{"x":1}')).toMatchObject({
+    expect(decodeEnvelope('E3|1|2|3|4|1|0|||{"x":1}')).toMatchObject({
       value: null,
       json: 'null',
       negative: true,
@@ -81,7 +105,7 @@ describe('envelope codec', () => {
   });
 
   it('a hard expiry before the soft one is read as the soft one', () => {
-    expect(decodeEnvelope('E2|1|100|50|0|0|1')?.hardExpiresAt).toBe(100);
+    expect(decodeEnvelope('E3|1|100|50|0|0|0|||1')?.hardExpiresAt).toBe(100);
   });
 
   it('marks what a flight read: absent, foreign, or its version', () => {
@@ -107,43 +131,59 @@ describe('envelope format in Lua (the same rules on a real server)', () => {
       encodeEnvelope(sample),
       encodeEnvelope(tombstone(3)),
       '{"v":1,"version":1,"softExpiresAt":1,"deltaMs":1,"value":1}',
-      'E2|1|1e3|1|1|0|1',
-      'E2|12345678901234567|1|1|1|0|1',
-      'E2|00000000000000001|1|1|1|0|1',
-      'E2|9007199254740993|1|1|1|0|1',
-      'E2|1||1|1|0|1',
+      encodeEnvelope(plain),
+      'E2|1|1|1|1|0|1',
+      'E3|1|1e3|1|1|0|1|||1',
+      'E3|12345678901234567|1|1|1|0|1|||1',
+      'E3|00000000000000001|1|1|1|0|1|||1',
+      'E3|9007199254740993|1|1|1|0|1|||1',
+      'E3|1||1|1|0|1|||1',
+      'E3|1|1|1|1|0|1|fp|1',
+      'E3|1|1|1|1|0|12345678901234567|||1',
     ];
     for (const text of texts) {
       const reply = (await lua(
-        "local n, soft, hard = header(ARGV[1]) if not n then return false end return {string.format('%.0f', n), string.format('%.0f', soft), string.format('%.0f', hard)}",
+        "local n, soft, hard, fp = header(ARGV[1]) if not n then return false end return {string.format('%.0f', n), string.format('%.0f', soft), string.format('%.0f', hard), fp}",
         text,
       )) as string[] | null;
       const h = decodeHeader(text);
-      expect(reply === null ? undefined : reply.map(Number), text).toEqual(
-        h === undefined ? undefined : [h.version, h.softExpiresAt, h.hardExpiresAt],
+      expect(
+        reply === null ? undefined : [...reply.slice(0, 3).map(Number), reply[3]],
+        text,
+      ).toEqual(
+        h === undefined ? undefined : [h.version, h.softExpiresAt, h.hardExpiresAt, h.fingerprint],
       );
     }
   });
 
   it('mark() equals readMark()', async () => {
-    for (const text of [encodeEnvelope(sample), 'garbage', 'E2|x']) {
+    for (const text of [encodeEnvelope(sample), 'garbage', 'E3|x', 'E2|1|1|1|1|0|1']) {
       expect(await lua('return mark(ARGV[1])', text)).toBe(readMark(text));
     }
     expect(await lua('return mark(false)')).toBe(readMark(null));
   });
 
   it("stored() writes the header on Valkey's clock, its version above the key's and at least TIME in µs", async () => {
-    const [softIn, hardIn, delta, flags, json] = writeArgs(sample, sample.softExpiresAt - 60_000);
-    expect([softIn, hardIn, delta, flags, json]).toEqual([60_000, 120_000, 42, 0, sample.json]);
-    const run = (cur: string) =>
+    const args = writeArgs(sample, sample.softExpiresAt - 60_000);
+    expect(args).toEqual([
+      60_000,
+      120_000,
+      42,
+      0,
+      '1764547199000000',
+      'ab12cd34ef56ab78',
+      'category:5 brand:acme',
+      sample.json,
+    ]);
+    const run = (cur: string, born = args[4]) =>
       lua(
-        "local nowms, nowus = clock() local env, v = stored(tonumber(ARGV[1]), nowus, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], nowms) return {env, string.format('%.0f', v), string.format('%.0f', nowms), string.format('%.0f', nowus)}",
+        "local nowms, nowus = clock() local env, v = stored(tonumber(ARGV[1]), nowus, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], nowms) return {env, string.format('%.0f', v), string.format('%.0f', nowms), string.format('%.0f', nowus)}",
         cur,
-        String(softIn),
-        String(hardIn),
-        String(delta),
-        String(flags),
-        json,
+        ...args.slice(0, 4).map(String),
+        born,
+        args[5],
+        args[6],
+        args[7],
       ) as Promise<[string, string, string, string]>;
     const [text, version, nowms, nowus] = await run('1');
     const decoded = decodeEnvelope(text) as Envelope;
@@ -156,7 +196,13 @@ describe('envelope format in Lua (the same rules on a real server)', () => {
       json: sample.json,
       deltaMs: 42,
       negative: false,
+      born: sample.born,
+      fingerprint: sample.fingerprint,
+      tags: sample.tags,
     });
+    // born "now": Valkey's µs clock, as a PUT's.
+    const [written, , , at] = await run('1', 'now');
+    expect((decodeEnvelope(written) as Envelope).born).toBe(Number(at));
     // A key holding a version ahead of Valkey's clock: the write goes one above it.
     const ahead = String(Number(nowus) + 10_000_000_000);
     const [, above] = await run(ahead);

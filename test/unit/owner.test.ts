@@ -417,7 +417,7 @@ describe('table owner: misses, refreshes and counting', () => {
       ['k', 7],
       ['none', 0],
     ]);
-    expect(t.ctx.counters.refreshes).toEqual({ early: 1, stale: 1, revalidate: 0 });
+    expect(t.ctx.counters.refreshes).toEqual({ early: 1, stale: 1, revalidate: 0, purge: 0 });
   });
 
   it('wants no refresh while closed, while a flight or a write of the id runs, or while the id backs off', async () => {
