@@ -304,3 +304,17 @@ describe('writes and purges', () => {
     expect(reads).toBe(2);
   });
 });
+
+describe('deletes and fingerprints', () => {
+  it("a DELETE's tombstone is of the table's own source: never counted as another source's row", async () => {
+    const table = uniqueTable('purge-del');
+    let reads = 0;
+    const load: LoadFn = (id) => ({ id, n: ++reads });
+    const a = await openStore({ [table]: { load, fingerprint: 'mine' } });
+    const b = await openStore({ [table]: { load, fingerprint: 'mine' } });
+    await a.table(table).get('d');
+    await a.table(table).invalidate('d');
+    expect(rowOf(await b.table(table).get('d'))?.n).toBe(2);
+    expect(await metricValue(b, 'echostore_foreign_rows_total', table)).toBe(0);
+  });
+});

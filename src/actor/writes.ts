@@ -146,7 +146,14 @@ export class Writes {
     this.#parked.set(m.id, []);
     const now = ctx.now();
     ctx.l2
-      .write(m.id, tombstone(now), now, ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS, 'del')
+      .write(
+        m.id,
+        // Of this table's source, so no instance takes it for another source's row.
+        { ...tombstone(now), born: BORN_NOW, fingerprint: ctx.fingerprint },
+        now,
+        ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS,
+        'del',
+      )
       .catch((error: unknown) => {
         if (valkeyReason(error) !== 'oom') throw error;
         ctx.counters.tombstoneFallbacks++;
