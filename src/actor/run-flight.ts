@@ -73,7 +73,8 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
   let born = bornFloor(ctx, 0);
   const sentAt = ctx.now();
   try {
-    await ctx.epochs.ensure();
+    const reading = ctx.epochs.ensure();
+    if (reading !== undefined) await reading;
     const read = await ctx.l2.read(flight.id);
     ctx.clock.sawValkeyTime(read.valkeyNowMs);
     born = bornFloor(ctx, read.valkeyNowUs);
@@ -146,7 +147,8 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
       let answer: LeaseAnswer;
       const sentAt = ctx.now();
       try {
-        await ctx.epochs.ensure();
+        const reading = ctx.epochs.ensure();
+        if (reading !== undefined) await reading;
         answer = await ctx.l2.readOrLease(flight.id, policy.leaseMs, replaceUpTo);
       } catch (err) {
         return await runDegraded(ctx, flight, err, 'lease');

@@ -108,16 +108,17 @@ export class Epochs {
   }
 
   /**
-   * Resolves once what is held is proven: at once while it is, else after one
-   * reading of Valkey asked since the last {@link unprove}, shared by every
-   * caller that asks meanwhile.
+   * Undefined while what is held is proven (no await, so a batch's flights
+   * still send their Valkey commands in one tick); else a promise that
+   * resolves after one reading of Valkey asked since the last {@link unprove},
+   * shared by every caller that asks meanwhile.
    *
    * @throws (rejects) what the reading throws (Valkey unreachable); still unproven then.
    */
-  ensure(): Promise<void> {
+  ensure(): Promise<void> | undefined {
     const reading = this.#reading;
     if (this.#proven && reading === undefined && this.#now() - this.#provenAtMs < this.#maxAgeMs) {
-      return Promise.resolve();
+      return undefined;
     }
     if (this.#proven && reading !== undefined) return reading;
     // Proven as of the moment of asking: an event after it is applied on top.

@@ -308,7 +308,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
   // The purge epochs before the first read, so no row purged before this start is served
   // (bounded; a table whose reading fails reads them again on its first flight).
   if (ready) {
-    await within(Promise.all(epochs.map((e) => e.ensure().catch(() => {}))), readyTimeoutMs);
+    await within(Promise.all(epochs.map((e) => e.ensure()?.catch(() => {}))), readyTimeoutMs);
   }
   const eviction: EvictionPolicy = { policy: undefined, risk: undefined };
   const readEviction = async () => {
