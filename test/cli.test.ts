@@ -120,6 +120,32 @@ describe('the echostore CLI against a running service', () => {
     expect(origin.readsOf('p1')).toBe(2);
   });
 
+  it('purges the whole table, soft or hard: the next read of each row loads it again', async () => {
+    for (const id of ['a1', 'a2']) await fetch(`${service.url}/v1/tables/${table}/items/${id}`);
+    expect([origin.readsOf('a1'), origin.readsOf('a2')]).toEqual([1, 1]);
+    const r = await cli(['purge', table, '--all', ...remote]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`^purged ${table}: every row, hard \\(epoch \\d+\\)`));
+    for (const id of ['a1', 'a2']) await fetch(`${service.url}/v1/tables/${table}/items/${id}`);
+    expect([origin.readsOf('a1'), origin.readsOf('a2')]).toEqual([2, 2]);
+    const tags = await cli(['purge', table, '--tag', 'blue', '--tag', 'red', '--soft', ...remote]);
+    expect(tags.code, tags.stderr).toBe(0);
+    expect(tags.stdout).toContain('tags blue red, soft');
+  });
+
+  it('refuses a purge that names no target, or two, with the usage exit code', async () => {
+    for (const args of [
+      ['purge', table],
+      ['purge', table, 'id', '--all'],
+      ['purge', table, 'id', '--soft'],
+      ['purge', table, '--all', '--tag', 'x'],
+    ]) {
+      const r = await cli([...args, ...remote]);
+      expect(r.code, args.join(' ')).toBe(64);
+      expect(r.stderr).toContain('Usage: echostore purge');
+    }
+  });
+
   it('warms ids from arguments and a file, and prints the stats', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'echostore-cli-'));
     const file = join(dir, 'ids.txt');

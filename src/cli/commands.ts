@@ -54,10 +54,32 @@ export async function inspect(remote: Remote, table: string, id: string, json: b
   return 0;
 }
 
-/** `purge <table> <id>`: the id's DELETE (a tombstone in Valkey, dropped from every L1). Exit 0. */
-export async function purge(remote: Remote, table: string, id: string, out: Out) {
-  await call(remote, 'DELETE', itemPath('/v1', table, id));
-  out(`purged ${table} ${JSON.stringify(id)}`);
+/** What `purge` removes: one id (its DELETE), rows by tag, or the whole table; `soft` for the latter two. */
+export type PurgeTarget =
+  | { id: string }
+  | { tags: string[]; soft: boolean }
+  | { all: true; soft: boolean };
+
+/**
+ * `purge <table> <id>`: the id's DELETE (a tombstone in Valkey, dropped from
+ * every L1). `purge <table> --tag t … [--soft]` and `purge <table> --all
+ * [--soft]`: `POST /v1/tables/:table/purge` (hard: purged rows are misses;
+ * soft: served stale while one refresh per row runs). Exit 0.
+ */
+export async function purge(remote: Remote, table: string, target: PurgeTarget, out: Out) {
+  if ('id' in target) {
+    await call(remote, 'DELETE', itemPath('/v1', table, target.id));
+    out(`purged ${table} ${JSON.stringify(target.id)}`);
+    return 0;
+  }
+  const r = (await call(
+    remote,
+    'POST',
+    `/v1/tables/${encodeURIComponent(table)}/purge`,
+    target,
+  )) as { epoch: number };
+  const what = 'all' in target ? 'every row' : `tags ${target.tags.join(' ')}`;
+  out(`purged ${table}: ${what}, ${target.soft ? 'soft' : 'hard'} (epoch ${r.epoch})`);
   return 0;
 }
 

@@ -7,7 +7,7 @@
  */
 import { parseArgs } from 'node:util';
 import { EchoStoreError } from '../errors.js';
-import { checkConfig, inspect, purge, stats, warm } from './commands.js';
+import { checkConfig, inspect, type PurgeTarget, purge, stats, warm } from './commands.js';
 import { type Remote, RemoteError, UnreachableError } from './remote.js';
 
 /** Exit codes, documented in docs/cli.md. */
@@ -36,7 +36,7 @@ const HELP: Record<string, string> = {
 Commands:
   serve          run the service (what npm start runs)
   inspect        what the cache holds for an id: L1 on an instance, the L2 value, the lease
-  purge          delete an id from the cache (Valkey and every L1)
+  purge          delete an id, or purge rows by tag or the whole table (hard or soft)
   warm           read ids into the cache
   stats          each table's counters on an instance
   check-config   validate a configuration file without starting
@@ -52,9 +52,13 @@ Exit codes: 2 invalid configuration, 1 any other failure to start.`,
 Shows what the cache holds for <id>: the instance's L1 row, the Valkey value's header and
 the lease with its holder, each with the time it has left. Never loads. Admin route.${REMOTE_OPTIONS}`,
   purge: `Usage: echostore purge <table> <id>
+       echostore purge <table> --tag <tag> [--tag <tag> …] [--soft]
+       echostore purge <table> --all [--soft]
 
-Deletes <id> from the cache: a tombstone in Valkey, the row dropped from every instance's
-L1. The source is not touched. Admin route.${REMOTE_OPTIONS}`,
+With an id: deletes it from the cache (a tombstone in Valkey, the row dropped from every
+instance's L1). With --tag or --all: purges the rows carrying any of the tags, or every row
+of the table, on every instance; hard by default (purged rows are misses), --soft serves them
+stale while one refresh per row runs. The source is not touched. Admin route.${REMOTE_OPTIONS}`,
   warm: `Usage: echostore warm <table> [<id> …] [--file <file>]
 
 Reads the ids (and those of --file, one a line) into the cache through the instance,
@@ -130,6 +134,9 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
       timeout: { type: 'string' },
       json: { type: 'boolean' },
       file: { type: 'string' },
+      tag: { type: 'string', multiple: true },
+      all: { type: 'boolean' },
+      soft: { type: 'boolean' },
     },
   });
   const timeoutMs = Number(values.timeout ?? 10_000);
@@ -150,8 +157,7 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
       want(2, '<table> <id>');
       return inspect(remote, positionals[0] as string, positionals[1] as string, json, out);
     case 'purge':
-      want(2, '<table> <id>');
-      return purge(remote, positionals[0] as string, positionals[1] as string, out);
+      return purge(remote, positionals[0] as string, purgeTarget(positionals, values), out);
     case 'warm': {
       const [table, ...ids] = positionals;
       if (table === undefined || (ids.length === 0 && values.file === undefined)) {
@@ -163,6 +169,25 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
       want(0, 'no arguments');
       return stats(remote, json, out);
   }
+}
+
+/** What `purge`'s arguments name: an id, or `--tag`s, or `--all` (exactly one of them). */
+function purgeTarget(
+  positionals: string[],
+  values: { tag?: string[]; all?: boolean; soft?: boolean },
+): PurgeTarget {
+  const tags = values.tag ?? [];
+  const soft = values.soft === true;
+  const kinds =
+    (positionals.length === 2 ? 1 : 0) + (tags.length > 0 ? 1 : 0) + (values.all ? 1 : 0);
+  if (positionals.length < 1 || positionals.length > 2 || kinds !== 1) {
+    throw new UsageError('expected <table> and exactly one of <id>, --tag <tag> …, --all');
+  }
+  if (positionals.length === 2) {
+    if (soft) throw new UsageError('--soft goes with --tag or --all, not with an id');
+    return { id: positionals[1] as string };
+  }
+  return values.all === true ? { all: true, soft } : { tags, soft };
 }
 
 function print(line: string): void {
