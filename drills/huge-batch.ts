@@ -9,7 +9,7 @@ import { startOrigin } from '../harness/origin.js';
 import { startService } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
 import { encodeEnvelope } from '../src/l2/format.js';
-import { valueKey } from '../src/l2/scripts.js';
+import { valueKey } from '../src/l2/keys.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import { readyz, timed } from './lib/http.js';
 import { columns, percentile, round } from './lib/report.js';

@@ -17,7 +17,7 @@ import {
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
 import { ask, firstOnPath } from '../harness/valkey-server.js';
-import { valueKey } from '../src/l2/scripts.js';
+import { valueKey } from '../src/l2/keys.js';
 import { keySlot } from '../src/valkey/slots.js';
 import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
 import {

@@ -9,7 +9,7 @@
  */
 export * from './errors.js';
 export type { Envelope } from './l2/format.js';
-export { epochsKey, eventsChannel, keyPrefix, leaseKey, valueKey } from './l2/scripts.js';
+export { epochsKey, eventsChannel, keyPrefix, leaseKey, valueKey } from './l2/keys.js';
 export {
   type BuildContext,
   buildSource,

@@ -11,7 +11,7 @@ import { pino } from 'pino';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { encodeEnvelope } from '../src/l2/format.js';
-import { valueKey } from '../src/l2/scripts.js';
+import { valueKey } from '../src/l2/keys.js';
 import { openStore, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { uniqueTable } from './helpers/store.js';

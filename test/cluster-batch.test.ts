@@ -10,7 +10,7 @@
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LocalCluster, spawnCluster } from '../harness/cluster.js';
-import { valueKey } from '../src/l2/scripts.js';
+import { valueKey } from '../src/l2/keys.js';
 import { keySlot } from '../src/valkey/slots.js';
 import { type LatencyProxy, latencyProxy } from './helpers/latency-proxy.js';
 import { openStore, plantEnvelope } from './helpers/probe.js';

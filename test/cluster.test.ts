@@ -10,7 +10,7 @@ import { type LocalCluster, spawnCluster } from '../harness/cluster.js';
 import { ask } from '../harness/valkey-server.js';
 import type { ReadResult } from '../src/index.js';
 import { TableEvents } from '../src/l2/events.js';
-import { leaseKey, valueKey } from '../src/l2/scripts.js';
+import { leaseKey, valueKey } from '../src/l2/keys.js';
 import { createValkeyClient } from '../src/valkey/client.js';
 import { keySlot, primaryOf } from '../src/valkey/slots.js';
 import { errorOf, metricValue, openStore } from './helpers/probe.js';

@@ -10,7 +10,7 @@
  */
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type Store, withPolicy } from '../src/index.js';
-import { eventsChannel, leaseKey, valueKey } from '../src/l2/scripts.js';
+import { eventsChannel, leaseKey, valueKey } from '../src/l2/keys.js';
 import { manualClock } from './helpers/clock.js';
 import { clientLists, metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';

@@ -3,7 +3,7 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
-import { leaseKey, valueKey } from '../src/l2/scripts.js';
+import { leaseKey, valueKey } from '../src/l2/keys.js';
 import { errorOf, metricValue, openStore, scopedValkey, storedValue } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { countingLoader, deferred, uniqueTable, valkeyTarget } from './helpers/store.js';

@@ -12,7 +12,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { beginSlotMove, type LocalCluster, spawnCluster } from '../harness/cluster.js';
 import type { ReadResult } from '../src/index.js';
-import { leaseKey, valueKey } from '../src/l2/scripts.js';
+import { leaseKey, valueKey } from '../src/l2/keys.js';
 import { keySlot } from '../src/valkey/slots.js';
 import { metricValue, openStore, plantEnvelope, storedValue } from './helpers/probe.js';
 import { countingLoader, deferred, uniqueTable } from './helpers/store.js';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EchoStoreError } from '../src/errors.js';
-import { leaseKey, valueKey } from '../src/l2/scripts.js';
+import { leaseKey, valueKey } from '../src/l2/keys.js';
 import {
   buildSource,
   ensureDemoCatalog,

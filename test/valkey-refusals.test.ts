@@ -8,7 +8,7 @@ import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { startTcpProxy } from '../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
 import { createStore } from '../src/index.js';
-import { valueKey } from '../src/l2/scripts.js';
+import { valueKey } from '../src/l2/keys.js';
 import {
   errorOf,
   isTombstone,

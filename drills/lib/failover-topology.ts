@@ -7,7 +7,7 @@ import { Cluster } from 'ioredis';
 import { spawnCluster } from '../../harness/cluster.js';
 import { adminConnection } from '../../harness/secure.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
-import { valueKey } from '../../src/l2/scripts.js';
+import { valueKey } from '../../src/l2/keys.js';
 import { keySlot } from '../../src/valkey/slots.js';
 import type { Side } from './failover-report.js';
 import type { Reaper } from './reaper.js';

@@ -3,7 +3,7 @@
  * origin, which layer answered a read, and the run's keys in Valkey.
  */
 import { type Cluster, Redis } from 'ioredis';
-import { leaseKey, valueKey } from '../../src/l2/scripts.js';
+import { leaseKey, valueKey } from '../../src/l2/keys.js';
 import { httpSource } from '../../src/sources/http.js';
 import { createStore, type Store, type TableOptions } from '../../src/store/store.js';
 import type { ReadResult } from '../../src/store/types.js';

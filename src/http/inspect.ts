@@ -6,7 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import { ValkeyUnavailableError } from '../errors.js';
 import { decodeHeader } from '../l2/format.js';
-import { leaseKey, valueKey } from '../l2/scripts.js';
+import { leaseKey, valueKey } from '../l2/keys.js';
 import type { Store } from '../store/store.js';
 import { assertId } from '../store/table.js';
 import type { AdminRouteOptions } from './auth.js';

@@ -8,7 +8,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { type HeartbeatOptions, keepAlive } from '../valkey/heartbeat.js';
 import { openSubscriber } from '../valkey/subscriber.js';
-import { eventsChannel } from './scripts.js';
+import { eventsChannel } from './keys.js';
 
 /**
  * A message on a table's channel. `k` is the kind: `fill` (a load's value was

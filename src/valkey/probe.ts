@@ -14,7 +14,7 @@
  *   about.
  */
 import type { Cluster, Redis } from 'ioredis';
-import { eventsChannel, keyPrefix } from '../l2/scripts.js';
+import { eventsChannel, keyPrefix } from '../l2/keys.js';
 import { SCRIPT_ACL_REFUSAL } from './breaker.js';
 import { isCluster, keySlot } from './slots.js';
 

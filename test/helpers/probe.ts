@@ -12,7 +12,7 @@ import {
   type StoreOptions,
 } from '../../src/index.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/l2/format.js';
-import { valueKey } from '../../src/l2/scripts.js';
+import { valueKey } from '../../src/l2/keys.js';
 import { adminConnection, valkeyCluster, valkeyTarget } from './store.js';
 
 /** Creates a store on the shared test server or cluster (unless `options.valkey` says otherwise), closed when the test ends. */
