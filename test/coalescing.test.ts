@@ -39,6 +39,37 @@ describe('single-flight', () => {
     expect(results.every((r) => r.layer === 'origin')).toBe(true);
   });
 
+  it('a miss that reaches the owner while its id loads joins the running flight: one load for two bursts of 100 readers', async () => {
+    const table = uniqueTable('herd-late');
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        // No lease to fall back on: only the owner's flight keeps the second burst from loading.
+        coalescing: 'process',
+        load: async (id) => {
+          loads++;
+          started.resolve();
+          await gate.promise;
+          return { id, n: loads };
+        },
+      },
+    });
+    const t = store.table(table);
+    const first = Array.from({ length: 100 }, () => t.get('cold-2'));
+    await started.promise;
+    // The owner has handled the first burst's miss message; this burst posts a second one.
+    const second = Array.from({ length: 100 }, () => t.get('cold-2'));
+    await vi.waitFor(() => expect(t.stats().coalesced).toBe(199));
+    gate.resolve();
+    const results = await Promise.all([...first, ...second]);
+    expect(loads).toBe(1);
+    expect(new Set(results.map((r) => (r.found ? r.json : 'missing')))).toEqual(
+      new Set([JSON.stringify({ id: 'cold-2', n: 1 })]),
+    );
+  });
+
   it('a loader that throws synchronously fails every waiter with ECC_LOAD_FAILED', async () => {
     const table = uniqueTable('sync-throw');
     let loads = 0;
