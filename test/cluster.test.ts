@@ -52,6 +52,12 @@ async function answerOf(read: Promise<ReadResult>): Promise<unknown> {
   return r.found ? r.value : undefined;
 }
 
+/** How many `ASKING` commands (the first step of an ASK redirection) `node` has run. */
+async function askings(node: Parameters<typeof ask>[0]): Promise<number> {
+  const stats = (await ask(node, (r) => r.info('commandstats'))) as string;
+  return Number(/^cmdstat_asking:calls=(\d+)/m.exec(stats)?.[1] ?? 0);
+}
+
 async function ready(client: Cluster): Promise<void> {
   await eventually(() => expect(client.status).toBe('ready'));
 }
@@ -181,9 +187,10 @@ describe('on a healthy cluster', () => {
       r.migrate('127.0.0.1', to.port, '', 0, 5_000, 'KEYS', valueKey(table, id)),
     );
     // The value is on the new primary, the slot still half-moved: B's read is redirected (ASK)
-    // and retried (TRYAGAIN: its two keys are split) until the move ends 200 ms later (MOVED).
+    // and retried (TRYAGAIN: its two keys are split) until the move ends (MOVED).
+    const asked = await askings(to);
     const reading = b.table(table).get(id);
-    await new Promise((r) => setTimeout(r, 200));
+    await eventually(async () => expect(await askings(to)).toBeGreaterThan(asked));
     for (const n of primaries) {
       await ask(n, (r) => r.cluster('SETSLOT', slot, 'NODE', ids.get(to) as string));
     }

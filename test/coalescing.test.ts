@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { valueKey } from '../src/index.js';
 import { errorOf, isTombstone, openStore, rawValkey, readEnvelope } from './helpers/probe.js';
-import { deferred, uniqueTable } from './helpers/store.js';
+import { deferred, delay, uniqueTable } from './helpers/store.js';
 
 describe('single-flight', () => {
   let raw: Redis;
@@ -208,7 +208,7 @@ describe('single-flight', () => {
         coalescing: 'none',
         load: async (id) => {
           loads++;
-          await new Promise((r) => setTimeout(r, 20));
+          await delay(20);
           return { id };
         },
       },

@@ -195,9 +195,12 @@ describe('fleet lease', () => {
     await busy.promise;
     const holder = a.table(table).get('k');
     await vi.waitFor(() => expect(a.table(table).stats().loads_queued).toBe(1));
-    // Fixed sleep, to show something has NOT happened: three lease lifetimes pass, and the
-    // lease is still A's.
-    await new Promise((r) => setTimeout(r, 1_800));
+    // A renews both its leases (busy's and k's) every 200 ms: eighteen renewals span three
+    // lease lifetimes, and the lease is still A's.
+    await vi.waitFor(
+      async () => expect(await leaseCount(a, table, 'renewed')).toBeGreaterThanOrEqual(18),
+      { timeout: 5_000 },
+    );
     const waiting = b.table(table).get('k');
     await vi.waitFor(async () =>
       expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'contended' })).toBe(
@@ -271,18 +274,26 @@ describe('lease renewal (a lease lives only while its holder does)', () => {
     const table = uniqueTable('renew');
     let loads = 0;
     const started = deferred<void>();
+    const renewals = deferred<void>();
     const slow = {
       leaseMs: 300,
       loadTimeoutMs: 5_000,
       load: async () => {
         loads++;
         started.resolve();
-        await new Promise((r) => setTimeout(r, 1_000));
+        // Slower than leaseMs: the load ends once A has renewed for three lease lifetimes.
+        await renewals.promise;
         return { loads };
       },
     };
     const a = await openStore({ [table]: slow });
     const b = await openStore({ [table]: slow });
+    void vi
+      .waitFor(
+        async () => expect(await leaseCount(a, table, 'renewed')).toBeGreaterThanOrEqual(9),
+        { timeout: 5_000 },
+      )
+      .then(() => renewals.resolve(), renewals.reject);
     const first = a.table(table).get('k');
     await started.promise;
     const second = await b.table(table).get('k');

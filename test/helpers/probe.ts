@@ -130,6 +130,14 @@ export async function watchCommands(
   };
 }
 
+/** Resolves once Valkey's clock is past `ms` (polled every 10 ms, for at most `timeoutMs`). */
+export async function untilValkeyTime(raw: Redis, ms: number, timeoutMs = 5_000): Promise<void> {
+  await vi.waitFor(async () => expect(await valkeyNowMs(raw)).toBeGreaterThan(ms), {
+    timeout: timeoutMs,
+    interval: 10,
+  });
+}
+
 /** The envelope of `table`/`id` as Valkey holds it: decoded, `null` when the key is absent, `'garbage'` when it does not decode. */
 export async function readEnvelope(
   raw: Redis,
