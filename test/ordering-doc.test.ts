@@ -31,8 +31,8 @@ function references(doc: string): Array<{ file: string; fragment: string }> {
         .trim()
         .replace(/^…\s*/, '')
         .replace(/….*$/, '')
-        // A remark after the title: "title (control: …)".
-        .replace(/\s*\([^)]*$/, '')
+        // A remark after the title: "title (control: …)", "title (neutralised: …)".
+        .replace(/\s*\([^()]*:[^()]*\)?$/, '')
         .trim(),
     })),
   );
