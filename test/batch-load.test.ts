@@ -6,14 +6,14 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, createStore, type LoadManyFn } from '../src/index.js';
 import { batchingLoader } from '../src/store/batch-load.js';
 import { errorOf, openStore } from './helpers/probe.js';
-import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
+import { deferred, delay, uniqueTable, valkeyUrl } from './helpers/store.js';
 
 /** A `loadMany` over rows `{ id, name }` for the ids in `have`, recording each call's ids. */
 function recordingLoadMany(have: (id: string) => boolean = () => true, ms = 0) {
   const calls: string[][] = [];
   const loadMany: LoadManyFn = async (ids) => {
     calls.push([...ids]);
-    if (ms > 0) await new Promise((r) => setTimeout(r, ms));
+    if (ms > 0) await delay(ms);
     return new Map(ids.filter(have).map((id) => [id, { id, name: `item ${id}` }]));
   };
   return { loadMany, calls };
@@ -131,7 +131,8 @@ describe('batched loading', () => {
     const store = await openStore({ [table]: { loadMany, batchWindowMs: 200 } });
     const t = store.table(table);
     const first = t.get('early');
-    await new Promise((r) => setTimeout(r, 30));
+    // Apart on purpose (the subject, not a wait for a result): 30 ms into the 200 ms window.
+    await delay(30);
     await Promise.all([first, t.get('late')]);
     expect(calls).toEqual([['early', 'late']]);
   });

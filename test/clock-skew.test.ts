@@ -1,6 +1,8 @@
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, SKEW_CLOCK, startService } from '../harness/service.js';
+import { rawValkey, readEnvelope, untilValkeyTime } from './helpers/probe.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 const TTL_MS = 1_000;
@@ -24,9 +26,11 @@ describe('one clock for the fleet (hosts whose clocks are ten minutes off)', () 
   let right: Service;
   let ahead: Service;
   let behind: Service;
+  let raw: Redis;
   const table = uniqueTable('skew');
 
   beforeAll(async () => {
+    raw = rawValkey(valkeyUrl());
     origin = await startOrigin(5);
     const config = {
       valkey: { url: valkeyUrl() },
@@ -53,6 +57,7 @@ describe('one clock for the fleet (hosts whose clocks are ten minutes off)', () 
     services.push(right, ahead, behind);
   });
   afterAll(async () => {
+    raw?.disconnect();
     await Promise.all(services.map((s) => s.stop()));
     await origin?.close();
   });
@@ -76,8 +81,12 @@ describe('one clock for the fleet (hosts whose clocks are ten minutes off)', () 
   });
 
   it('no host serves a value past its TTL as fresh: after it, every host answers the next generation', async () => {
-    // The previous test's values are past ttlMs × (1 + jitter) after this pause (Valkey's PX too).
-    await new Promise((r) => setTimeout(r, TTL_MS * (1 + JITTER) + 300));
+    // Until Valkey's clock, the fleet's one clock, is past the previous test's value's expiry
+    // (no stale window: soft is hard, and PX ends there). Every host took its L1 row from
+    // Valkey before then, with at most that lifetime left (give or take a round trip).
+    const envelope = await readEnvelope(raw, table, 'k0');
+    if (envelope === null || envelope === 'garbage') throw new Error('k0 is not in Valkey');
+    await untilValkeyTime(raw, envelope.hardExpiresAt + 100, TTL_MS * 3);
     for (const s of [behind, ahead, right]) {
       const r = await read(s, table, 'k0');
       expect(r.read, 'a fresh answer of the expired generation').toBe(2);

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { valueKey } from '../src/index.js';
 import { errorOf, isTombstone, openStore, rawValkey, readEnvelope } from './helpers/probe.js';
-import { deferred, uniqueTable } from './helpers/store.js';
+import { deferred, delay, uniqueTable } from './helpers/store.js';
 
 describe('single-flight', () => {
   let raw: Redis;
@@ -37,6 +37,37 @@ describe('single-flight', () => {
     expect(answers.size).toBe(1);
     expect(results.filter((r) => r.coalesced)).toHaveLength(199);
     expect(results.every((r) => r.layer === 'origin')).toBe(true);
+  });
+
+  it('a miss that reaches the owner while its id loads joins the running flight: one load for two bursts of 100 readers', async () => {
+    const table = uniqueTable('herd-late');
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        // No lease to fall back on: only the owner's flight keeps the second burst from loading.
+        coalescing: 'process',
+        load: async (id) => {
+          loads++;
+          started.resolve();
+          await gate.promise;
+          return { id, n: loads };
+        },
+      },
+    });
+    const t = store.table(table);
+    const first = Array.from({ length: 100 }, () => t.get('cold-2'));
+    await started.promise;
+    // The owner has handled the first burst's miss message; this burst posts a second one.
+    const second = Array.from({ length: 100 }, () => t.get('cold-2'));
+    await vi.waitFor(() => expect(t.stats().coalesced).toBe(199));
+    gate.resolve();
+    const results = await Promise.all([...first, ...second]);
+    expect(loads).toBe(1);
+    expect(new Set(results.map((r) => (r.found ? r.json : 'missing')))).toEqual(
+      new Set([JSON.stringify({ id: 'cold-2', n: 1 })]),
+    );
   });
 
   it('a loader that throws synchronously fails every waiter with ECC_LOAD_FAILED', async () => {
@@ -177,7 +208,7 @@ describe('single-flight', () => {
         coalescing: 'none',
         load: async (id) => {
           loads++;
-          await new Promise((r) => setTimeout(r, 20));
+          await delay(20);
           return { id };
         },
       },

@@ -2,7 +2,7 @@ import { pino } from 'pino';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { buildServer } from '../src/http/server.js';
 import { openStore } from './helpers/probe.js';
-import { deferred, uniqueTable } from './helpers/store.js';
+import { deferred, delay, uniqueTable } from './helpers/store.js';
 
 describe('client disconnects', () => {
   it('a client that disconnects does not cancel the load another client waits on', async () => {
@@ -42,7 +42,7 @@ describe('client disconnects', () => {
     expect(await first).toBe('AbortError');
     // Fixed sleep, to show something has NOT happened: the server saw the first
     // client go, and still did not cancel the load the second one waits on.
-    await new Promise((r) => setTimeout(r, 50));
+    await delay(50);
     gate.resolve();
     const answer = await second;
     expect(answer.status).toBe(200);

@@ -12,7 +12,15 @@ import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type Store, withPolicy } from '../src/index.js';
 import { eventsChannel, leaseKey, valueKey } from '../src/l2/keys.js';
 import { manualClock } from './helpers/clock.js';
-import { clientLists, metricValue, openStore, plantStale, scopedValkey } from './helpers/probe.js';
+import {
+  clientLists,
+  metricValue,
+  openStore,
+  plantStale,
+  readEnvelope,
+  scopedValkey,
+  untilValkeyTime,
+} from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, delay, uniqueTable } from './helpers/store.js';
 
@@ -458,7 +466,10 @@ describe('refresh discipline', () => {
     );
     const t = store.table(table);
     await t.get('k');
-    await delay(120); // past the soft TTL
+    // Until the row is past its soft TTL on Valkey's clock (and so on the store's, read from it).
+    const stored = await readEnvelope(raw, table, 'k');
+    if (stored === null || stored === 'garbage') throw new Error('k is not in Valkey');
+    await untilValkeyTime(raw, stored.softExpiresAt + 10);
     // Another instance is refreshing, and holds the lease.
     await raw.set(leaseKey(table, 'k'), 'someone-else', 'PX', 20_000);
     const pid = server.process?.pid as number;
@@ -470,7 +481,9 @@ describe('refresh discipline', () => {
     // Stale: answered at once, and a background refresh is sent (held up by the pause).
     expect((await t.get('k')).stale).toBe(true);
     await vi.waitFor(() => expect(t.stats().flights).toBe(1));
-    await delay(200); // past the hard TTL
+    // Until the row is past its hard TTL: its L1 lifetime ends there (l1.ttlMs is far longer),
+    // as Valkey's PX does on the same clock.
+    await vi.waitFor(() => expect(t.l1TtlMs('k')).toBe(0));
     // Past the hard TTL: this caller misses L1 and joins the running refresh flight.
     const joined = t.get('k');
     await vi.waitFor(() => expect(t.stats().coalesced).toBe(1));

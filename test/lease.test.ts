@@ -3,10 +3,22 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import type { Store } from '../src/index.js';
 import { leaseKey, valueKey } from '../src/l2/keys.js';
-import { errorOf, metricValue, openStore, scopedValkey, storedValue } from './helpers/probe.js';
+import {
+  errorOf,
+  metricValue,
+  openStore,
+  scopedValkey,
+  storedValue,
+  watchCommands,
+} from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { countingLoader, deferred, uniqueTable, valkeyTarget } from './helpers/store.js';
+
+/** The `echostore_lease_total` count of `outcome` for `table` on `store`. */
+const leaseCount = (store: Store, table: string, outcome: string) =>
+  metricValue(store, 'echostore_lease_total', table, { outcome });
 
 describe('fleet lease', () => {
   it('two stores with separate connections reading one cold key cause one load', async () => {
@@ -183,9 +195,12 @@ describe('fleet lease', () => {
     await busy.promise;
     const holder = a.table(table).get('k');
     await vi.waitFor(() => expect(a.table(table).stats().loads_queued).toBe(1));
-    // Fixed sleep, to show something has NOT happened: three lease lifetimes pass, and the
-    // lease is still A's.
-    await new Promise((r) => setTimeout(r, 1_800));
+    // A renews both its leases (busy's and k's) every 200 ms: eighteen renewals span three
+    // lease lifetimes, and the lease is still A's.
+    await vi.waitFor(
+      async () => expect(await leaseCount(a, table, 'renewed')).toBeGreaterThanOrEqual(18),
+      { timeout: 5_000 },
+    );
     const waiting = b.table(table).get('k');
     await vi.waitFor(async () =>
       expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'contended' })).toBe(
@@ -259,18 +274,26 @@ describe('lease renewal (a lease lives only while its holder does)', () => {
     const table = uniqueTable('renew');
     let loads = 0;
     const started = deferred<void>();
+    const renewals = deferred<void>();
     const slow = {
       leaseMs: 300,
       loadTimeoutMs: 5_000,
       load: async () => {
         loads++;
         started.resolve();
-        await new Promise((r) => setTimeout(r, 1_000));
+        // Slower than leaseMs: the load ends once A has renewed for three lease lifetimes.
+        await renewals.promise;
         return { loads };
       },
     };
     const a = await openStore({ [table]: slow });
     const b = await openStore({ [table]: slow });
+    void vi
+      .waitFor(
+        async () => expect(await leaseCount(a, table, 'renewed')).toBeGreaterThanOrEqual(9),
+        { timeout: 5_000 },
+      )
+      .then(() => renewals.resolve(), renewals.reject);
     const first = a.table(table).get('k');
     await started.promise;
     const second = await b.table(table).get('k');
@@ -283,34 +306,102 @@ describe('lease renewal (a lease lives only while its holder does)', () => {
     expect(await metricValue(b, 'echostore_lease_total', table, { outcome: 'takeover' })).toBe(0);
   });
 
-  it('a renewal that finds the lease gone fences the load: its answer is served but not stored', async () => {
+  it('a renewal that finds the lease gone fences the load: its answer is served, and no fill is sent', async () => {
+    const server = await spawnServer();
+    onTestFinished(() => server.stop());
+    const commands = await watchCommands(server.url);
     const table = uniqueTable('fenced');
-    const raw = scopedValkey();
+    const raw = scopedValkey(server.url);
     const started = deferred<void>();
     const gate = deferred<void>();
-    const a = await openStore({
-      [table]: {
-        leaseMs: 300,
-        load: async () => {
-          started.resolve();
-          await gate.promise;
-          return { late: true };
+    const a = await openStore(
+      {
+        [table]: {
+          leaseMs: 300,
+          load: async () => {
+            started.resolve();
+            await gate.promise;
+            return { late: 'gone-7f3c' };
+          },
         },
       },
-    });
+      { valkey: { url: server.url } },
+    );
     const t = a.table(table);
     const reading = t.get('k');
     await started.promise;
     // The lease is lost (as when it expired while Valkey was unreachable).
     expect(await raw.del(leaseKey(table, 'k'))).toBe(1);
-    await vi.waitFor(async () =>
-      expect(await metricValue(a, 'echostore_lease_total', table, { outcome: 'expired' })).toBe(1),
-    );
+    await vi.waitFor(async () => expect(await leaseCount(a, table, 'expired')).toBe(1));
     gate.resolve();
     const r = await reading;
-    expect(r.found && r.value).toEqual({ late: true });
+    expect(r.found && r.value).toEqual({ late: 'gone-7f3c' });
     expect(r.stored).toBe(false);
+    // Fenced before the fill: no fill was sent for the script to refuse.
+    expect(await leaseCount(a, table, 'lost')).toBe(0);
+    expect(await commands.carrying('gone-7f3c')).toEqual([]);
     expect(await raw.exists(valueKey(table, 'k'))).toBe(0);
     expect(t.stats().l1_entries).toBe(0);
+  });
+
+  it("a renewal that finds another instance holding the lease fences the load: no fill is sent, and the new holder's fill stands", async () => {
+    const server = await spawnServer();
+    onTestFinished(() => server.stop());
+    const commands = await watchCommands(server.url);
+    const table = uniqueTable('taken');
+    const raw = scopedValkey(server.url);
+    /** A store whose loader answers `{ from }` once `gate` opens; renewals every second. */
+    const holder = async (from: string) => {
+      const started = deferred<void>();
+      const gate = deferred<void>();
+      const load = async () => {
+        started.resolve();
+        await gate.promise;
+        return { from };
+      };
+      const store = await openStore(
+        { [table]: { leaseMs: 3_000, loadTimeoutMs: 10_000, load } },
+        { valkey: { url: server.url } },
+      );
+      return { store, started: started.promise, open: () => gate.resolve() };
+    };
+    const a = await holder('a-taken-9d2e');
+    const b = await holder('b');
+    const fromA = a.store.table(table).get('k');
+    await a.started;
+    await vi.waitFor(async () => expect(await leaseCount(a.store, table, 'renewed')).toBe(1), {
+      timeout: 5_000,
+      interval: 20,
+    });
+    // Between two of A's renewals, A's lease expires (as when its renewals could not reach
+    // Valkey) and B takes it: the lease key exists again, under B's token.
+    expect(await raw.pexpire(leaseKey(table, 'k'), 1)).toBe(1);
+    await vi.waitFor(async () => expect(await raw.exists(leaseKey(table, 'k'))).toBe(0), {
+      interval: 5,
+    });
+    const fromB = b.store.table(table).get('k');
+    await b.started;
+    expect(await leaseCount(b.store, table, 'acquired')).toBe(1);
+    expect(await leaseCount(a.store, table, 'expired')).toBe(0);
+    // A's next renewal finds B's token.
+    await vi.waitFor(
+      async () =>
+        expect(
+          (await leaseCount(a.store, table, 'renewed')) +
+            (await leaseCount(a.store, table, 'expired')),
+        ).toBeGreaterThanOrEqual(2),
+      { timeout: 5_000 },
+    );
+    expect(await leaseCount(a.store, table, 'expired')).toBe(1);
+    expect(await leaseCount(a.store, table, 'renewed')).toBe(1);
+    a.open();
+    const r = await fromA;
+    expect(r.found && r.value).toEqual({ from: 'a-taken-9d2e' });
+    expect(r.stored).toBe(false);
+    expect(await leaseCount(a.store, table, 'lost')).toBe(0);
+    b.open();
+    expect(await fromB).toMatchObject({ value: { from: 'b' }, layer: 'origin', stored: true });
+    expect(await storedValue(raw, table, 'k')).toEqual({ from: 'b' });
+    expect(await commands.carrying('a-taken-9d2e')).toEqual([]);
   });
 });

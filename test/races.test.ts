@@ -1,6 +1,13 @@
 // @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { errorOf, openStore, plantEnvelope, scopedValkey, storedValue } from './helpers/probe.js';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import {
+  errorOf,
+  openStore,
+  plantEnvelope,
+  scopedValkey,
+  storedValue,
+  watchCommands,
+} from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
@@ -73,6 +80,7 @@ describe('writes win races', () => {
       { [table]: { loadTimeoutMs: 500, leaseMs: 1_000, load: () => ({ from: 'source' }) } },
       { valkey: { url: server.url, commandTimeoutMs: 200 } },
     );
+    const commands = await watchCommands(server.url);
     const pid = server.process?.pid as number;
     process.kill(pid, 'SIGSTOP');
     let resumed = false;
@@ -83,10 +91,11 @@ describe('writes win races', () => {
     expect(degraded.found && degraded.value).toEqual({ from: 'source' });
     process.kill(pid, 'SIGCONT');
     resumed = true;
-    await raw.ping();
-    // Fixed sleep, to show something has NOT happened: the degraded fill sent during
-    // the pause lands now (or never), and must not overwrite the acknowledged PUT.
-    await new Promise((r) => setTimeout(r, 100));
+    // The degraded fill sent during the pause waited in its connection: the server runs it
+    // now, and it must not overwrite the acknowledged PUT.
+    await vi.waitFor(async () =>
+      expect(await commands.carrying(JSON.stringify({ from: 'source' }))).toHaveLength(1),
+    );
     expect(await storedValue(raw, table, 'k')).toEqual({
       from: 'put',
     });

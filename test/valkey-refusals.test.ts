@@ -36,6 +36,15 @@ async function fillUp(raw: ReturnType<typeof scopedValkey>): Promise<void> {
   await raw.config('SET', 'maxmemory', '1');
 }
 
+/** How many scripts (`EVAL`, `EVALSHA`) the server behind `raw` has run (`INFO commandstats`). */
+async function scriptCalls(raw: ReturnType<typeof scopedValkey>): Promise<number> {
+  const stats = await raw.info('commandstats');
+  return [...stats.matchAll(/^cmdstat_(?:eval|evalsha):calls=(\d+)/gm)].reduce(
+    (sum, m) => sum + Number(m[1]),
+    0,
+  );
+}
+
 /** Milliseconds until `check` passes, polled every 20 ms; fails after `withinMs`. */
 async function msUntil(check: () => void | Promise<void>, withinMs: number): Promise<number> {
   const started = performance.now();
@@ -117,8 +126,15 @@ describe('out of memory (maxmemory, noeviction)', () => {
     await vi.waitFor(() => expect(store.valkeyHealth().degradedReason).toBe('oom'), {
       timeout: 6_000,
     });
-    // The probe keeps meeting OOM, and keeps being given back: still degraded, no stuck probe.
-    await new Promise((r) => setTimeout(r, 1_500));
+    // The probe keeps meeting OOM, and keeps being given back: two more probes run (nothing
+    // else runs a script now), and the store is still degraded.
+    const scripts = await scriptCalls(raw);
+    await vi.waitFor(
+      async () => expect(await scriptCalls(raw)).toBeGreaterThanOrEqual(scripts + 2),
+      {
+        timeout: 6_000,
+      },
+    );
     expect(store.valkeyHealth().degradedReason).toBe('oom');
 
     await raw.config('SET', 'maxmemory', '0');
@@ -165,11 +181,11 @@ describe('a flight cancelled while the circuit is open', () => {
         await b.table(table).invalidate('p');
       }
       const resumedAt = performance.now();
-      // The load takes 1.5 s in all, well past the resume.
-      setTimeout(() => finish.resolve(), 1_500);
-      expect(await p).toMatchObject({ found: true, layer: 'origin' });
+      // Ready while the cancelled load still runs: the load ends only after.
       await vi.waitFor(() => expect(a.valkeyReady()).toBe(true), { timeout: 3_000, interval: 20 });
       expect(performance.now() - resumedAt).toBeLessThan(2_000);
+      finish.resolve();
+      expect(await p).toMatchObject({ found: true, layer: 'origin' });
       expect(loads).toBe(4);
     },
   );

@@ -29,6 +29,18 @@ function sample(
   return undefined;
 }
 
+type ServiceProcess = Awaited<ReturnType<typeof startServiceProcess>>;
+type LogLine = ReturnType<ServiceProcess['logs']>[number];
+
+/** The service's first log line that `match` accepts, once its stdout (a pipe) has brought it. */
+function logLine(service: ServiceProcess, match: (line: LogLine) => boolean): Promise<LogLine> {
+  return vi.waitFor(() => {
+    const line = service.logs().find(match);
+    expect(line).toBeDefined();
+    return line as LogLine;
+  });
+}
+
 const readyz = async (url: string) => {
   const r = await fetch(`${url}/readyz`);
   return { status: r.status, body: (await r.json()) as { status: string } };
@@ -69,9 +81,9 @@ describe('warm-up at start', () => {
       expect(sample(after, 'echostore_warmup_running')).toBe(0);
       expect(sample(after, 'echostore_warmup_reads_total', { table, result: 'warmed' })).toBe(12);
       expect(sample(after, 'echostore_warmup_reads_total', { table, result: 'failed' })).toBe(0);
-      const done = service.logs().find((l) => l.msg === 'warm-up done');
+      const done = await logLine(service, (l) => l.msg === 'warm-up done');
       expect(done).toMatchObject({ table, done: 12, total: 12, warmed: 12, failed: 0, skipped: 0 });
-      expect(service.logs().find((l) => l.msg === 'warm-up started')).toMatchObject({
+      expect(await logLine(service, (l) => l.msg === 'warm-up started')).toMatchObject({
         table,
         total: 12,
         concurrency: 4,
@@ -117,7 +129,7 @@ describe('warm-up at start', () => {
     expect(reads(fromTop, 'warmed')).toBe(5);
     const top = await fetch(`${service.url}/v1/tables/${fromTop}/items/9996`);
     expect(top.headers.get('cache-status')).toMatch(/detail=l1$/);
-    const done = service.logs().find((l) => l.msg === 'warm-up done' && l.table === fromFile);
+    const done = await logLine(service, (l) => l.msg === 'warm-up done' && l.table === fromFile);
     expect(done).toMatchObject({ level: 40, failed: 1, codes: { ECC_BAD_ID: 1 } });
   });
 
@@ -144,9 +156,9 @@ describe('warm-up at start', () => {
       expect(sample(text, 'echostore_warmup_reads_total', { table, result: 'skipped' })).toBe(6);
       expect(sample(text, 'echostore_warmup_reads_total', { table, result: 'failed' })).toBe(0);
       expect(origin.totalReads()).toBe(2);
-      const done = service.logs().find((l) => l.msg === 'warm-up done');
+      const done = await logLine(service, (l) => l.msg === 'warm-up done');
       expect(done).toMatchObject({ level: 40, done: 0, skipped: 6 });
-      expect(done?.ms).toBeLessThan(2_000);
+      expect(done.ms).toBeLessThan(2_000);
     } finally {
       await origin.close();
     }

@@ -73,11 +73,12 @@ export function parseAddress(text: string, field: string): Address {
  * back-off. It refreshes its slot map every 2 s besides on every `MOVED`, so a
  * promoted replica is found even by a shard whose commands the breaker holds back.
  *
- * Each node's connection is opened as soon as the node is known, not on its
- * first command: ioredis bounces the commands that find a node's connection
- * still opening (without an offline queue) and retries them after
- * `retryDelayOnFailover`, so a cold node would cost the first burst of misses
- * 100 ms each, and let a burst's later misses find another instance's fill.
+ * Each node's connection is opened as soon as the node is known and the
+ * cluster is ready, not on its first command: ioredis bounces the commands
+ * that find a node's connection still opening (without an offline queue) and
+ * retries them after `retryDelayOnFailover`, so a cold node would cost the
+ * first burst of misses 100 ms each, and let a burst's later misses find
+ * another instance's fill.
  */
 export function createClusterClient(
   settings: ClusterSettings,
@@ -103,9 +104,17 @@ export function createClusterClient(
       clusterRetryStrategy: reconnectBackoff,
     },
   );
+  const open = (node: Redis) => {
+    if (node.status === 'wait') node.connect().catch(() => {});
+  };
+  // Not before the cluster is ready: its ready check (`CLUSTER INFO`) goes to a random primary,
+  // and one whose connection is still opening refuses it, which costs a reconnect with back-off.
   cluster.on('+node', (node: Redis) => {
     if (password !== undefined) refreshPassword(node, password);
-    if (node.status === 'wait') node.connect().catch(() => {});
+    if (cluster.status === 'ready') open(node);
+  });
+  cluster.on('ready', () => {
+    for (const node of cluster.nodes()) open(node);
   });
   return cluster;
 }

@@ -3,8 +3,9 @@
  * rejection, read a metric, and talk to Valkey on a separate connection
  * (reading and planting envelopes in the one value format).
  */
+import { randomBytes } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
-import { inject, onTestFinished } from 'vitest';
+import { expect, inject, onTestFinished, vi } from 'vitest';
 import {
   createStore,
   type EchoStoreError,
@@ -96,6 +97,45 @@ export function scopedValkey(url?: string): Redis {
     raw.disconnect();
   });
   return raw;
+}
+
+/**
+ * Watches every command the server at `url` runs from now on (`MONITOR`, on
+ * connections of its own, closed when the test ends). `carrying(text)`
+ * answers the commands with an argument containing `text`, once the server's
+ * MONITOR feed has shown everything the server ran before the call.
+ */
+export async function watchCommands(
+  url: string,
+): Promise<{ carrying(text: string): Promise<string[][]> }> {
+  const client = new Redis(url, { maxRetriesPerRequest: 0 });
+  client.on('error', () => {});
+  const monitor = await client.monitor();
+  monitor.on('error', () => {});
+  const seen: string[][] = [];
+  monitor.on('monitor', (_time: string, args: string[]) => seen.push(args));
+  onTestFinished(() => {
+    monitor.disconnect();
+    client.disconnect();
+  });
+  return {
+    async carrying(text) {
+      // The feed is in the order the server ran the commands: once it shows this marker, it
+      // has shown every command before it.
+      const marker = `watch-${randomBytes(6).toString('hex')}`;
+      await client.echo(marker);
+      await vi.waitFor(() => expect(seen.some((args) => args.includes(marker))).toBe(true));
+      return seen.filter((args) => args.some((a) => a.includes(text)));
+    },
+  };
+}
+
+/** Resolves once Valkey's clock is past `ms` (polled every 10 ms, for at most `timeoutMs`). */
+export async function untilValkeyTime(raw: Redis, ms: number, timeoutMs = 5_000): Promise<void> {
+  await vi.waitFor(async () => expect(await valkeyNowMs(raw)).toBeGreaterThan(ms), {
+    timeout: timeoutMs,
+    interval: 10,
+  });
 }
 
 /** The envelope of `table`/`id` as Valkey holds it: decoded, `null` when the key is absent, `'garbage'` when it does not decode. */

@@ -76,7 +76,7 @@ export function countingLoader(ms = 0): { load: LoadFn; calls: () => number } {
   return {
     load: async (id) => {
       const mine = ++n;
-      await new Promise((r) => setTimeout(r, ms));
+      await delay(ms);
       return { id, n: mine };
     },
     calls: () => n,
