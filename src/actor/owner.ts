@@ -65,7 +65,12 @@ export class TableOwner {
   constructor(ctx: TableContext, l1: L1, runner: RunnerFactory = flightRunner) {
     this.#ctx = ctx;
     this.#l1 = l1;
-    this.#unconfirmed = new LRUCache<string, true>({ max: ctx.policy.l1.maxEntries });
+    // Bounded by maxSize, not max: lru-cache preallocates arrays for `max` entries
+    // (l1.maxEntries is a million by default), and this set is usually empty.
+    this.#unconfirmed = new LRUCache<string, true>({
+      maxSize: ctx.policy.l1.maxEntries,
+      sizeCalculation: () => 1,
+    });
     this.#mailbox = new Mailbox<Message>(
       (m) => this.#handle(m),
       (m, err) => this.#failed(m, err),
