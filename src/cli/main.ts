@@ -143,8 +143,12 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
   if (!(Number.isInteger(timeoutMs) && timeoutMs > 0)) {
     throw new UsageError('--timeout must be a positive integer (milliseconds)');
   }
+  const url = values.url ?? (process.env.ECHOSTORE_URL || 'http://127.0.0.1:8080');
+  if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
+    throw new UsageError(`--url must be an http:// or https:// URL (got ${JSON.stringify(url)})`);
+  }
   const remote: Remote = {
-    url: values.url ?? (process.env.ECHOSTORE_URL || 'http://127.0.0.1:8080'),
+    url,
     token: values.token ?? (process.env.ECHOSTORE_ADMIN_TOKEN || undefined),
     timeoutMs,
   };

@@ -50,7 +50,14 @@ export async function call(
       signal: AbortSignal.timeout(remote.timeoutMs),
     });
   } catch (err) {
-    const why = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+    // undici's "fetch failed" carries the socket's error as its cause (an AggregateError when
+    // every address of the host refused): name that, not the TypeError around it.
+    const cause = (err as { cause?: { code?: string; errors?: { code?: string }[] } }).cause;
+    const why =
+      cause?.code ??
+      cause?.errors?.[0]?.code ??
+      (cause as Error | undefined)?.message ??
+      (err as Error).name;
     throw new UnreachableError(`cannot reach ${remote.url} (${why})`);
   }
   const text = await response.text();
