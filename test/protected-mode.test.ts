@@ -7,6 +7,7 @@
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
+import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
@@ -145,6 +146,37 @@ describe('protected mode (no admin token)', () => {
     });
     expect(put.status).toBe(200);
     expect((await fetch(urlOf(local, item('l')), { method: 'DELETE' })).status).toBe(204);
+  });
+
+  it('refuses a loopback client whose Host is not loopback (a DNS-rebound page): 403, nothing deleted', async () => {
+    await fetch(urlOf(local, item('rebind')), {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: '{"n":1}',
+    });
+    const { port } = local.server.address() as AddressInfo;
+    const deleteWithHost = (host: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = request(
+          { host: '127.0.0.1', port, method: 'DELETE', path: item('rebind'), headers: { host } },
+          (res) => {
+            let body = '';
+            res.setEncoding('utf8').on('data', (c: string) => {
+              body += c;
+            });
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on('error', reject).end();
+      });
+    const rebound = await deleteWithHost('attacker.example');
+    expect(rebound.status).toBe(403);
+    expect(JSON.parse(rebound.body).error.code).toBe('ECC_PROTECTED_MODE');
+    // Still the PUT's value, not the loader's (`{ id }`): nothing was deleted.
+    expect(await (await fetch(urlOf(local, item('rebind')))).json()).toEqual({ n: 1 });
+    for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`]) {
+      expect((await deleteWithHost(host)).status, host).toBe(204);
+    }
   });
 
   it('tells loopback addresses from others: 127/8, ::1 and ::ffff:127.x pass; 10.x, ::ffff:10.x do not', async () => {

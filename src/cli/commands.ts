@@ -4,7 +4,18 @@
  * exit code (docs/cli.md); errors are thrown to the dispatcher.
  */
 import { readFileSync } from 'node:fs';
-import { call, itemPath, type Remote } from './remote.js';
+import { call, itemPath, NotEchoStoreError, type Remote, UnreadableFileError } from './remote.js';
+
+/** The text of an ids file; a missing or unreadable one is the caller's mistake (exit 64). */
+function readIds(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new UnreadableFileError(
+      `cannot read --file ${file} (${(err as { code?: string }).code ?? 'error'})`,
+    );
+  }
+}
 
 /** Where a command writes its answer. */
 export type Out = (line: string) => void;
@@ -41,6 +52,7 @@ function describeRow(row: Row | null): string {
 /** `inspect <table> <id>`: the id layer by layer on one instance. Exit 0. */
 export async function inspect(remote: Remote, table: string, id: string, json: boolean, out: Out) {
   const r = (await call(remote, 'GET', itemPath('/v1/admin', table, id))) as Inspection;
+  if (typeof r?.table !== 'string' || !('l1' in r)) throw new NotEchoStoreError(remote.url);
   if (json) {
     out(JSON.stringify(r, null, 2));
     return 0;
@@ -96,7 +108,7 @@ export async function warm(
 ) {
   const all = [...ids];
   if (file !== undefined) {
-    for (const line of readFileSync(file, 'utf8').split('\n')) {
+    for (const line of readIds(file).split('\n')) {
       if (line.trim() !== '') all.push(line.trim());
     }
   }
@@ -123,7 +135,8 @@ interface TableStats {
 
 /** `stats`: each table's counters and gauges on one instance. Exit 0. */
 export async function stats(remote: Remote, json: boolean, out: Out) {
-  const r = (await call(remote, 'GET', '/v1/tables')) as { tables: TableStats[] };
+  const r = (await call(remote, 'GET', '/v1/tables')) as { tables?: TableStats[] };
+  if (!Array.isArray(r?.tables)) throw new NotEchoStoreError(remote.url);
   if (json) {
     out(JSON.stringify(r, null, 2));
     return 0;

@@ -8,7 +8,13 @@
 import { parseArgs } from 'node:util';
 import { EchoStoreError } from '../errors.js';
 import { checkConfig, inspect, type PurgeTarget, purge, stats, warm } from './commands.js';
-import { type Remote, RemoteError, UnreachableError } from './remote.js';
+import {
+  NotEchoStoreError,
+  type Remote,
+  RemoteError,
+  UnreachableError,
+  UnreadableFileError,
+} from './remote.js';
 
 /** Exit codes, documented in docs/cli.md. */
 export const EXIT = {
@@ -92,13 +98,24 @@ export async function run(argv: readonly string[], out = print, err = printErr):
   try {
     return await dispatch(command, rest, out);
   } catch (e) {
-    if (e instanceof UsageError || (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+    if (
+      e instanceof UsageError ||
+      String((e as { code?: unknown }).code ?? '').startsWith('ERR_PARSE_ARGS')
+    ) {
       err(`echostore ${command}: ${(e as Error).message}\n\n${HELP[command]}`);
       return EXIT.usage;
     }
     if (e instanceof EchoStoreError && e.code === 'ECC_BAD_CONFIG') {
       err(`echostore: invalid configuration (${e.code}): ${e.message}`);
       return EXIT.badConfig;
+    }
+    if (e instanceof UnreadableFileError) {
+      err(`echostore ${command}: ${e.message}`);
+      return EXIT.usage;
+    }
+    if (e instanceof NotEchoStoreError) {
+      err(`echostore ${command}: ${e.message}`);
+      return EXIT.failed;
     }
     if (e instanceof RemoteError) {
       err(`echostore ${command}: ${e.code} (HTTP ${e.status}): ${e.message}`);
@@ -145,7 +162,10 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
   }
   const url = values.url ?? (process.env.ECHOSTORE_URL || 'http://127.0.0.1:8080');
   if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
-    throw new UsageError(`--url must be an http:// or https:// URL (got ${JSON.stringify(url)})`);
+    throw new UsageError('--url must be an http:// or https:// URL');
+  }
+  if (new URL(url).username !== '' || new URL(url).password !== '') {
+    throw new UsageError('--url must not carry credentials: pass the admin token with --token');
   }
   const remote: Remote = {
     url,

@@ -23,6 +23,21 @@ export class RemoteError extends Error {
   }
 }
 
+/** The server answered, but not as an EchoStore instance does (another service at that URL). */
+export class NotEchoStoreError extends Error {
+  constructor(url: string) {
+    super(`${origin(url)} did not answer as an EchoStore instance`);
+  }
+}
+
+/** A file a command was given cannot be read (a usage error). */
+export class UnreadableFileError extends Error {}
+
+/** A URL as it may be printed: scheme, host and port only (never credentials or a path). */
+export function origin(url: string): string {
+  return URL.canParse(url) ? new URL(url).origin : '<invalid url>';
+}
+
 /** The instance could not be reached (refused, timed out, not HTTP). */
 export class UnreachableError extends Error {}
 
@@ -58,14 +73,23 @@ export async function call(
       cause?.errors?.[0]?.code ??
       (cause as Error | undefined)?.message ??
       (err as Error).name;
-    throw new UnreachableError(`cannot reach ${remote.url} (${why})`);
+    throw new UnreachableError(`cannot reach ${origin(remote.url)} (${why})`);
   }
-  const text = await response.text();
+  let text: string;
+  try {
+    text = await response.text();
+  } catch (err) {
+    throw new UnreachableError(
+      `${origin(remote.url)} stopped answering mid-body (${(err as Error).name})`,
+    );
+  }
   let json: unknown;
   try {
     json = text === '' ? undefined : JSON.parse(text);
   } catch {
-    throw new UnreachableError(`${remote.url} did not answer JSON (HTTP ${response.status})`);
+    throw new UnreachableError(
+      `${origin(remote.url)} did not answer JSON (HTTP ${response.status})`,
+    );
   }
   if (response.status >= 400) {
     const error = (json as { error?: { code?: string; message?: string } } | undefined)?.error;

@@ -28,8 +28,11 @@ function sha256(text: string): Buffer {
  *
  * Without one: protected mode, as Redis's — they answer only clients whose
  * address is loopback (`127.0.0.0/8`, `::1`, or `::ffff:127.x.y.z`); any
- * other gets 403 `ECC_PROTECTED_MODE` saying how to set a token. A reverse
- * proxy on the same host makes every client look local: set a token there.
+ * other gets 403 `ECC_PROTECTED_MODE` saying how to set a token. The request's
+ * `Host` must name loopback too (`localhost`, `127.x.y.z`, `[::1]`), so a page
+ * that a DNS rebinding points at this port from a browser on the same host is
+ * refused as well. A reverse proxy on the same host makes every client look
+ * local: set a token there.
  *
  * Runs `onRequest`, before the body is read.
  *
@@ -41,7 +44,10 @@ export function adminOnly(token: string | undefined): AdminRouteOptions {
   if (token === undefined) {
     return {
       onRequest: async (request) => {
-        if (!isLoopback(request.socket.remoteAddress))
+        if (
+          !isLoopback(request.socket.remoteAddress) ||
+          !isLoopback(hostName(request.headers.host))
+        )
           throw new ProtectedModeError(PROTECTED_MODE_HINT);
       },
     };
@@ -70,6 +76,14 @@ export function isLoopback(address: string | undefined): boolean {
   if (address === 'localhost' || address === '::1') return true;
   const v4 = address.startsWith('::ffff:') ? address.slice(7) : address;
   return isIP(v4) === 4 && v4.startsWith('127.');
+}
+
+/** The host of a `Host` header without its port (`[::1]:8080` → `::1`), or undefined. */
+function hostName(host: string | undefined): string | undefined {
+  if (host === undefined) return undefined;
+  if (host.startsWith('[')) return host.slice(1, host.indexOf(']'));
+  const colon = host.lastIndexOf(':');
+  return (colon < 0 ? host : host.slice(0, colon)).toLowerCase();
 }
 
 /** The credentials of a `Bearer` Authorization header, or `undefined` for another scheme or none. */

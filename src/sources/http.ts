@@ -189,14 +189,21 @@ async function readBody(response: Response, maxBodyBytes: number, url: string): 
   return new TextDecoder().decode(Buffer.concat(chunks));
 }
 
+/** RFC 9110's preferred HTTP-date: `Sun, 06 Nov 1994 08:49:37 GMT`. */
+const IMF_FIXDATE = /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+
 /**
  * A `Retry-After` header (RFC 9110 §10.2.3: delay-seconds, or an HTTP-date) as
  * ms from `nowMs`; undefined when absent or unreadable, 0 for a date in the past.
  */
+
 export function retryAfter(header: string | null, nowMs: number): number | undefined {
   if (header === null) return undefined;
   const text = header.trim();
   if (/^\d+$/.test(text)) return Number(text) * 1000;
+  // RFC 9110 §10.2.3: delay-seconds or an HTTP-date (IMF-fixdate); anything else
+  // (`-5`, `1.5`, `3, 4`) is garbage, not a date Date.parse happens to accept.
+  if (!IMF_FIXDATE.test(text)) return undefined;
   const at = Date.parse(text);
   return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }
