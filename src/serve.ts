@@ -141,7 +141,14 @@ export async function serve(argv: readonly string[]): Promise<void> {
       // ECC_CLOSED, so those requests answer 503 instead of holding the close.
       // Followers first: a follower's invalidations go through the store.
       await Promise.all(followers.map((f) => f.close()));
+      // A client that never completes its request (headers or body that stop: a
+      // slowloris) must not hold the close to the budget: by STORE_GRACE_MS every
+      // request the store was answering has its answer, so what is still open a
+      // second later is a request its own client is not finishing.
+      const cut = setTimeout(() => app.server.closeAllConnections(), STORE_GRACE_MS + 1_000);
+      cut.unref();
       await Promise.all([app.close(), store.close(STORE_GRACE_MS)]);
+      clearTimeout(cut);
       await Promise.all(sources.map((s) => s.close()));
     },
   );

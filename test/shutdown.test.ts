@@ -1,4 +1,5 @@
 import { get as httpGet, type IncomingHttpHeaders } from 'node:http';
+import { connect } from 'node:net';
 import { describe, expect, it, vi } from 'vitest';
 import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
 import { startServiceProcess } from './helpers/service.js';
@@ -76,6 +77,39 @@ describe('shutdown', () => {
       expect(messages).toContain('stopping: not ready, still serving');
       expect(messages).toContain('stopping: no longer accepting connections');
     } finally {
+      await origin.close();
+    }
+  });
+
+  it('a client that never finishes its request does not hold the close: exit 0 within the budget', async () => {
+    const origin = await startOrigin(0);
+    const service = await startServiceProcess({
+      valkey: { url: valkeyUrl() },
+      http: { shutdownDelayMs: 200 },
+      tables: { [uniqueTable('slowloris')]: { source: { kind: 'http', url: origin.template } } },
+    });
+    const { hostname, port } = new URL(service.url);
+    // Headers without their blank line, and a PUT whose body stops after 3 of 10 bytes.
+    const half = [
+      'GET /healthz HTTP/1.1\r\nHost: x\r\n',
+      'PUT /v1/tables/t/items/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{"a',
+    ].map((text) => {
+      const socket = connect(Number(port), hostname);
+      socket.on('error', () => {});
+      socket.write(text);
+      return socket;
+    });
+    try {
+      await vi.waitFor(async () =>
+        expect((await getFresh(`${service.url}/healthz`)).status).toBe(200),
+      );
+      const t = performance.now();
+      service.process.kill('SIGTERM');
+      expect(await service.exited).toBe(0);
+      // Closed about STORE_GRACE_MS + 1 s after the delay, well before the 15 s budget (exit 1).
+      expect(performance.now() - t).toBeLessThan(10_000);
+    } finally {
+      for (const socket of half) socket.destroy();
       await origin.close();
     }
   });
