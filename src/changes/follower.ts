@@ -15,6 +15,9 @@ import type { ChangeMetrics } from './metrics.js';
 import type { StreamPosition } from './position.js';
 import type { ChangeBatch, ChangeStream, StreamSink } from './stream.js';
 
+/** The longest pause between two runs of a stream that keeps failing, ms. */
+const MAX_RETRY_MS = 30_000;
+
 /** Options of {@link ChangeFollower}. */
 export interface FollowerOptions {
   stream: ChangeStream;
@@ -37,6 +40,9 @@ export class ChangeFollower {
   /** When this instance last confirmed its lease (performance.now ms). */
   #heldAt = Number.NEGATIVE_INFINITY;
   #ticking = false;
+  /** Runs that failed in a row before they streamed, and when the next may start (`performance.now()`). */
+  #failures = 0;
+  #retryAt = 0;
   #closed = false;
 
   constructor(options: FollowerOptions) {
@@ -73,7 +79,7 @@ export class ChangeFollower {
         held = performance.now() - this.#heldAt < this.#o.leaseMs;
       }
       if (this.#closed) return;
-      if (held && this.#run === undefined) this.#start();
+      if (held && this.#run === undefined && performance.now() >= this.#retryAt) this.#start();
       else if (!held && this.#run !== undefined) {
         this.#o.log.warn({ stream: this.#o.stream.name }, 'lost the change stream lease: stopping');
         await this.#stop();
@@ -94,14 +100,19 @@ export class ChangeFollower {
     };
     const started = () => {
       run.streaming = true;
+      this.#failures = 0;
       log.info({ stream: stream.name }, 'reading the change stream');
     };
     run.done = stream.run(this.#sink(started), abort.signal).then(
       () => {},
       (err: unknown) => {
         metrics.restarts.inc({ stream: stream.name });
+        // Back off (0.5 s, doubling to 30 s) while runs keep failing before they stream
+        // (a binlog that is off, a slot that cannot be read): no busy loop, no log flood.
+        const backoffMs = Math.min(MAX_RETRY_MS, 500 * 2 ** this.#failures++);
+        this.#retryAt = performance.now() + backoffMs;
         log.warn(
-          { err, stream: stream.name },
+          { err, stream: stream.name, retryInMs: backoffMs },
           'change stream stopped: reading again from the last acknowledged position',
         );
       },
