@@ -154,12 +154,11 @@ export class LoadTimeoutError extends EchoStoreError {
   static override readonly publicMessage = 'the source did not answer in time';
 }
 
-/** Another instance holds the lease and did not fill within `waitTimeoutMs`. */
+/** A caller waited `waitTimeoutMs` for the item's load (this instance's, or the lease holder's fill). */
 export class WaitTimeoutError extends EchoStoreError {
   static override readonly code = 'ECC_WAIT_TIMEOUT';
   static override readonly statusCode = 504;
-  static override readonly publicMessage =
-    'another instance is loading the item and did not finish in time';
+  static override readonly publicMessage = 'the item is being loaded and was not ready in time';
 }
 
 /** The table already runs `maxConcurrentLoads` loads; retry after `retryAfterMs`. */
