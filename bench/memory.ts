@@ -1,10 +1,14 @@
 /**
- * Does `l1.maxBytes` bound real memory? Streams `--ids` distinct ids through a store (heap
- * after GC and RSS sampled), then calibrates heap per row against what L1 counts; needs
- * `--expose-gc`. With `--check`, exits 1 when the heap bound or its flatness is missed. Usage:
- * drills/README.md#benchmemory.
+ * Does `l1.maxBytes` bound real memory? Streams `--ids` distinct ids through a store, each stream
+ * in a fresh child process, at 64 and 256 readers at a time, under V8's defaults and under the
+ * service's heap flags ({@link SERVICE_V8_FLAGS}), and prints heap after GC, RSS after GC and RSS
+ * at its peak side by side (medians of `--rounds`); then calibrates what a row
+ * takes against what L1 counts. With `--check`, exits 1 when the heap bound or its flatness is
+ * missed. Usage: drills/README.md#benchmemory.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { getHeapSpaceStatistics } from 'node:v8';
 import { drillArgs, flag, int, valkeyOption } from '../drills/lib/cli.js';
 import { columns, machineLine } from '../drills/lib/report.js';
@@ -14,10 +18,15 @@ import { L1 } from '../src/store/l1.js';
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { createStore } from '../src/store/store.js';
 
+/** The heap flags of the service's start command (`package.json`, `Dockerfile`). */
+const SERVICE_V8_FLAGS = ['--max-old-space-size=512'];
+
 const args = drillArgs({
-  ids: int(1_000_000, 1),
+  ids: int(400_000, 1),
   'max-mib': int(64, 1),
-  lanes: int(64, 1, 10_000),
+  lanes: int(0, 0, 10_000),
+  rounds: int(1, 1, 9),
+  child: flag(),
   check: flag(),
   valkey: valkeyOption(),
 });
@@ -29,12 +38,12 @@ if (gc === undefined) {
 const MiB = 1024 * 1024;
 const mib = (bytes: number) => (bytes / MiB).toFixed(1);
 
-/** Heap used after a full GC, and RSS, bytes; what V8 holds for its heap, and outside it. */
-function settled(): { heap: number; rss: number; heapTotal: number; external: number } {
+/** Heap used after a full GC, RSS, what V8 holds for its heap, and ArrayBuffer contents; bytes. */
+function settled() {
   gc?.();
   gc?.();
   const m = process.memoryUsage();
-  return { heap: m.heapUsed, rss: m.rss, heapTotal: m.heapTotal, external: m.external };
+  return { heap: m.heapUsed, rss: m.rss, heapTotal: m.heapTotal, buffers: m.arrayBuffers };
 }
 
 /** A value whose JSON text is about `bytes` long, shaped like a catalogue row. */
@@ -56,7 +65,7 @@ function envelopeOf(id: string, bytes: number, fromL2: boolean): Envelope {
     deltaMs: 20,
     negative: false,
   };
-  // An L2 value's JSON text is a slice of the stored envelope, which it keeps alive.
+  // An L2 value's JSON text is a slice of the stored envelope.
   return fromL2 ? (decodeEnvelope(encodeEnvelope(env)) as Envelope) : env;
 }
 
@@ -72,18 +81,21 @@ function calibrate(): Array<Array<string | number>> {
         { ...DEFAULT_POLICY.l1, maxEntries: 10_000_000, maxBytes: 4 * 1024 * MiB, ttlMs: 1e9 },
         0,
       );
-      const before = settled().heap;
+      const before = settled();
       for (let i = 0; i < n; i++) {
         const id = String(1_000_000 + i);
         l1.set(id, envelopeOf(id, bytes, fromL2), performance.now());
       }
-      const heap = settled().heap - before;
+      const after = settled();
+      const heap = after.heap - before.heap;
+      const buffers = after.buffers - before.buffers;
       rows.push([
         `${label}, ${fromL2 ? 'from L2' : 'from the loader'}`,
         n,
         Math.round(heap / n),
+        Math.round(buffers / n),
         Math.round(l1.bytes / n),
-        (heap / l1.bytes).toFixed(2),
+        ((heap + buffers) / l1.bytes).toFixed(2),
       ]);
       l1.clear();
     }
@@ -91,9 +103,24 @@ function calibrate(): Array<Array<string | number>> {
   return rows;
 }
 
-/** @returns whether the heap stayed within its targets (bound and flat). */
-async function stream(): Promise<boolean> {
-  const { ids, lanes, valkey } = args;
+/** What one stream measured (a child process prints it as one line of JSON). */
+interface StreamReport {
+  lanes: number;
+  seconds: number;
+  failed: Record<string, number>;
+  /** Growth from the start (after warm-up), bytes: heap after GC, RSS after GC, RSS at its peak. */
+  heapGrowth: number;
+  rssGrowth: number;
+  peakRssGrowth: number;
+  /** Heap and RSS after GC, bytes, of the samples taken once L1 was full. */
+  full: Array<{ heap: number; rss: number }>;
+  spaces: string;
+  rows: number;
+  countedBytes: number;
+}
+
+async function stream(lanes: number): Promise<StreamReport> {
+  const { ids, valkey } = args;
   const maxBytes = args['max-mib'] * MiB;
   const table = `bm-${randomBytes(4).toString('hex')}`;
   const store = await createStore({
@@ -104,6 +131,8 @@ async function stream(): Promise<boolean> {
         ttlMs: 60_000,
         staleMs: 0,
         earlyRefreshBeta: 0,
+        // Memory is measured here, not admission: no read is shed for queueing.
+        maxQueueDelayMs: 60_000,
         l1: { maxBytes, maxEntries: 100_000_000, ttlMs: 600_000 },
       },
     },
@@ -112,102 +141,153 @@ async function stream(): Promise<boolean> {
   await t.get('warm-up');
   await t.invalidate('warm-up');
   const start = settled();
-  const samples: Array<Array<string | number>> = [];
-  /** Heap after GC and RSS, absolute, of the samples taken once L1 was full. */
+  let peakRss = start.rss;
   const full: Array<{ heap: number; rss: number }> = [];
   let next = 0;
-  let failed = 0;
-  const failures: Record<string, number> = {};
+  const failed: Record<string, number> = {};
   let mark = ids / 10;
   const started = performance.now();
   const lane = async () => {
     while (next < ids) {
       const id = String(next++);
       await t.get(id).catch((err: { code?: string }) => {
-        failed++;
-        failures[err.code ?? 'other'] = (failures[err.code ?? 'other'] ?? 0) + 1;
+        failed[err.code ?? 'other'] = (failed[err.code ?? 'other'] ?? 0) + 1;
       });
     }
   };
-  const sample = () => {
-    const s = settled();
-    const st = t.stats();
-    if (st.l1_bytes >= 0.95 * maxBytes) full.push(s);
-    samples.push([
-      `${Math.round((100 * next) / ids)} %`,
-      st.l1_entries,
-      mib(st.l1_bytes),
-      mib(s.heap - start.heap),
-      mib(s.rss - start.rss),
-    ]);
-    return s;
-  };
   const sampler = (async () => {
     while (next < ids) {
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, 20));
+      peakRss = Math.max(peakRss, process.memoryUsage.rss());
       if (next >= mark) {
-        sample();
         mark += ids / 10;
+        if (t.stats().l1_bytes >= 0.95 * maxBytes) full.push(settled());
       }
     }
   })();
   await Promise.all(Array.from({ length: lanes }, lane));
   await sampler;
-  const end = samples.length >= 10 ? settled() : sample();
   const seconds = (performance.now() - started) / 1000;
-  const heaps = full.map((s) => s.heap);
-  const rsses = full.map((s) => s.rss);
-  const flat = (xs: number[]) =>
-    xs.length < 2 || (Math.max(...xs) - Math.min(...xs)) / Math.max(...xs) <= 0.2;
-  const heapGrowth = end.heap - start.heap;
-  const rssGrowth = end.rss - start.rss;
+  const end = settled();
   const stats = t.stats();
   const redis = await connectAdmin(valkey);
   await store.close();
   await dropTable(redis, table).catch(() => 0);
   redis.disconnect();
-  const verdict = (ok: boolean) => (ok ? 'met' : 'GAP');
-  process.stdout.write(
-    `stream: ${ids.toLocaleString('en-US')} distinct ids, ${lanes} at a time, through Valkey; l1.maxBytes ${args['max-mib']} MiB, no row limit (${seconds.toFixed(0)} s, ${failed} failed${failed > 0 ? `: ${JSON.stringify(failures)}` : ''})\n${columns(samples, ['progress', 'L1 rows', 'L1 counted MiB', 'heap growth MiB (after GC)', 'RSS growth MiB'])}\n\n`,
-  );
-  process.stdout.write(
-    `${columns([
-      ['heap at start (after GC), RSS at start', `${mib(start.heap)} MiB, ${mib(start.rss)} MiB`],
-      ['heap at end (after GC), RSS at end', `${mib(end.heap)} MiB, ${mib(end.rss)} MiB`],
-      [
-        'V8 spaces at end, MiB held / used',
-        getHeapSpaceStatistics()
-          .filter((x) => x.space_size > 4 * MiB)
-          .map((x) => `${x.space_name} ${mib(x.space_size)} / ${mib(x.space_used_size)}`)
-          .join(', '),
-      ],
-      [
-        'heap V8 holds (start → end), outside the heap (start → end)',
-        `${mib(start.heapTotal)} → ${mib(end.heapTotal)} MiB, ${mib(start.external)} → ${mib(end.external)} MiB`,
-      ],
-      ['rows kept, bytes counted', `${stats.l1_entries}, ${mib(stats.l1_bytes)} MiB`],
-      [
-        'target: heap growth ≤ 1.25 × maxBytes',
-        `${(heapGrowth / maxBytes).toFixed(2)} × ${verdict(heapGrowth <= 1.25 * maxBytes)}`,
-      ],
-      [
-        'target: RSS growth ≤ 2 × maxBytes',
-        `${(rssGrowth / maxBytes).toFixed(2)} × ${verdict(rssGrowth <= 2 * maxBytes)}`,
-      ],
-      [
-        'target: flat once L1 is full (heap and RSS within ±10 %)',
-        verdict(flat(heaps) && flat(rsses)),
-      ],
-    ])}\n`,
-  );
-  return heapGrowth <= 1.25 * maxBytes && flat(heaps);
+  return {
+    lanes,
+    seconds,
+    failed,
+    heapGrowth: end.heap - start.heap,
+    rssGrowth: end.rss - start.rss,
+    peakRssGrowth: peakRss - start.rss,
+    full,
+    spaces: getHeapSpaceStatistics()
+      .filter((x) => x.space_size > 4 * MiB)
+      .map(
+        (x) =>
+          `${x.space_name.replace('_space', '')} ${mib(x.space_size)}/${mib(x.space_used_size)}`,
+      )
+      .join(', '),
+    rows: stats.l1_entries,
+    countedBytes: stats.l1_bytes,
+  };
 }
 
-process.stdout.write(`bench:memory ${new Date().toISOString()}\n${machineLine()}\n\n`);
-// The stream first, in a fresh process: the calibration's garbage would leave
-// pages behind and flatter the stream's RSS growth.
-const heapHeld = await stream();
-process.stdout.write(
-  `\ncalibration: rows set into a bare L1, heap per row after GC against what L1 counts\n${columns(calibrate(), ['values', 'rows', 'heap B/row', 'counted B/row', 'heap ÷ counted'])}\n`,
-);
-process.exit(args.check && !heapHeld ? 1 : 0);
+/** Runs one stream in a fresh process with `v8Flags`: the calibration's garbage or another stream's pages would flatter RSS. */
+function streamIn(lanes: number, v8Flags: string[]): Promise<StreamReport> {
+  const argv = [
+    '--expose-gc',
+    ...v8Flags,
+    fileURLToPath(import.meta.url),
+    '--child',
+    '--lanes',
+    String(lanes),
+    '--ids',
+    String(args.ids),
+    '--max-mib',
+    String(args['max-mib']),
+    '--valkey',
+    args.valkey,
+  ];
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk;
+    });
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (code === 0) resolve(JSON.parse(out) as StreamReport);
+      else reject(new Error(`bench:memory stream (${lanes} lanes) exited ${code}`));
+    });
+  });
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+/** Within ±10 % of their middle. */
+const flat = (xs: number[]) =>
+  xs.length < 2 || (Math.max(...xs) - Math.min(...xs)) / Math.max(...xs) <= 0.2;
+
+async function main(): Promise<void> {
+  if (args.child) {
+    process.stdout.write(`${JSON.stringify(await stream(args.lanes))}\n`);
+    process.exit(0);
+  }
+  const maxBytes = args['max-mib'] * MiB;
+  process.stdout.write(`bench:memory ${new Date().toISOString()}\n${machineLine()}\n\n`);
+  const young = [
+    { label: 'V8 defaults', flags: [] },
+    { label: `service: ${SERVICE_V8_FLAGS.join(' ')}`, flags: SERVICE_V8_FLAGS },
+  ];
+  const laneCounts = args.lanes > 0 ? [args.lanes] : [64, 256];
+  const runs = new Map<string, StreamReport[]>();
+  // Rounds outermost, settings alternating within a round: the machine's load drifts alike for all.
+  for (let round = 0; round < args.rounds; round++) {
+    for (const lanes of laneCounts) {
+      for (const y of young) {
+        const key = `${lanes}\u0000${y.label}`;
+        runs.set(key, [...(runs.get(key) ?? []), await streamIn(lanes, y.flags)]);
+      }
+    }
+  }
+  let heapHeld = true;
+  const table: Array<Array<string | number>> = [];
+  for (const lanes of laneCounts) {
+    for (const y of young) {
+      const rs = runs.get(`${lanes}\u0000${y.label}`) ?? [];
+      const ratio = (f: (r: StreamReport) => number) => (median(rs.map(f)) / maxBytes).toFixed(2);
+      const failed = rs.reduce((n, r) => n + Object.values(r.failed).reduce((a, b) => a + b, 0), 0);
+      const isFlat = rs.every(
+        (r) => flat(r.full.map((s) => s.heap)) && flat(r.full.map((s) => s.rss)),
+      );
+      heapHeld &&= rs.every(
+        (r) => r.heapGrowth <= 1.25 * maxBytes && flat(r.full.map((s) => s.heap)),
+      );
+      table.push([
+        lanes,
+        y.label,
+        Math.round(median(rs.map((r) => args.ids / r.seconds))),
+        failed,
+        ratio((r) => r.heapGrowth),
+        ratio((r) => r.rssGrowth),
+        ratio((r) => r.peakRssGrowth),
+        isFlat ? 'flat' : 'NOT FLAT',
+        rs.at(-1)?.spaces ?? '',
+      ]);
+    }
+  }
+  const last = runs.values().next().value?.at(-1);
+  process.stdout.write(
+    `stream: ${args.ids.toLocaleString('en-US')} distinct ids through Valkey, each setting in a fresh process; l1.maxBytes ${args['max-mib']} MiB, no row limit; ${last?.rows ?? 0} rows kept, ${mib(last?.countedBytes ?? 0)} MiB counted; growth from the start after warm-up, ÷ maxBytes, median of ${args.rounds} round(s)\n${columns(table, ['readers', 'V8 heap flags', 'ids/s', 'failed', 'heap (after GC)', 'RSS (after GC)', 'RSS peak', 'once full', 'V8 spaces at end, MiB held/used'])}\n`,
+  );
+  process.stdout.write(
+    'targets: heap after GC ≤ 1.25 × maxBytes; RSS ≤ 2 × maxBytes; flat once L1 is full (heap and RSS after GC within ±10 %)\n',
+  );
+  process.stdout.write(
+    `\ncalibration: rows set into a bare L1, what a row takes after GC against what L1 counts\n${columns(calibrate(), ['values', 'rows', 'heap B/row', 'buffers B/row', 'counted B/row', 'taken ÷ counted'])}\n`,
+  );
+  process.exit(args.check && !heapHeld ? 1 : 0);
+}
+
+await main();

@@ -14,6 +14,7 @@ import { type Followers, startFollowers } from './changes/start.js';
 import { loadConfig } from './config/load.js';
 import { DEFAULT_WARM_CONCURRENCY, DEFAULT_WARM_TIMEOUT_MS } from './config/schema.js';
 import { ConfigError, EchoStoreError } from './errors.js';
+import { heapRoom } from './heap-ceiling.js';
 import { watchHeapAfterGc } from './heap-gauge.js';
 import { isLoopback, PROTECTED_MODE_HINT } from './http/auth.js';
 import type { Lifecycle } from './http/ops.js';
@@ -79,6 +80,15 @@ export async function serve(argv: readonly string[]): Promise<void> {
         throw new ConfigError(`${config.origin}: ${err.message}`, { cause: err, field: err.field });
       throw err;
     }
+  }
+  const room = heapRoom(
+    Object.values(tables).map((t) => t.l1?.maxBytes ?? DEFAULT_POLICY.l1.maxBytes),
+  );
+  if (!room.enough) {
+    log.warn(
+      { neededBytes: room.neededBytes, ceilingBytes: room.ceilingBytes },
+      "V8's heap ceiling is below what the L1s may take: raise node's --max-old-space-size (docs/operations.md, memory)",
+    );
   }
   const store = await createStore({
     valkey: config.valkey,
