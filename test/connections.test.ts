@@ -29,7 +29,7 @@ describe('connections', () => {
     const started = performance.now();
     const answer = await rawExchange(
       port,
-      `PUT /v1/tables/${table}/items/k HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n[\r\n`,
+      `PUT /v1/tables/${table}/items/k HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n[\r\n`,
       10_000,
     );
     expect(answer.status).toBe(408);
@@ -44,8 +44,8 @@ describe('connections', () => {
     const port = await listening(table);
     const answer = await rawExchange(
       port,
-      `PUT /v1/tables/${table}/items/p HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n7` +
-        'GET /x HTTP/1.1\r\nHost: x\r\nContent-Length: zz\r\n\r\n',
+      `PUT /v1/tables/${table}/items/p HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n7` +
+        'GET /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: zz\r\n\r\n',
       5_000,
     );
     expect(answer.status).toBe(200);

@@ -71,9 +71,9 @@ async function listening(table: string, loadMs = 0) {
 }
 
 const get = (path: string, last = false) =>
-  `GET ${path} HTTP/1.1\r\nHost: x\r\n${last ? 'Connection: close\r\n' : ''}\r\n`;
+  `GET ${path} HTTP/1.1\r\nHost: localhost\r\n${last ? 'Connection: close\r\n' : ''}\r\n`;
 const put = (path: string, json: string) =>
-  `PUT ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`;
+  `PUT ${path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`;
 
 describe('pipelining', () => {
   it('a GET pipelined behind a PUT of the same id answers the PUT’s value (10 of 10)', async () => {
@@ -109,7 +109,7 @@ describe('pipelining', () => {
       get(path('a')) +
         get(path('b')) +
         get(path('c')) +
-        'GET /x HTTP/1.1\r\nHost: x\r\nContent-Length: zz\r\n\r\n',
+        'GET /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: zz\r\n\r\n',
     );
     expect(answers.slice(0, 3).map((a) => a.status)).toEqual([200, 200, 200]);
     expect(answers[3]?.status).toBe(400);
