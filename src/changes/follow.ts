@@ -69,17 +69,7 @@ export async function followPostgres(
       ),
   });
   deps.metrics.lagReaders.set(slot, () => stream.lagBytes());
-  const keys = streamKeys(slot);
-  const leaseMs = follow.leaseMs ?? DEFAULT_FOLLOW_LEASE_MS;
-  return new ChangeFollower({
-    stream,
-    lease: new StreamLease(deps.valkey, keys.lease, leaseMs),
-    position: new StreamPosition(deps.valkey, keys.position),
-    invalidate,
-    leaseMs,
-    metrics: deps.metrics,
-    log: deps.log.child({ stream: slot }),
-  });
+  return followerOf(slot, stream, follow.leaseMs, invalidate, deps);
 }
 
 /** A mysql source's `follow` (see the config schema for each field's meaning). */
@@ -115,8 +105,19 @@ export function followMysql(
     serverId: follow.serverId ?? defaultServerId(name),
     valkey: deps.valkey,
   });
+  return followerOf(name, stream, follow.leaseMs, invalidate, deps);
+}
+
+/** The follower of stream `name`: its lease and saved position in Valkey, under the fleet lease. */
+function followerOf(
+  name: string,
+  stream: ConstructorParameters<typeof ChangeFollower>[0]['stream'],
+  leaseMsOption: number | undefined,
+  invalidate: (id: string) => Promise<void>,
+  deps: FollowDeps,
+): ChangeFollower {
   const keys = streamKeys(name);
-  const leaseMs = follow.leaseMs ?? DEFAULT_FOLLOW_LEASE_MS;
+  const leaseMs = leaseMsOption ?? DEFAULT_FOLLOW_LEASE_MS;
   return new ChangeFollower({
     stream,
     lease: new StreamLease(deps.valkey, keys.lease, leaseMs),
