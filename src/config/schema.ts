@@ -662,7 +662,7 @@ export const HttpSchema = Type.Object(
         maxLength: 512,
         pattern: ADMIN_TOKEN_PATTERN,
         description:
-          'Bearer token required by PUT, DELETE, warm-up and purge: visible ASCII characters. Better set by the environment, so that the secret need not live in the file. Unset: protected mode, those routes answer loopback clients only (403 `ECC_PROTECTED_MODE` to others), and start-up warns when `host` is beyond loopback.',
+          'Bearer token required by PUT, DELETE, warm-up, purge and the admin inspect route: visible ASCII characters. Better set by the environment, so that the secret need not live in the file. Unset: protected mode, those routes answer loopback clients only (403 `ECC_PROTECTED_MODE` to others), and start-up warns when `host` is beyond loopback.',
       }),
     ),
   },
