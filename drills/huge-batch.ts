@@ -10,6 +10,7 @@ import { startService } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
 import { encodeEnvelope } from '../src/l2/format.js';
 import { valueKey } from '../src/l2/keys.js';
+import { sourceFingerprint } from '../src/sources/fingerprint.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import { readyz, timed } from './lib/http.js';
 import { columns, percentile, round } from './lib/report.js';
@@ -27,7 +28,8 @@ const WARM_IDS = ['warm-1', 'warm-2', 'warm-3', 'warm-4'];
 const HEALTHZ_BOUND_MS = 100;
 
 /** Writes the rows into Valkey as fresh envelopes, 50 to a pipeline. */
-async function plant(url: string): Promise<void> {
+/** Plants the rows in L2 as the service's source would have written them (its fingerprint). */
+async function plant(url: string, fingerprint: string): Promise<void> {
   const raw = new Redis(url, { maxRetriesPerRequest: 1 });
   const soft = Date.now() + 3_600_000;
   const filler = 'x'.repeat(args['row-kb'] * 1_000);
@@ -46,6 +48,7 @@ async function plant(url: string): Promise<void> {
           hardExpiresAt: soft,
           deltaMs: 1,
           negative: false,
+          fingerprint,
         });
         pipeline.set(valueKey(TABLE, id), text, 'PX', 3_600_000);
       }
@@ -92,10 +95,11 @@ async function main() {
   const valkey = await spawnValkey();
   const origin = await startOrigin(5);
   try {
-    await plant(valkey.url);
+    const source = { kind: 'http' as const, url: origin.template };
+    await plant(valkey.url, sourceFingerprint(source));
     const service = await startService({
       valkey: { url: valkey.url, commandTimeoutMs: args['command-timeout-ms'] },
-      tables: { [TABLE]: { source: { kind: 'http', url: origin.template } } },
+      tables: { [TABLE]: { source } },
     });
     try {
       // Warm up first (the scripts' first load, JIT): a few rows not in the batch, and the routes.
