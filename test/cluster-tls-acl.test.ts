@@ -7,8 +7,8 @@
  * cannot use, naming the field.
  */
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalCluster, spawnCluster } from '../harness/cluster.js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { type ClusterNode, type LocalCluster, spawnCluster } from '../harness/cluster.js';
 import { ask } from '../harness/valkey-server.js';
 import type { ConfigError } from '../src/errors.js';
 import type { ValkeyOptions } from '../src/valkey/client.js';
@@ -97,6 +97,17 @@ describe('a TLS-only cluster with an ACL user', () => {
       )
     ).find((x) => /role:slave/.test(x.info))?.n;
     if (replica === undefined) throw new Error('the cluster has no replica');
+    // The check covers the nodes of the slot map: wait until the cluster lists this replica there.
+    const { port } = replica;
+    await vi.waitFor(
+      async () => {
+        const slots = JSON.stringify(
+          await ask(cluster.nodes[0] as ClusterNode, (r) => r.call('CLUSTER', 'SLOTS')),
+        );
+        expect(slots).toContain(String(port));
+      },
+      { timeout: 10_000, interval: 100 },
+    );
     await ask(replica, (r) => r.call('ACL', 'SETUSER', 'echostore', '-@scripting'));
     try {
       const err = await errorOf(openStore({ t: { load: async () => 1 } }, { valkey: valkey() }));
