@@ -11,7 +11,7 @@ import type { Store } from '../store/store.js';
 import { assertId } from '../store/table.js';
 import type { AdminRouteOptions } from './auth.js';
 import { allowOnly } from './methods.js';
-import { ADMIN_SECURITY, errorResponses } from './openapi.js';
+import { ADMIN_ERRORS, ADMIN_SECURITY, errorResponses } from './openapi.js';
 
 /** The L2 value's header as the inspect route reports it; times are milliseconds left on Valkey's clock. */
 export interface L2Inspection {
@@ -95,7 +95,7 @@ const schema = {
     },
     ...errorResponses({
       400: ['ECC_BAD_ID'],
-      401: ['ECC_UNAUTHORIZED'],
+      ...ADMIN_ERRORS,
       404: ['ECC_UNKNOWN_TABLE'],
       503: ['ECC_VALKEY_UNAVAILABLE'],
     }),

@@ -9,7 +9,7 @@ import type { AdminRouteOptions } from './auth.js';
 import { cachingHeaders } from './cache-control.js';
 import { clip, sendError } from './errors.js';
 import { allowOnly } from './methods.js';
-import { ADMIN_SECURITY, errorResponses, header, RETRY_AFTER } from './openapi.js';
+import { ADMIN_ERRORS, ADMIN_SECURITY, errorResponses, header, RETRY_AFTER } from './openapi.js';
 import { inCallerTrace } from './trace-context.js';
 
 interface ItemParams {
@@ -164,8 +164,7 @@ export function itemRoutes(
           },
           ...errorResponses({
             400: ['ECC_BAD_ID', 'ECC_BAD_REQUEST'],
-            401: ['ECC_UNAUTHORIZED'],
-            403: ['ECC_PROTECTED_MODE'],
+            ...ADMIN_ERRORS,
             404: ['ECC_UNKNOWN_TABLE'],
             413: ['ECC_PAYLOAD_TOO_LARGE'],
             415: ['ECC_UNSUPPORTED_MEDIA_TYPE'],
@@ -210,8 +209,7 @@ export function itemRoutes(
           204: { description: 'Valkey confirmed the tombstone.', type: 'null' },
           ...errorResponses({
             400: ['ECC_BAD_ID'],
-            401: ['ECC_UNAUTHORIZED'],
-            403: ['ECC_PROTECTED_MODE'],
+            ...ADMIN_ERRORS,
             404: ['ECC_UNKNOWN_TABLE'],
             503: ['ECC_VALKEY_UNAVAILABLE', 'ECC_CLOSED'],
           }),

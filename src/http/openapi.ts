@@ -47,6 +47,12 @@ const ADMIN_SCHEME = 'adminToken';
 /** `security` of an admin route: the bearer token, when one is configured. */
 export const ADMIN_SECURITY = [{ [ADMIN_SCHEME]: [] }];
 
+/** What `adminOnly` answers on every admin route: 401 with a token set, 403 in protected mode. */
+export const ADMIN_ERRORS: Record<number, readonly string[]> = {
+  401: ['ECC_UNAUTHORIZED'],
+  403: ['ECC_PROTECTED_MODE'],
+};
+
 /** A response header, for the `headers` of a response schema. */
 export const header = (description: string) => ({ type: 'string', description }) as const;
 

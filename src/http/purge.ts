@@ -4,7 +4,7 @@ import { MAX_PURGE_TAGS } from '../store/tags.js';
 import type { PurgeInput } from '../store/types.js';
 import type { AdminRouteOptions } from './auth.js';
 import { allowOnly } from './methods.js';
-import { ADMIN_SECURITY, errorResponses, TABLE_PARAMS } from './openapi.js';
+import { ADMIN_ERRORS, ADMIN_SECURITY, errorResponses, TABLE_PARAMS } from './openapi.js';
 import { exactTableInput } from './table-input.js';
 
 const PURGE_PATH = '/v1/tables/:table/purge';
@@ -65,7 +65,7 @@ export function purgeRoutes(app: FastifyInstance, store: Store, admin: AdminRout
           200: answer,
           ...errorResponses({
             400: ['ECC_BAD_PURGE', 'ECC_BAD_REQUEST'],
-            401: ['ECC_UNAUTHORIZED'],
+            ...ADMIN_ERRORS,
             404: ['ECC_UNKNOWN_TABLE'],
             413: ['ECC_PAYLOAD_TOO_LARGE'],
             415: ['ECC_UNSUPPORTED_MEDIA_TYPE'],

@@ -3,7 +3,7 @@ import type { Store } from '../store/store.js';
 import { readIds } from '../warm/read-ids.js';
 import type { AdminRouteOptions } from './auth.js';
 import { allowOnly } from './methods.js';
-import { ADMIN_SECURITY, errorResponses, TABLE_PARAMS } from './openapi.js';
+import { ADMIN_ERRORS, ADMIN_SECURITY, errorResponses, TABLE_PARAMS } from './openapi.js';
 import { exactTableInput } from './table-input.js';
 
 /** Most ids one warm-up request may name. */
@@ -65,8 +65,7 @@ export function warmRoutes(app: FastifyInstance, store: Store, admin: AdminRoute
           200: answer,
           ...errorResponses({
             400: ['ECC_BAD_REQUEST'],
-            401: ['ECC_UNAUTHORIZED'],
-            403: ['ECC_PROTECTED_MODE'],
+            ...ADMIN_ERRORS,
             404: ['ECC_UNKNOWN_TABLE'],
             413: ['ECC_PAYLOAD_TOO_LARGE'],
             415: ['ECC_UNSUPPORTED_MEDIA_TYPE'],
