@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { type Origin, startOrigin } from '../harness/origin.js';
+import { requirePromtool } from './helpers/promtool.js';
 import { startServiceProcess } from './helpers/service.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
@@ -163,15 +164,7 @@ describe('dashboards and alerts', () => {
   });
 
   it('passes promtool: the rules and the config check, the rules unit tests pass', (ctx) => {
-    const promtool = onPath('promtool');
-    if (promtool === undefined) {
-      const reason =
-        'promtool is not on the PATH (apt-get install -y prometheus): the rule file was not checked by promtool';
-      // CI installs promtool (.ci/run): there a missing one fails, it is not skipped.
-      if (process.env.CI) expect.fail(reason);
-      process.stderr.write(`dashboards.test.ts: SKIPPED: ${reason}\n`);
-      ctx.skip(reason);
-    }
+    requirePromtool(ctx, 'dashboards.test.ts');
     const run = (...argv: string[]) =>
       execFileSync('promtool', argv, { encoding: 'utf8', cwd: ROOT });
     expect(run('check', 'rules', RULES)).toMatch(/SUCCESS: 8 rules found/);
@@ -179,14 +172,3 @@ describe('dashboards and alerts', () => {
     expect(run('test', 'rules', RULE_TESTS)).toMatch(/SUCCESS/);
   });
 });
-
-/** The path of `bin` on the PATH, or undefined. */
-function onPath(bin: string): string | undefined {
-  try {
-    return (
-      execFileSync('sh', ['-c', `command -v ${bin}`], { encoding: 'utf8' }).trim() || undefined
-    );
-  } catch {
-    return undefined;
-  }
-}

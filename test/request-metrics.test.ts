@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { packageVersion } from '../src/process-metrics.js';
+import { requirePromtool } from './helpers/promtool.js';
 import { type ServiceProcess, startServiceProcess } from './helpers/service.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
@@ -83,17 +84,7 @@ describe('request metrics and access log', () => {
   });
 
   it('passes promtool check metrics (no gauge named _total)', (ctx) => {
-    let promtool = true;
-    try {
-      execFileSync('promtool', ['--version'], { stdio: 'ignore' });
-    } catch {
-      promtool = false;
-    }
-    if (!promtool) {
-      // CI installs promtool (.ci/run): there a missing one fails.
-      if (process.env.CI) expect.fail('promtool is not on the PATH');
-      ctx.skip('promtool is not on the PATH (apt-get install -y prometheus)');
-    }
+    requirePromtool(ctx, 'request-metrics.test.ts');
     return metrics().then((text) => {
       expect(text).not.toContain('nodejs_active_handles_total');
       expect(text).toContain('nodejs_active_handles{');
