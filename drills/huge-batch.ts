@@ -6,10 +6,9 @@ import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { startOrigin } from '../harness/origin.js';
+import { plantRows } from '../harness/plant-rows.js';
 import { startService } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
-import { encodeEnvelope } from '../src/l2/format.js';
-import { valueKey } from '../src/l2/keys.js';
 import { sourceFingerprint } from '../src/sources/fingerprint.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import { readyz, timed } from './lib/http.js';
@@ -31,29 +30,13 @@ const HEALTHZ_BOUND_MS = 100;
 /** Plants the rows in L2 as the service's source would have written them (its fingerprint). */
 async function plant(url: string, fingerprint: string): Promise<void> {
   const raw = new Redis(url, { maxRetriesPerRequest: 1 });
-  const soft = Date.now() + 3_600_000;
-  const filler = 'x'.repeat(args['row-kb'] * 1_000);
   try {
-    const all = [...Array.from({ length: args.ids }, (_, i) => String(i)), ...WARM_IDS];
-    for (let start = 0; start < all.length; start += 50) {
-      const pipeline = raw.pipeline();
-      for (const [offset, id] of all.slice(start, start + 50).entries()) {
-        const i = start + offset;
-        const json = JSON.stringify({ id, filler });
-        const text = encodeEnvelope({
-          value: null,
-          json,
-          version: 1_000 + i,
-          softExpiresAt: soft,
-          hardExpiresAt: soft,
-          deltaMs: 1,
-          negative: false,
-          fingerprint,
-        });
-        pipeline.set(valueKey(TABLE, id), text, 'PX', 3_600_000);
-      }
-      await pipeline.exec();
-    }
+    const ids = [...Array.from({ length: args.ids }, (_, i) => String(i)), ...WARM_IDS];
+    await plantRows(raw, TABLE, ids, {
+      rowBytes: args['row-kb'] * 1_000,
+      ttlMs: 3_600_000,
+      fingerprint,
+    });
   } finally {
     raw.disconnect();
   }

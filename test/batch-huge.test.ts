@@ -9,9 +9,8 @@ import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { plantRows } from '../harness/plant-rows.js';
 import { buildServer } from '../src/http/server.js';
-import { encodeEnvelope } from '../src/l2/format.js';
-import { valueKey } from '../src/l2/keys.js';
 import { openStore, scopedValkey } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { uniqueTable } from './helpers/store.js';
@@ -19,27 +18,9 @@ import { uniqueTable } from './helpers/store.js';
 const IDS = 1_000;
 
 /** Writes `count` rows of `rowBytes` characters each straight into Valkey, as fresh envelopes. */
-async function plantRows(url: string, table: string, count: number, rowBytes: number) {
-  const raw = scopedValkey(url);
-  const soft = Date.now() + 600_000;
-  const filler = 'x'.repeat(rowBytes);
-  for (let start = 0; start < count; start += 50) {
-    const pipeline = raw.pipeline();
-    for (let i = start; i < Math.min(count, start + 50); i++) {
-      const json = JSON.stringify({ id: String(i), filler });
-      const text = encodeEnvelope({
-        value: null,
-        json,
-        version: 1_000 + i,
-        softExpiresAt: soft,
-        hardExpiresAt: soft,
-        deltaMs: 1,
-        negative: false,
-      });
-      pipeline.set(valueKey(table, String(i)), text, 'PX', 600_000);
-    }
-    await pipeline.exec();
-  }
+function plantCount(url: string, table: string, count: number, rowBytes: number) {
+  const ids = Array.from({ length: count }, (_, i) => String(i));
+  return plantRows(scopedValkey(url), table, ids, { rowBytes, ttlMs: 600_000 });
 }
 
 /** POSTs a batchGet over a real socket and reads the whole answer. */
@@ -76,7 +57,7 @@ async function service(rowBytes: number, commandTimeoutMs: number) {
   const server = await spawnServer();
   onTestFinished(() => server.stop());
   const table = uniqueTable('huge');
-  await plantRows(server.url, table, IDS, rowBytes);
+  await plantCount(server.url, table, IDS, rowBytes);
   const source = { reads: 0 };
   const store = await openStore(
     {
