@@ -52,8 +52,9 @@ export type Outcome =
  *   `miss`, `serveStale`, `landed`, close); the runner only reads the length.
  * - `background`: set at creation (no first waiter), and by the owner when it
  *   answered every waiter stale (`serveStale`).
- * - `superseded`: set only by the owner (a PUT, DELETE or newer event of the
- *   id), read by the runner before it writes L2 and by the owner on landing.
+ * - `superseded`, `eventsMissed`: set only by the owner (`superseded`: a PUT, DELETE or newer
+ *   event of the id; `eventsMissed`: a flush, the subscriber having reconnected); `superseded`
+ *   is read by the runner before it writes L2, both by the owner on landing.
  * - `replaceUpTo`, `startVersion`: set by the owner before launch; read-only after.
  */
 export class Flight {
@@ -71,6 +72,12 @@ export class Flight {
   background: boolean;
   /** A write or invalidation of this id came after the flight started: it must write nothing. */
   superseded = false;
+  /**
+   * A flush came while the flight ran (the event subscriber reconnected, so an event of the id
+   * may have been missed): its answer goes to its waiters and to L2, where the lease and the mark
+   * fence it against any write it did not hear of, but never into L1.
+   */
+  eventsMissed = false;
   /** A fresh L2 value at or below this version still needs the load (an early refresh replaces it); 0 otherwise. */
   replaceUpTo = 0;
   /** A version minted when the flight started: writes and deletes newer than it supersede it. */

@@ -177,8 +177,10 @@ export class TableOwner {
       this.#unconfirmed.clear();
       this.#ctx.epochs.unprove();
       this.#ctx.counters.l1Flushes++;
-      // A flight running now may have missed an event too: its answer goes to its waiters, not into L1.
-      for (const id of [...this.#flights.keys()]) this.#supersede(id);
+      // A flight running now may have missed an event too: its answer goes to its waiters and
+      // to L2 (fenced there by the lease and the mark), not into L1; later misses launch anew.
+      for (const flight of this.#flights.values()) flight.eventsMissed = true;
+      this.#flights.clear();
     },
   };
 
@@ -289,7 +291,8 @@ export class TableOwner {
       return;
     }
     if (purge === SOFT_PURGED) envelope = staleNow(envelope, now);
-    const kept = !flight.superseded && !outcome.refused;
+    const written = !flight.superseded && !outcome.refused;
+    const kept = written && !flight.eventsMissed;
     if (kept) {
       this.#l1.set(flight.id, envelope, now);
       if (outcome.unconfirmed === true) this.#unconfirmed.set(flight.id, true);
@@ -297,7 +300,7 @@ export class TableOwner {
     }
     counters.reads[envelope.negative ? 'negative' : purge === SOFT_PURGED ? 'stale' : layer] +=
       flight.callers;
-    const stored = kept && layer === 'origin';
+    const stored = written && layer === 'origin';
     answerAll(flight.waiters, (coalesced) => answerOf(envelope, layer, coalesced, now, stored));
     if (purge === SOFT_PURGED && kept) this.#refresh(flight.id, 'purge');
   }
@@ -318,7 +321,7 @@ export class TableOwner {
 
   /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
   #serveStale(flight: Flight, stale: Envelope): void {
-    if (flight.superseded || flight.waiters.length === 0) return;
+    if (flight.superseded || flight.eventsMissed || flight.waiters.length === 0) return;
     const purge = this.#ctx.epochs.judge(stale.born ?? 0, stale.tags);
     // Hard-purged since the flight read it: never served; the flight's load answers.
     if (purge === HARD_PURGED) return;

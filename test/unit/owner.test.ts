@@ -623,16 +623,24 @@ describe('table owner: writes of an id', () => {
     expect(t.ctx.counters.l1Flushes).toBe(1);
   });
 
-  it('a flight running through a flush answers its callers but does not go into L1 (it may have missed an event)', async () => {
+  it('a flight running through a flush answers its callers and writes L2 but does not go into L1 (it may have missed an event)', async () => {
     const t = fakeOwner();
     const read = t.fill('k');
     await settle();
     t.owner.post({ kind: 'flush' });
     await settle();
-    expect(t.runs[0]?.flight.superseded).toBe(true);
+    // Not superseded: the runner still writes L2, where the lease and the mark fence the fill.
+    expect(t.runs[0]?.flight).toMatchObject({ superseded: false, eventsMissed: true });
+    // A miss after the flush does not join it: it launches its own load.
+    const after = t.fill('k');
+    await settle();
+    expect(t.runs).toHaveLength(2);
     t.runs[0]?.land(value(fresh('read before the flush', t.now())));
     expect(await read).toMatchObject({ value: 'read before the flush' });
     expect(t.l1.peek('k')).toBeUndefined();
+    t.runs[1]?.land(value(fresh('read after the flush', t.now())));
+    expect(await after).toMatchObject({ value: 'read after the flush' });
+    expect(t.l1.peek('k')).toBeDefined();
   });
 });
 
