@@ -49,6 +49,8 @@ describe('the echostore CLI against a running service', () => {
     service = await startServiceProcess(
       {
         valkey: { url: valkeyUrl() },
+        // inspect reads the keys of the service's namespace, not the unnamed one's
+        namespace: 'cli-inspect',
         http: { adminToken: TOKEN },
         tables: { [table]: { source: { kind: 'http', url: origin.template }, ttlMs: 60_000 } },
       },

@@ -134,7 +134,7 @@ export function inspectRoutes(app: FastifyInstance, store: Store, admin: AdminRo
  * reads `hardExpiresAt − PTTL` now.
  */
 async function readL2(store: Store, table: string, id: string): Promise<L2Inspection | null> {
-  const key = valueKey(table, id);
+  const key = valueKey(table, id, store.namespace);
   const [text, pttl] = await Promise.all([store.valkey.get(key), store.valkey.pttl(key)]);
   const header = text === null ? undefined : decodeHeader(text);
   if (text === null || header === undefined || pttl < 0) return null;
@@ -150,7 +150,7 @@ async function readL2(store: Store, table: string, id: string): Promise<L2Inspec
 }
 
 async function readLease(store: Store, table: string, id: string): Promise<LeaseInspection | null> {
-  const key = leaseKey(table, id);
+  const key = leaseKey(table, id, store.namespace);
   const [token, pttl] = await Promise.all([store.valkey.get(key), store.valkey.pttl(key)]);
   if (token === null || pttl < 0) return null;
   const slash = token.lastIndexOf('/');

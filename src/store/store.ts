@@ -131,6 +131,8 @@ export interface Store {
   readonly valkey: Redis | Cluster;
   /** True when the store was given `tracing`: the HTTP routes then take the caller's `traceparent`. */
   readonly traced: boolean;
+  /** The namespace its keys and channels live in ({@link StoreOptions.namespace}); `''` when unset. */
+  readonly namespace: string;
   /** True while the Valkey connection is up; false means degraded (misses go straight to the source). */
   valkeyReady(): boolean;
   /** What `/readyz` reports about Valkey: why the store runs degraded, coherence, eviction. */
@@ -332,6 +334,7 @@ export async function createStore(options: StoreOptions): Promise<Store> {
     registry,
     valkey,
     traced: tracing !== undefined,
+    namespace,
     table(name) {
       const t = tables.get(name);
       if (t === undefined) throw new UnknownTableError(`no table named ${name}`, { table: name });
