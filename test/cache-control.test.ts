@@ -87,6 +87,15 @@ describe('HTTP caching headers', () => {
     await expect.poll(() => loads).toBe(before + 1);
   });
 
+  it('keeps max-age − Age equal to Cache-Status ttl for a stale answer between two seconds', async () => {
+    await get(`/v1/tables/${table}/items/stale-fraction`);
+    now += 62_500; // 2.5 s past the 60 s soft TTL
+    const r = await get(`/v1/tables/${table}/items/stale-fraction`);
+    expect(r.headers['cache-status']).toMatch(/ttl=-2; detail=l1-stale$/);
+    const maxAge = Number(/max-age=(\d+)/.exec(r.headers['cache-control'] as string)?.[1]);
+    expect(maxAge - Number(r.headers.age)).toBe(-2);
+  });
+
   it('gives a cached "not found" the negative TTL and no stale directives', async () => {
     const first = await get(`/v1/tables/${table}/items/missing-1`);
     expect(first.status).toBe(404);

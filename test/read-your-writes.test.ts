@@ -74,7 +74,13 @@ async function get(table: string, id: number, lsn?: string) {
     headers: lsn === undefined ? {} : { 'echostore-min-lsn': lsn },
   });
   const body = (await r.json()) as { version?: number; error?: { code: string } };
-  return { status: r.status, body, cacheStatus: r.headers.get('cache-status') ?? '' };
+  return {
+    status: r.status,
+    body,
+    cacheStatus: r.headers.get('cache-status') ?? '',
+    cacheControl: r.headers.get('cache-control'),
+    vary: r.headers.get('vary'),
+  };
 }
 
 describe('read-your-writes', () => {
@@ -113,6 +119,18 @@ describe('read-your-writes', () => {
     const answer = await get(impatient, 6, 'FFFF/0');
     expect(answer.body.version).toBe(99);
     expect(answer.cacheStatus).toMatch(/^echostore; fwd=miss; fwd-status=200; ttl=0; ryw=source$/);
+  });
+
+  it('keeps a read-your-writes answer out of shared caches, and keys plain reads on the header', async () => {
+    const plainRead = await get(items, 7);
+    expect(plainRead.cacheControl).toMatch(/^max-age=\d+/);
+    expect(plainRead.vary).toBe('echostore-min-lsn');
+    const lsn = await commit(`UPDATE ${name} SET version = version + 1 WHERE id = 7`);
+    const own = await get(items, 7, lsn);
+    expect(own.cacheControl).toBe('no-store');
+    expect(own.vary).toBe('echostore-min-lsn');
+    // A table that follows no stream has no such header to vary on.
+    expect((await get(plain, 7)).vary).toBeNull();
   });
 
   it('refuses a malformed position, or one on a table that follows no stream, with ECC_BAD_REQUEST', async () => {

@@ -39,7 +39,8 @@ export function cachingHeaders(
   const lifetimeMs = result.found ? policy.ttlMs : policy.negativeTtlMs;
   const ageMs = result.layer === 'origin' ? 0 : Math.max(0, lifetimeMs - result.ttlMs);
   const ageS = Math.floor(ageMs / 1000);
-  const maxAgeS = Math.max(0, ageS + Math.floor(result.ttlMs / 1000));
+  // Truncated toward zero, as Cache-Status's ttl is: max-age − Age is that ttl, stale or not.
+  const maxAgeS = Math.max(0, ageS + Math.trunc(result.ttlMs / 1000));
   let directives = `max-age=${maxAgeS}`;
   if (result.found && policy.staleMs > 0) {
     const staleS = Math.floor(policy.staleMs / 1000);

@@ -68,6 +68,11 @@ const readSchema = {
         type: 'string',
         description: '`*` or entity tags (compared weakly): a match answers 304.',
       },
+      'echostore-min-lsn': {
+        type: 'string',
+        description:
+          'Read-your-writes, on a table that follows a change stream: the commit position the answer must be at least as new as (Postgres: `pg_current_wal_lsn()` after the COMMIT, `X/Y`). `Cache-Status` then ends in `ryw=stream` (the stream had passed it) or `ryw=source` (read from the source); the answer is `Cache-Control: no-store`.',
+      },
     },
   },
   response: {
@@ -108,11 +113,16 @@ export function itemRoutes(
       reply.header('cache-status', cacheStatus(result));
     } else {
       const ryw = readAfter(table);
-      if (ryw === undefined || typeof minLsn !== 'string') {
+      if (ryw === undefined) {
         throw new BadRequestError(
-          `${MIN_LSN_HEADER} needs a table that follows a change stream (source.follow), once`,
+          `${MIN_LSN_HEADER} needs a table that follows a change stream (source.follow); ${table} does not`,
           { table },
         );
+      }
+      if (typeof minLsn !== 'string') {
+        throw new BadRequestError(`${MIN_LSN_HEADER} given more than once: give one position`, {
+          table,
+        });
       }
       const answer = await ryw.read(t, id, parseLsn(minLsn));
       result = answer.result;
@@ -121,8 +131,13 @@ export function itemRoutes(
     }
     const caching = cachingHeaders(result, t.policy);
     if (caching !== undefined) {
-      reply.header('cache-control', caching['cache-control']).header('age', caching.age);
+      // One client's read-your-writes answer is not for a shared cache to reuse (RFC 9111 §5.2.2.5).
+      reply
+        .header('cache-control', minLsn === undefined ? caching['cache-control'] : 'no-store')
+        .header('age', caching.age);
     }
+    // A cache in front must not answer a read-your-writes request with a copy of a plain read.
+    if (readAfter(table) !== undefined) reply.header('vary', MIN_LSN_HEADER);
     if (!result.found) {
       return sendError(
         request,
