@@ -5,7 +5,7 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/helpers/global-setup.ts'],
     testTimeout: 20_000,
-    hookTimeout: 30_000,
+    hookTimeout: 60_000,
     pool: 'forks',
     // `// @module-tag cluster` at the top of a file: `npm run test:cluster` runs it on a cluster.
     tags: [{ name: 'cluster', description: 'a law test, run again on a local 3+3 cluster' }],

@@ -80,7 +80,7 @@ export function spawnService(
  * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
  */
 export async function startService(config: object, options: StartOptions = {}): Promise<Service> {
-  const readyTimeoutMs = options.readyTimeoutMs ?? 15_000;
+  const readyTimeoutMs = options.readyTimeoutMs ?? 30_000;
   const port = options.port ?? (await freePort());
   const child = spawnService(config, port, options);
   const url = `http://127.0.0.1:${port}`;
