@@ -317,7 +317,7 @@ describe.each([postgres, mysqlKind])('$name source', (kind) => {
     await vi.waitFor(
       () => expect(service.logs().some((l) => l.msg === 'warm-up done')).toBe(true),
       {
-        timeout: 15_000,
+        timeout: 45_000,
         interval: 50,
       },
     );
@@ -330,7 +330,7 @@ describe.each([postgres, mysqlKind])('$name source', (kind) => {
     });
     const r = await fetch(`${service.url}/v1/tables/${table}/items/57`);
     expect(r.headers.get('cache-status')).toMatch(/detail=l1$/); // warmed: no load on this read
-  });
+  }, 60_000); // a service start and a warm-up under a loaded suite
 
   it('seeds the demo catalog once when asked: product 42 as in the sqlite demo', async () => {
     const f = await fixture();
