@@ -81,7 +81,7 @@ export class ChangeFollower {
       if (this.#closed) return;
       if (held && this.#run === undefined && performance.now() >= this.#retryAt) this.#start();
       else if (!held && this.#run !== undefined) {
-        this.#o.log.warn({ stream: this.#o.stream.name }, 'lost the change stream lease: stopping');
+        this.#o.log.warn('lost the change stream lease: stopping');
         await this.#stop();
       }
       this.#o.metrics.holder.set({ stream: this.#o.stream.name }, this.reading ? 1 : 0);
@@ -101,7 +101,7 @@ export class ChangeFollower {
     const started = () => {
       run.streaming = true;
       this.#failures = 0;
-      log.info({ stream: stream.name }, 'reading the change stream');
+      log.info('reading the change stream');
     };
     run.done = stream.run(this.#sink(started), abort.signal).then(
       () => {},
@@ -112,7 +112,7 @@ export class ChangeFollower {
         const backoffMs = Math.min(MAX_RETRY_MS, 500 * 2 ** this.#failures++);
         this.#retryAt = performance.now() + backoffMs;
         log.warn(
-          { err, stream: stream.name, retryInMs: backoffMs },
+          { err, retryInMs: backoffMs },
           'change stream stopped: reading again from the last acknowledged position',
         );
       },
