@@ -136,6 +136,12 @@ export const LOAD_ERROR_CODES = [
   'ECC_SHED',
 ] as const;
 
+/** The operations whose scripts run again key by key on `TRYAGAIN` (`echostore_valkey_retries_total{op}`). */
+export const RETRIED_OPS = ['get', 'lease', 'fill', 'put', 'del', 'forget'] as const;
+
+/** The writes refused while degraded (`echostore_writes_refused_total{op}`). */
+export const REFUSED_WRITES = ['put', 'del'] as const;
+
 /** The Valkey operations whose failures are counted (`echostore_valkey_errors_total{op}`). */
 export const VALKEY_OPS = [
   'get',
@@ -275,12 +281,14 @@ const MIRRORS: Mirror[] = [
     name: 'echostore_writes_refused_total',
     help: 'PUTs and DELETEs answered ECC_VALKEY_UNAVAILABLE without being sent: the store ran degraded (its breaker open), so nothing reached Valkey and nothing was counted as a Valkey error.',
     label: 'op',
+    known: REFUSED_WRITES,
     pick: (c) => c.writesRefused,
   },
   {
     name: 'echostore_valkey_retries_total',
     help: 'Scripts with several keys answered TRYAGAIN (their cluster slot was being migrated) and run again key by key, by operation (get, lease, fill, put, del, forget).',
     label: 'op',
+    known: RETRIED_OPS,
     pick: (c) => c.valkeyRetries,
   },
 ];

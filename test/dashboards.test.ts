@@ -150,6 +150,15 @@ describe('dashboards and alerts', () => {
     }
   });
 
+  it("lists every alert rule in docs/operations.md's table, with its severity", () => {
+    const doc = readFileSync(resolve(ROOT, 'docs/operations.md'), 'utf8');
+    for (const r of rules) {
+      expect(doc, r.alert).toMatch(
+        new RegExp(`^\\| \`${r.alert}\` +\\|.*\\| ${r.labels.severity} +\\|$`, 'm'),
+      );
+    }
+  });
+
   it('provisions Grafana and Prometheus in docker-compose.yml with files that exist', () => {
     const compose = parse(readFileSync(resolve(ROOT, 'docker-compose.yml'), 'utf8')) as {
       services: Record<string, { volumes?: string[] }>;

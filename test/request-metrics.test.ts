@@ -81,6 +81,9 @@ describe('request metrics and access log', () => {
     for (const op of ['put', 'del']) {
       expect(sample(text, 'echostore_writes_refused_total', { table, op }), op).toBe(0);
     }
+    for (const op of ['get', 'lease', 'fill', 'put', 'del', 'forget']) {
+      expect(sample(text, 'echostore_valkey_retries_total', { table, op }), op).toBe(0);
+    }
   });
 
   it('passes promtool check metrics (no gauge named _total)', (ctx) => {

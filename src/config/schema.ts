@@ -687,17 +687,18 @@ export const LogSchema = Type.Object(
   { additionalProperties: false },
 );
 
-/**
- * JSON schema of a configuration file after YAML parsing and after the loader has filled in
- * the defaults of the {@link SECTIONS} (so they and their defaulted fields are required here);
- * table policy defaults are applied later by `resolvePolicy`, so `tables` stays as written.
- */
 /** `namespace`: what every key and channel of the service lives in. */
 export const NamespaceSchema = Type.String({
   pattern: '^[a-z0-9_-]{1,64}$',
   description:
     "Every key, lease, tombstone, purge epoch and channel lives in it (`ecc:<namespace>:<table>:…`, `ecc:events:<namespace>:<table>`), so two deployments on one Valkey in different namespaces never read each other's rows. `ECHOSTORE_NAMESPACE` sets it from the environment. Unset: the unnamed namespace of earlier releases (`ecc:<table>:…`); the built-in demo uses `demo`.",
 });
+
+/**
+ * JSON schema of a configuration file after YAML parsing and after the loader has filled in
+ * the defaults of the {@link SECTIONS} (so they and their defaulted fields are required here);
+ * table policy defaults are applied later by `resolvePolicy`, so `tables` stays as written.
+ */
 
 export const configSchema = Type.Object(
   {

@@ -42,7 +42,7 @@ export const L1PolicySchema = Type.Object(
     ),
     ttlMs: Type.Optional(
       ms(
-        "Upper bound on a row's L1 lifetime, jittered; a row never outlives its hard TTL either.",
+        "A row's L1 lifetime before jitter: each row lives this long lengthened by up to the table's `jitter` (at most (1 + jitter) × this), and never past its hard TTL.",
         30_000,
       ),
     ),
