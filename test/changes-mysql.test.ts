@@ -11,9 +11,10 @@ import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type PrivateMariadb, startMariadb } from '../harness/mariadb-server.js';
 import { startService } from '../harness/service.js';
-import { followMysql } from '../src/changes/follow.js';
+import { followMysql, tableTarget } from '../src/changes/follow.js';
 import type { ChangeFollower } from '../src/changes/follower.js';
 import { changeMetrics } from '../src/changes/metrics.js';
+import { truncatedTable } from '../src/changes/mysql-stream.js';
 import type { Store } from '../src/store/store.js';
 import { openStore, scopedValkey } from './helpers/probe.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
@@ -48,7 +49,7 @@ function follow(store: Store, table: string, name: string, stream: string): Chan
     table,
     { url: db.url, idColumn: 'id' },
     { stream, tables: [{ table: name, idColumn: 'id' }], leaseMs: 600 },
-    (id) => store.table(table).invalidate(id),
+    tableTarget(store.table(table)),
     {
       valkey: store.valkey,
       metrics: changeMetrics(new Registry()),
@@ -155,4 +156,33 @@ describe("invalidation from MariaDB's binlog", () => {
     await admin.query(`UPDATE ${name} SET version = 9 WHERE id = 1`);
     await vi.waitFor(async () => expect(await get()).toBe(9), { timeout: 10_000, interval: 20 });
   }, 60_000);
+});
+
+describe('TRUNCATE of a watched table (a statement in the binlog)', () => {
+  it('purges every cached row of the table', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('my-trunc');
+    const a = await openStore({
+      [table]: { load: loaderOf(name), ttlMs: 600_000, negativeTtlMs: 600_000 },
+    });
+    const fa = follow(a, table, name, `t_${name}`);
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    for (const id of ['1', '2', '3']) expect(await versionOf(a, table, id)).toBe(1);
+    await admin.query(`TRUNCATE TABLE ${name}`);
+    await vi.waitFor(
+      async () => {
+        for (const id of ['1', '2', '3']) expect(await versionOf(a, table, id)).toBeUndefined();
+      },
+      { timeout: 10_000, interval: 20 },
+    );
+  }, 30_000);
+
+  it('names the table a TRUNCATE statement names, qualified or not', () => {
+    expect(truncatedTable({ query: 'TRUNCATE TABLE items', schema: 'test' })).toBe('test.items');
+    expect(truncatedTable({ query: 'truncate `shop`.`items`;', schema: 'test' })).toBe(
+      'shop.items',
+    );
+    expect(truncatedTable({ query: 'BEGIN', schema: 'test' })).toBeUndefined();
+    expect(truncatedTable({ query: 'DELETE FROM items', schema: 'test' })).toBeUndefined();
+  });
 });

@@ -14,22 +14,31 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'v
 import { type PrivatePostgres, startPostgres } from '../harness/postgres-server.js';
 import { startService } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
-import { followPostgres } from '../src/changes/follow.js';
-import type { ChangeFollower } from '../src/changes/follower.js';
+import { followPostgres, tableTarget } from '../src/changes/follow.js';
+import type { ChangeFollower, ChangeTarget } from '../src/changes/follower.js';
 import { formatLsn, parseLsn } from '../src/changes/lsn.js';
 import { changeMetrics } from '../src/changes/metrics.js';
 import { StreamPosition, streamKeys } from '../src/changes/position.js';
 import { waitVisible } from '../src/changes/postgres-stream.js';
 import type { Store } from '../src/store/store.js';
-import { errorOf, openStore, scopedValkey, storedValue } from './helpers/probe.js';
+import {
+  errorOf,
+  openStore,
+  readEnvelope,
+  scopedValkey,
+  storedValue,
+  valkeyNowMs,
+} from './helpers/probe.js';
 import { deferred, uniqueTable, valkeyUrl } from './helpers/store.js';
 
 let db: PrivatePostgres;
 let admin: pg.Pool;
 
 beforeAll(async () => {
-  db = await startPostgres();
+  // pg_stat_statements: the stale-mode tests count the loader's SELECTs at the database.
+  db = await startPostgres({ settings: { shared_preload_libraries: 'pg_stat_statements' } });
   admin = new pg.Pool({ connectionString: db.url, max: 4 });
+  await admin.query('CREATE EXTENSION pg_stat_statements');
 }, 60_000);
 
 afterAll(async () => {
@@ -67,14 +76,14 @@ async function follow(
   store: Store,
   table: string,
   name: string,
-  invalidate: (id: string) => Promise<void> = (id) => store.table(table).invalidate(id),
+  target: ChangeTarget = tableTarget(store.table(table)),
   registry = new Registry(),
 ): Promise<ChangeFollower> {
   const follower = await followPostgres(
     table,
     { url: db.url, idColumn: 'id' },
     { slot: name, tables: [{ table: name, idColumn: 'id' }], leaseMs: 600, statusIntervalMs: 50 },
-    invalidate,
+    target,
     { valkey: store.valkey, metrics: changeMetrics(registry), log: pino({ level: 'silent' }) },
     'source.follow',
   );
@@ -148,15 +157,22 @@ describe('the commit-vs-fill race', () => {
    * then A's load finishes and tries to store version 1. Returns what Valkey
    * and a third instance hold afterwards.
    */
-  async function race(invalidateOf: (b: Store, table: string) => (id: string) => Promise<void>) {
+  async function race(targetOf: (b: Store, table: string) => ChangeTarget, cachedStale = false) {
     const name = await itemsTable();
     const table = uniqueTable('pg-race');
     const raw = scopedValkey();
     const read = deferred<void>();
     const gate = deferred<void>();
+    if (cachedStale) {
+      // Version 1 in Valkey, past its soft TTL: A's read below is a refresh that loads it again.
+      const w = await openStore({ [table]: { load: loaderOf(name), ttlMs: 1, staleMs: 600_000 } });
+      expect(await versionOf(w, table, '1')).toBe(1);
+      await new Promise((r) => setTimeout(r, 5));
+    }
     const a = await openStore({
       [table]: {
         ttlMs: 600_000,
+        staleMs: 600_000,
         load: loaderOf(name, async () => {
           read.resolve();
           await gate.promise;
@@ -164,7 +180,7 @@ describe('the commit-vs-fill race', () => {
       },
     });
     const b = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
-    const fb = await follow(b, table, name, invalidateOf(b, table));
+    const fb = await follow(b, table, name, targetOf(b, table));
     await vi.waitFor(() => expect(fb.reading).toBe(true), { timeout: 10_000 });
     const loading = a.table(table).get('1');
     await read.promise;
@@ -179,16 +195,35 @@ describe('the commit-vs-fill race', () => {
     );
     gate.resolve();
     const first = await loading;
+    // A's load has landed (with a stale row in hand its caller was answered before it).
+    await vi.waitFor(() => expect(a.table(table).stats().flights).toBe(0));
+    const storedEnvelope = await readEnvelope(raw, table, '1');
+    const valkeyMs = await valkeyNowMs(raw);
+    const stored = (await storedValue(raw, table, '1')) as { version: number } | undefined;
     const c = await openStore({ [table]: { load: loaderOf(name) } });
+    const after = await c.table(table).get('1');
     return {
       first: first.found ? (first.value as { version: number }).version : undefined,
-      stored: (await storedValue(raw, table, '1')) as { version: number } | undefined,
-      next: await versionOf(c, table, '1'),
+      stored,
+      storedEnvelope: storedEnvelope as Exclude<typeof storedEnvelope, null | 'garbage'>,
+      valkeyMs,
+      next: after.found ? (after.value as { version: number }).version : undefined,
+      nextStale: after.stale,
+      /** The version c answers once a read finds no stale row. */
+      eventually: () =>
+        vi.waitFor(
+          async () => {
+            const r = await c.table(table).get('1');
+            expect(r.stale).toBe(false);
+            return r.found ? (r.value as { version: number }).version : undefined;
+          },
+          { timeout: 5_000, interval: 20 },
+        ),
     };
   }
 
   it("a load that read the row before the commit never stores it after the stream's invalidation", async () => {
-    const { first, stored, next } = await race((b, table) => (id) => b.table(table).invalidate(id));
+    const { first, stored, next } = await race((b, table) => tableTarget(b.table(table)));
     // The caller that asked before the commit may get what it read…
     expect(first).toBe(1);
     // …but the tombstone cancelled the load's lease: its fill was refused.
@@ -196,10 +231,27 @@ describe('the commit-vs-fill race', () => {
     expect(next).toBe(2);
   });
 
+  it("in stale mode, a load that read the row before the commit never stores it as fresh after the stream's change", async () => {
+    const { first, stored, storedEnvelope, valkeyMs, next, nextStale, eventually } = await race(
+      (b, table) => tableTarget(b.table(table), 'stale'),
+      true,
+    );
+    expect(first).toBe(1);
+    // The old row stays in Valkey, stale from the change (not the load's fresh fill)…
+    expect(stored?.version).toBe(1);
+    expect(storedEnvelope.softExpiresAt).toBeLessThanOrEqual(valkeyMs);
+    // …so the next read anywhere answers it stale, and a refresh brings the committed row.
+    expect({ next, nextStale }).toEqual({ next: 1, nextStale: true });
+    expect(await eventually()).toBe(2);
+  });
+
   it('with a plain DEL of the key instead, the same load stores the old row (why the stream uses the DELETE path)', async () => {
-    const { stored, next } = await race((b, table) => async (id) => {
-      await b.valkey.del(`ecc:${table}:{${id}}`);
-    });
+    const { stored, next } = await race((b, table) => ({
+      ...tableTarget(b.table(table)),
+      invalidate: async (id) => {
+        await b.valkey.del(`ecc:${table}:{${id}}`);
+      },
+    }));
     expect(stored?.version).toBe(1);
     expect(next).toBe(1);
   });
@@ -333,7 +385,7 @@ describe('configuration', () => {
         't',
         { url: plain.url, idColumn: 'id' },
         {},
-        async () => {},
+        { invalidate: async () => {}, truncate: async () => {} },
         {
           valkey: a.valkey,
           metrics: changeMetrics(new Registry()),
@@ -358,5 +410,128 @@ describe('a commit is applied once it is visible', () => {
     expect(await waitVisible(admin, [xid], new AbortController().signal, 200)).toBe(false);
     await client.query('COMMIT');
     expect(await waitVisible(admin, [xid], new AbortController().signal, 200)).toBe(true);
+  });
+});
+
+/** Calls of the loader's SELECT on `name` the database ran (pg_stat_statements), by statement text. */
+async function selectsOf(name: string): Promise<number> {
+  const { rows } = await admin.query<{ calls: string | null }>(
+    "SELECT sum(calls)::text AS calls FROM pg_stat_statements WHERE query LIKE 'SELECT id, version FROM ' || $1 || ' WHERE %'",
+    [name],
+  );
+  return Number(rows[0]?.calls ?? 0);
+}
+
+/** Waits until the slot's applied position in Valkey has passed `committed`. */
+async function applied(slot: string, committed: bigint): Promise<void> {
+  const position = new StreamPosition(scopedValkey(), streamKeys(slot).position);
+  await vi.waitFor(
+    async () => expect((await position.read()) ?? 0n).toBeGreaterThanOrEqual(committed),
+    { timeout: 10_000, interval: 10 },
+  );
+}
+
+describe('stale mode (follow.mode: stale)', () => {
+  it('an UPDATE made in Postgres is answered stale once, then the new row after one refresh, counted at the database', async () => {
+    const name = await itemsTable();
+    const cache = uniqueTable('pg-stale');
+    const service = await startService({
+      valkey: { url: valkeyUrl() },
+      tables: {
+        [cache]: {
+          ttlMs: 600_000,
+          staleMs: 600_000,
+          source: {
+            kind: 'postgres',
+            url: db.url,
+            query: `SELECT id, version FROM ${name} WHERE id = ANY($1)`,
+            follow: { slot: name, mode: 'stale', tables: [{ table: name, idColumn: 'id' }] },
+          },
+        },
+      },
+    });
+    onTestFinished(() => service.stop());
+    const get = async () => {
+      const r = await fetch(`${service.url}/v1/tables/${cache}/items/1`);
+      const body = (await r.json()) as { version: number };
+      return { version: body.version, cacheStatus: r.headers.get('cache-status') ?? '' };
+    };
+    await vi.waitFor(
+      async () =>
+        expect(await (await fetch(`${service.url}/metrics`)).text()).toMatch(
+          new RegExp(`echostore_changes_holder\\{stream="${name}"\\} 1`),
+        ),
+      { timeout: 15_000, interval: 100 },
+    );
+    // From here on every SELECT of the table is the loader's (the source checked its query at start).
+    const base = await selectsOf(name);
+    expect(await get()).toMatchObject({ version: 1 });
+    expect(await get()).toMatchObject({
+      version: 1,
+      cacheStatus: expect.stringMatching(/detail=l1$/),
+    });
+    expect(await selectsOf(name)).toBe(base + 1);
+    await applied(name, await commit(`UPDATE ${name} SET version = 2 WHERE id = 1`));
+    // The next read answers the old row, stale; one refresh reads the source.
+    const stale = await get();
+    expect(stale.version).toBe(1);
+    expect(stale.cacheStatus).toMatch(/^echostore; hit; ttl=-?\d+; detail=l[12]-stale$/);
+    await vi.waitFor(async () => expect(await selectsOf(name)).toBe(base + 2), {
+      timeout: 5_000,
+      interval: 20,
+    });
+    await vi.waitFor(async () => expect(await get()).toMatchObject({ version: 2 }), {
+      timeout: 5_000,
+      interval: 20,
+    });
+    const fresh = await get();
+    expect(fresh).toMatchObject({ version: 2, cacheStatus: expect.stringMatching(/detail=l1$/) });
+    // One refresh per change: the database saw exactly one more SELECT.
+    expect(await selectsOf(name)).toBe(base + 2);
+  }, 60_000);
+});
+
+describe('TRUNCATE of a watched table', () => {
+  it('drop mode: purges every cached row of the table on every instance', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-trunc');
+    const opts = { load: loaderOf(name), ttlMs: 600_000, negativeTtlMs: 600_000 };
+    const a = await openStore({ [table]: opts });
+    const b = await openStore({ [table]: opts });
+    const fa = await follow(a, table, name);
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    for (const id of ['1', '2', '3']) {
+      expect(await versionOf(a, table, id)).toBe(1);
+      expect(await versionOf(b, table, id)).toBe(1);
+    }
+    const before = await selectsOf(name);
+    await applied(name, await commit(`TRUNCATE ${name}`));
+    for (const id of ['1', '2', '3']) {
+      expect(await versionOf(a, table, id)).toBeUndefined();
+      await vi.waitFor(async () => expect(await versionOf(b, table, id)).toBeUndefined(), {
+        timeout: 5_000,
+        interval: 20,
+      });
+    }
+    // Each row was read again from the (now empty) table: a hard purge, not a stale answer.
+    expect(await selectsOf(name)).toBeGreaterThanOrEqual(before + 3);
+  });
+
+  it('stale mode: the next read answers each old row stale, then the truncated table (not found)', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-trunc-stale');
+    const a = await openStore({
+      [table]: { load: loaderOf(name), ttlMs: 600_000, staleMs: 600_000, negativeTtlMs: 600_000 },
+    });
+    const fa = await follow(a, table, name, tableTarget(a.table(table), 'stale'));
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    expect(await versionOf(a, table, '1')).toBe(1);
+    await applied(name, await commit(`TRUNCATE ${name}`));
+    const stale = await a.table(table).get('1');
+    expect({ found: stale.found, stale: stale.stale }).toEqual({ found: true, stale: true });
+    await vi.waitFor(async () => expect(await versionOf(a, table, '1')).toBeUndefined(), {
+      timeout: 5_000,
+      interval: 20,
+    });
   });
 });

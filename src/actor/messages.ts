@@ -70,8 +70,11 @@ export type Message =
       error?: unknown;
       waiter: WriteWaiter<Written>;
     }
-  /** A caller deletes: tombstone in Valkey, drop L1, park the id's messages until acknowledged. */
-  | { kind: 'invalidate'; id: string; waiter: WriteWaiter<void> }
+  /**
+   * A caller deletes: tombstone in Valkey (`soft`: the value kept there, stale), drop L1, park
+   * the id's messages until acknowledged.
+   */
+  | { kind: 'invalidate'; id: string; soft?: boolean; waiter: WriteWaiter<void> }
   /** Valkey acknowledged (or failed) an `invalidate`: answer, replay what was parked. */
   | { kind: 'invalidated'; id: string; error?: unknown; waiter: WriteWaiter<void> }
   /** A caller purges rows by tag or the whole table: the epochs in Valkey, then in memory. */

@@ -139,21 +139,23 @@ export class Writes {
    * When Valkey is out of memory (it refuses the tombstone, or the circuit is
    * open for that), the value and the lease are deleted instead (`forget`):
    * DEL is accepted under OOM, and the fleet still hears of the deletion.
+   * `soft`: the value is kept in Valkey, stale from now (`staleAndCancel`), not tombstoned.
    */
   invalidate(m: Invalidate): void {
     const ctx = this.#ctx;
     this.#l1.delete(m.id);
     this.#parked.set(m.id, []);
     const now = ctx.now();
-    ctx.l2
-      .write(
-        m.id,
-        // Of this table's source, so no instance takes it for another source's row.
-        { ...tombstone(now), born: BORN_NOW, fingerprint: ctx.fingerprint },
-        now,
-        ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS,
-        'del',
-      )
+    // Of this table's source, so no instance takes it for another source's row.
+    const dead = { ...tombstone(now), born: BORN_NOW, fingerprint: ctx.fingerprint };
+    const pxMs = ctx.policy.leaseMs + TOMBSTONE_EXTRA_MS;
+    // Soft: the value stays in Valkey, stale (the next read anywhere answers it, one refresh
+    // runs); the lease is cancelled all the same, so a fill that read the old row is refused.
+    const sent =
+      m.soft === true
+        ? ctx.l2.markStale(m.id, dead, now, pxMs)
+        : ctx.l2.write(m.id, dead, now, pxMs, 'del');
+    sent
       .catch((error: unknown) => {
         if (valkeyReason(error) !== 'oom') throw error;
         ctx.counters.tombstoneFallbacks++;

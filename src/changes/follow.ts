@@ -1,7 +1,8 @@
 /** Builds the follower of a `postgres` table whose source has `follow` on. */
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { ChangeFollower } from './follower.js';
+import type { Table } from '../store/table.js';
+import { ChangeFollower, type ChangeTarget } from './follower.js';
 import { StreamLease } from './lease.js';
 import type { ChangeMetrics } from './metrics.js';
 import { mysqlStream } from './mysql-stream.js';
@@ -16,8 +17,34 @@ export const DEFAULT_STATUS_INTERVAL_MS = 200;
 /** Default longest wait of a read-your-writes read for the stream to reach its position, ms. */
 export const DEFAULT_READ_YOUR_WRITES_WAIT_MS = 200;
 
+/**
+ * What a change does to a cached row, the table's choice: `drop` it (a
+ * DELETE: the next read loads) or mark it `stale` (a soft DELETE: the next
+ * read answers the old value stale while one refresh runs).
+ */
+export type ChangeMode = 'drop' | 'stale';
+
+/** The default {@link ChangeMode}. */
+export const DEFAULT_CHANGE_MODE: ChangeMode = 'drop';
+
+/**
+ * A cache table as a stream's target: a changed row through `Table.invalidate`
+ * (soft in `stale` mode), a TRUNCATE through `Table.purge` of the whole table
+ * (soft in `stale` mode).
+ */
+export function tableTarget(table: Table, mode: ChangeMode = DEFAULT_CHANGE_MODE): ChangeTarget {
+  const soft = mode === 'stale';
+  return {
+    invalidate: (id) => table.invalidate(id, soft ? { soft } : undefined),
+    truncate: async () => {
+      await table.purge({ all: true, soft });
+    },
+  };
+}
+
 /** A postgres source's `follow` (see the config schema for each field's meaning). */
 export interface PostgresFollowConfig {
+  mode?: ChangeMode;
   slot?: string;
   publication?: string;
   create?: boolean;
@@ -40,7 +67,7 @@ export const defaultSlot = (table: string) => `echostore_${table.replaceAll('-',
 
 /**
  * Checks the database, then starts following: every instance competes for the
- * stream's lease, the holder reads the slot and invalidates through `invalidate`.
+ * stream's lease, the holder reads the slot and applies its changes to `target`.
  *
  * @param table the cache table's name. @param sourceUrl, idColumn the source's.
  * @throws {ConfigError} (rejects) `ECC_BAD_CONFIG` naming `field` (see {@link postgresStream}).
@@ -49,7 +76,7 @@ export async function followPostgres(
   table: string,
   source: { url: string; idColumn: string },
   follow: PostgresFollowConfig,
-  invalidate: (id: string) => Promise<void>,
+  target: ChangeTarget,
   deps: FollowDeps,
   field: string,
 ): Promise<ChangeFollower> {
@@ -69,11 +96,12 @@ export async function followPostgres(
       ),
   });
   deps.metrics.lagReaders.set(slot, () => stream.lagBytes());
-  return followerOf(slot, stream, follow.leaseMs, invalidate, deps);
+  return followerOf(slot, stream, follow.leaseMs, target, deps);
 }
 
 /** A mysql source's `follow` (see the config schema for each field's meaning). */
 export interface MysqlFollowConfig {
+  mode?: ChangeMode;
   stream?: string;
   tables?: WatchedTable[];
   url?: string;
@@ -88,13 +116,13 @@ export const defaultServerId = (name: string) =>
 /**
  * Starts following a `mysql` table's binlog: every instance competes for the
  * stream's lease, the holder reads the binlog from the position saved in
- * Valkey and invalidates through `invalidate`.
+ * Valkey and applies its changes to `target`.
  */
 export function followMysql(
   table: string,
   source: { url: string; idColumn: string },
   follow: MysqlFollowConfig,
-  invalidate: (id: string) => Promise<void>,
+  target: ChangeTarget,
   deps: FollowDeps,
 ): ChangeFollower {
   const name = follow.stream ?? defaultSlot(table);
@@ -105,7 +133,7 @@ export function followMysql(
     serverId: follow.serverId ?? defaultServerId(name),
     valkey: deps.valkey,
   });
-  return followerOf(name, stream, follow.leaseMs, invalidate, deps);
+  return followerOf(name, stream, follow.leaseMs, target, deps);
 }
 
 /** The follower of stream `name`: its lease and saved position in Valkey, under the fleet lease. */
@@ -113,7 +141,7 @@ function followerOf(
   name: string,
   stream: ConstructorParameters<typeof ChangeFollower>[0]['stream'],
   leaseMsOption: number | undefined,
-  invalidate: (id: string) => Promise<void>,
+  target: ChangeTarget,
   deps: FollowDeps,
 ): ChangeFollower {
   const keys = streamKeys(name);
@@ -122,7 +150,7 @@ function followerOf(
     stream,
     lease: new StreamLease(deps.valkey, keys.lease, leaseMs),
     position: new StreamPosition(deps.valkey, keys.position),
-    invalidate,
+    target,
     leaseMs,
     metrics: deps.metrics,
     log: deps.log.child({ stream: name }),

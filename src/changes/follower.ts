@@ -2,8 +2,10 @@
  * A change stream's follower: one per stream on every instance, of which
  * the one holding the stream's lease reads it. Each committed transaction's
  * ids go through the table's own DELETE path (`Table.invalidate`: a
- * tombstone that cancels the id's lease, so a load that read the row before
- * the commit never stores it after), then the stream's position is raised in
+ * tombstone, or in `stale` mode the value marked stale, that cancels the id's
+ * lease, so a load that read the row before the commit never stores it after
+ * as fresh), a TRUNCATE through its table purge (`Table.purge`), then the
+ * stream's position is raised in
  * Valkey, and only then is the transaction acknowledged to the database. A
  * crash anywhere before the acknowledgement replays the transaction (at least
  * once; replaying an invalidation is harmless).
@@ -18,13 +20,20 @@ import type { ChangeBatch, ChangeStream, StreamSink } from './stream.js';
 /** The longest pause between two runs of a stream that keeps failing, ms. */
 const MAX_RETRY_MS = 30_000;
 
+/** What a stream's changes do to its cache table; each resolves once Valkey applied and published it. */
+export interface ChangeTarget {
+  /** A row changed: the table's DELETE of its id (`Table.invalidate`, soft in `stale` mode). */
+  invalidate(id: string): Promise<void>;
+  /** A watched table was truncated: the table's purge of every row (`Table.purge`, soft in `stale` mode). */
+  truncate(): Promise<void>;
+}
+
 /** Options of {@link ChangeFollower}. */
 export interface FollowerOptions {
   stream: ChangeStream;
   lease: StreamLease;
   position: StreamPosition;
-  /** The cache table's DELETE (`Table.invalidate`): resolves once Valkey applied and published it. */
-  invalidate: (id: string) => Promise<void>;
+  target: ChangeTarget;
   /** How long the lease outlives its holder, ms; it is renewed every quarter of that. */
   leaseMs: number;
   metrics: ChangeMetrics;
@@ -133,16 +142,18 @@ export class ChangeFollower {
   }
 
   #sink(started: () => void): StreamSink {
-    const { invalidate, position, metrics, log, stream } = this.#o;
+    const { target, position, metrics, log, stream } = this.#o;
     const labels = { stream: stream.name };
     return {
       started,
       apply: async (batch: ChangeBatch) => {
-        await Promise.all([...batch.ids].map((id) => invalidateOne(invalidate, id)));
+        const invalidated = [...batch.ids].map((id) => invalidateOne(target, id));
         if (batch.truncated) {
+          invalidated.push(target.truncate());
           metrics.truncates.inc(labels);
-          log.warn(labels, 'a watched table was truncated: its cached rows stay until their TTL');
+          log.info(labels, 'a watched table was truncated: purged every row of the cache table');
         }
+        await Promise.all(invalidated);
         await position.raise(batch.position);
         metrics.transactions.inc(labels);
         metrics.invalidations.inc(labels, batch.ids.size);
@@ -157,9 +168,9 @@ export class ChangeFollower {
 }
 
 /** An id the table refuses (`ECC_BAD_ID`: not its pattern) is never cached: nothing to invalidate. */
-async function invalidateOne(invalidate: (id: string) => Promise<void>, id: string): Promise<void> {
+async function invalidateOne(target: ChangeTarget, id: string): Promise<void> {
   try {
-    await invalidate(id);
+    await target.invalidate(id);
   } catch (err) {
     if (err instanceof EchoStoreError && err.code === 'ECC_BAD_ID') return;
     throw err;

@@ -9,7 +9,7 @@ export interface ChangeMetrics {
   transactions: Counter<'stream'>;
   /** Cache ids invalidated from the stream. */
   invalidations: Counter<'stream'>;
-  /** TRUNCATEs of a watched table seen (their rows stay until TTL). */
+  /** TRUNCATEs of a watched table applied (each purged the cache table). */
   truncates: Counter<'stream'>;
   /** Runs that stopped on a failure and read again from the last acknowledged position. */
   restarts: Counter<'stream'>;
@@ -48,7 +48,7 @@ export function changeMetrics(registry: Registry): ChangeMetrics {
     }),
     truncates: new Counter({
       name: 'echostore_changes_truncates_total',
-      help: 'TRUNCATEs of a watched table (cached rows stay until their TTL).',
+      help: 'TRUNCATEs of a watched table applied, each as a purge of the whole cache table.',
       labelNames,
       registers,
     }),

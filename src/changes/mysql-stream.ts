@@ -2,8 +2,10 @@
  * MySQL's and MariaDB's change stream: the row binlog (through
  * @vlasky/zongji), read from the position saved in Valkey after the last
  * applied transaction (from the binlog's end on the very first run). Each
- * transaction's ids go to the sink at its commit (the `Xid` event), and its
- * end position is saved only once the sink has applied it.
+ * transaction's ids go to the sink at its commit (the `Xid` event), a
+ * `TRUNCATE` of a watched table (a statement: the row binlog has no row
+ * event for it) at its `Query` event, and the end position is saved only
+ * once the sink has applied it.
  */
 import ZongJi, { type AnyBinlogEvent } from '@vlasky/zongji';
 import type { Cluster, Redis } from 'ioredis';
@@ -30,6 +32,24 @@ const BINLOG_FILE = /^(.*)\.(\d+)$/;
 export function binlogPosition(file: string, offset: number): bigint {
   const seq = BINLOG_FILE.exec(file)?.[2];
   return (BigInt(seq ?? 0) << 32n) | BigInt(offset);
+}
+
+const NAME = '(`[^`]+`|[A-Za-z0-9_$]+)';
+const TRUNCATE = new RegExp(
+  `^\\s*TRUNCATE\\s+(?:TABLE\\s+)?(?:${NAME}\\.)?${NAME}\\s*;?\\s*$`,
+  'i',
+);
+
+/**
+ * The `database.table` a statement truncates (`TRUNCATE [TABLE] [db.]name`,
+ * the statement's default database when unqualified), or undefined when it
+ * is not a TRUNCATE.
+ */
+export function truncatedTable(event: { query: string; schema: string }): string | undefined {
+  const m = TRUNCATE.exec(event.query);
+  if (m === null) return undefined;
+  const bare = (name: string) => name.replace(/^`|`$/g, '');
+  return `${m[1] === undefined ? event.schema : bare(m[1])}.${bare(m[2] as string)}`;
 }
 
 /** Builds the stream (nothing connects until a run). */
@@ -117,6 +137,23 @@ async function run(
       case 'deleterows':
         idsOf(e);
         break;
+      case 'query': {
+        // TRUNCATE has no row event: the binlog carries it as a statement, committed on its own.
+        const truncated = truncatedTable(e as unknown as { query: string; schema: string });
+        if (truncated === undefined || !watched.has(truncated)) break;
+        queue.push({
+          batch: {
+            ids,
+            truncated: true,
+            position: binlogPosition(file, e.nextPosition),
+            commitTimeMs: e.timestamp,
+          },
+          resume: `${file}:${e.nextPosition}`,
+        });
+        ids = new Set();
+        void drain();
+        break;
+      }
       case 'xid': {
         queue.push({
           batch: {
@@ -145,7 +182,7 @@ async function run(
     ...(at === undefined || at === null
       ? { startAtEnd: true }
       : { filename: at[1], position: Number(at[2]) }),
-    includeEvents: ['rotate', 'tablemap', 'writerows', 'updaterows', 'deleterows', 'xid'],
+    includeEvents: ['rotate', 'tablemap', 'writerows', 'updaterows', 'deleterows', 'query', 'xid'],
   });
   try {
     await Promise.race([aborted, failed]);

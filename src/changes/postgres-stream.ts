@@ -250,7 +250,7 @@ function takeAll(queue: Item[]): {
     }
     commits++;
     for (const id of item.batch.ids) ids.add(id);
-    if (item.batch.ids.size > 0) xids.push(item.xid);
+    if (item.batch.ids.size > 0 || item.batch.truncated) xids.push(item.xid);
     truncated ||= item.batch.truncated;
     commitTimeMs = Math.min(commitTimeMs, item.batch.commitTimeMs);
     if (item.batch.position > position) position = item.batch.position;

@@ -9,6 +9,7 @@ import {
   defaultSlot,
   followMysql,
   followPostgres,
+  tableTarget,
 } from './follow.js';
 import type { ChangeFollower } from './follower.js';
 import { changeMetrics } from './metrics.js';
@@ -23,7 +24,8 @@ export interface Followers {
 
 /**
  * Checks each followed database and starts its follower, invalidating
- * through the table's own DELETE path.
+ * through the table's own DELETE path (soft in `stale` mode) and purging
+ * the table on a TRUNCATE.
  *
  * @throws {ConfigError} (rejects) `ECC_BAD_CONFIG` naming `tables.<name>.source.follow…`; the followers already started are closed first.
  */
@@ -65,7 +67,7 @@ export async function startFollowers(
           name,
           { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
           follow,
-          (id) => table.invalidate(id),
+          tableTarget(table, follow.mode),
           deps,
           `tables.${name}.source.follow`,
         ),
@@ -80,7 +82,7 @@ export async function startFollowers(
           name,
           { url: source.url, idColumn },
           follow,
-          (id) => table.invalidate(id),
+          tableTarget(table, follow.mode),
           deps,
         ),
       );

@@ -199,6 +199,13 @@ export const SLOT_NAME_PATTERN = '^[a-z0-9_]{1,63}$';
 /** `source.follow` of a `postgres` table: invalidation from Postgres's change stream. */
 export const PostgresFollowSchema = Type.Object(
   {
+    mode: Type.Optional(
+      stringEnum(['drop', 'stale'] as const, {
+        default: 'drop',
+        description:
+          'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
+      }),
+    ),
     slot: Type.Optional(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
@@ -283,13 +290,20 @@ export const PostgresFollowSchema = Type.Object(
   {
     additionalProperties: false,
     description:
-      "Follow Postgres's changes: each INSERT, UPDATE and DELETE of a watched table invalidates the cache ids it names, through the same path as DELETE, and is acknowledged to Postgres only after. Needs `wal_level=logical`.",
+      "Follow Postgres's changes: each INSERT, UPDATE and DELETE of a watched table invalidates the cache ids it names, through the same path as DELETE (soft in `stale` mode), a TRUNCATE purges the table, and each is acknowledged to Postgres only after. Needs `wal_level=logical`.",
   },
 );
 
 /** `source.follow` of a `mysql` table: invalidation from the row binlog (MySQL or MariaDB). */
 export const MysqlFollowSchema = Type.Object(
   {
+    mode: Type.Optional(
+      stringEnum(['drop', 'stale'] as const, {
+        default: 'drop',
+        description:
+          'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
+      }),
+    ),
     stream: Type.Optional(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
@@ -351,7 +365,7 @@ export const MysqlFollowSchema = Type.Object(
   {
     additionalProperties: false,
     description:
-      'Follow the row binlog (`binlog_format=ROW`): each row event of a watched table invalidates the cache id it names, through the same path as DELETE; the position is saved in Valkey only after. Needs the binlog on.',
+      'Follow the row binlog (`binlog_format=ROW`): each row event of a watched table invalidates the cache id it names, through the same path as DELETE (soft in `stale` mode), a `TRUNCATE` statement of one purges the table; the position is saved in Valkey only after. Needs the binlog on.',
   },
 );
 

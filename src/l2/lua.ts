@@ -176,6 +176,40 @@ return {string.format('%.0f', v), nowms, notify(ARGV[10], event(ARGV[12], ARGV[1
 `;
 
 /**
+ * staleAndCancel — KEYS: value, lease. ARGV: the written value (8, see
+ * WRITE_ARGV: a tombstone), pxMs, channel, idjson, deadline, fingerprint. A
+ * soft DELETE (a change stream's `stale` mode): a value of this table's source
+ * is kept, stale from Valkey's now (its soft expiry brought to now, its hard one
+ * kept: served stale while one refresh runs), at a version above its own; any
+ * other (absent, another source's, garbage) is replaced by the tombstone as a
+ * DELETE does. Either way the lease is cancelled and the fleet told (`del`),
+ * so a fill that read the old row is refused. Nothing after its deadline
+ * (→ `'late'`); with the value key alone (its one-key path) the caller
+ * deletes the lease next.
+ */
+const STALE_AND_CANCEL = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}${LUA_DEADLINE}
+if late(ARGV[12]) then return 'late' end
+local cur = getv(KEYS[1])
+local n, soft, hard, fp = header(cur)
+local v, nowms, nowus
+if n and fp == ARGV[13] then
+  nowms, nowus = clock()
+  v = nowus
+  if n >= v then v = n + 1 end
+  local _, e = string.find(cur, '^E3|%d+|%d+|')
+  local s = soft
+  if s > nowms then s = nowms end
+  redis.call('SET', KEYS[1], 'E3|' .. string.format('%.0f', v) .. '|' .. string.format('%.0f', s)
+    .. '|' .. string.sub(cur, e + 1), 'KEEPTTL')
+else
+  v, nowms, nowus = write(KEYS[1], n, 1)
+end
+if #KEYS > 1 then redis.call('DEL', KEYS[2]) end
+return {string.format('%.0f', v), nowms, notify(ARGV[10], event('del', ARGV[11], v)),
+  string.format('%.0f', nowus)}
+`;
+
+/**
  * forget — KEYS: value, lease. ARGV: channel, idjson, deadline. A DELETE
  * without a tombstone (nothing after its deadline: → `'late'`), for when Valkey refuses to store one (OOM): deletes the value and
  * the lease (Valkey accepts DEL under OOM) and tells the fleet, at a version
@@ -256,6 +290,8 @@ const SCRIPTS = {
   writeAndCancel: { keys: 2, lua: WRITE_AND_CANCEL },
   writeAlone: { keys: 1, lua: WRITE_AND_CANCEL },
   fillIfUnchanged: { keys: 1, lua: FILL_IF_UNCHANGED },
+  staleAndCancel: { keys: 2, lua: STALE_AND_CANCEL },
+  staleAlone: { keys: 1, lua: STALE_AND_CANCEL },
   forget: { keys: 2, lua: FORGET },
   forgetAlone: { keys: 1, lua: FORGET },
   purge: { keys: 1, lua: PURGE },

@@ -561,6 +561,40 @@ export class L2 {
     return this.#acknowledged(reply, 'write');
   }
 
+  /**
+   * `staleAndCancel`: a soft DELETE. A value of this table's source stays,
+   * stale from Valkey's now (served stale while one refresh runs); any other is
+   * replaced by `tombstone`, kept `pxMs`. Like {@link write} it raises the
+   * version, cancels the lease (a fill in flight anywhere is refused),
+   * publishes a `del` and writes nothing after its deadline.
+   *
+   * @throws {LateWriteError} when Valkey ran it after its deadline; otherwise what `Breaker.run` throws.
+   */
+  async markStale(id: string, tombstone: Envelope, now: number, pxMs: number): Promise<WriteAck> {
+    const key = this.#value(id);
+    const lease = this.#lease(id);
+    const deadline = await this.#deadline(key);
+    const rest = [
+      ...writeArgs(tombstone, now),
+      Math.max(1, Math.round(pxMs)),
+      this.#channel,
+      JSON.stringify(id),
+      deadline,
+      this.#fingerprint,
+    ];
+    const reply = await this.#keyByKey(
+      'del',
+      () => this.#call('staleAndCancel', key, lease, ...rest),
+      async () => {
+        const written = await this.#call('staleAlone', key, ...rest);
+        if (written !== 'late')
+          await this.#breaker.run(() => this.#client.del(lease), { key: lease });
+        return written;
+      },
+    );
+    return this.#acknowledged(reply, 'staleAndCancel');
+  }
+
   /** A fill's answer: its {@link WriteAck}, or undefined when it was refused. */
   #filled(reply: unknown): WriteAck | undefined {
     const v = versionOf(reply);

@@ -478,9 +478,14 @@ export class Table {
    * this process's L1; other instances drop it on the coherence message. A
    * flight already running for the id is detached: it writes nothing.
    *
+   * `soft: true` keeps the value in L2, stale from now (a soft purge of one
+   * row): the next read on any instance answers it stale while one refresh
+   * per fleet runs. The lease is cancelled alike, so a load that read the row
+   * before this call never stores its value as fresh after it.
+   *
    * @throws (rejects) `ECC_BAD_ID`, `ECC_VALKEY_UNAVAILABLE`, `ECC_CLOSED`.
    */
-  invalidate(id: string): Promise<void> {
+  invalidate(id: string, options?: { soft?: boolean }): Promise<void> {
     try {
       assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
       this.#assertOpen(id);
@@ -489,7 +494,12 @@ export class Table {
     }
     this.#open = undefined;
     return new Promise((resolve, reject) => {
-      this.#owner.post({ kind: 'invalidate', id, waiter: { resolve, reject } });
+      this.#owner.post({
+        kind: 'invalidate',
+        id,
+        ...(options?.soft === true ? { soft: true } : {}),
+        waiter: { resolve, reject },
+      });
     });
   }
 
