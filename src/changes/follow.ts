@@ -107,6 +107,7 @@ export interface MysqlFollowConfig {
   url?: string;
   serverId?: number;
   leaseMs?: number;
+  readYourWritesWaitMs?: number;
 }
 
 /** A stream's default replica server id: 4,200 plus a hash of its name below 100,000. */

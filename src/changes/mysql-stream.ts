@@ -9,6 +9,7 @@
  */
 import ZongJi, { type AnyBinlogEvent } from '@vlasky/zongji';
 import type { Cluster, Redis } from 'ioredis';
+import { BadRequestError } from '../errors.js';
 import type { WatchedTable } from './postgres-stream.js';
 import type { ChangeBatch, ChangeStream, StreamSink } from './stream.js';
 
@@ -32,6 +33,24 @@ const BINLOG_FILE = /^(.*)\.(\d+)$/;
 export function binlogPosition(file: string, offset: number): bigint {
   const seq = BINLOG_FILE.exec(file)?.[2];
   return (BigInt(seq ?? 0) << 32n) | BigInt(offset);
+}
+
+const FILE_POSITION = /^([A-Za-z0-9_.-]{1,200}\.\d{1,10}):(\d{1,20})$/;
+
+/**
+ * The position of `File:Position` text, as `SHOW MASTER STATUS` prints it
+ * right after the client's commit (`binlog.000042:1234`).
+ *
+ * @throws {BadRequestError} `ECC_BAD_REQUEST` when `text` is not one.
+ */
+export function parseBinlogPosition(text: string): bigint {
+  const m = FILE_POSITION.exec(text);
+  const offset = m === null ? Number.NaN : Number(m[2]);
+  if (m === null || !Number.isSafeInteger(offset) || offset >= 2 ** 32)
+    throw new BadRequestError(
+      `not a binlog position (file:position, as SHOW MASTER STATUS prints): ${text.slice(0, 40)}`,
+    );
+  return binlogPosition(m[1] as string, offset);
 }
 
 const NAME = '(`[^`]+`|[A-Za-z0-9_$]+)';

@@ -1,10 +1,12 @@
 /**
  * Read-your-writes over a change stream: a client that committed at
- * position P (Postgres: `pg_current_wal_lsn()` after its COMMIT) asks for an
- * answer at least that new. The stream's applied position is in Valkey; once
- * it has reached P every invalidation up to P is in Valkey, so a read past L1
- * (`Table.getFresh`) is new enough. When the stream does not reach P within
- * the bound, the source answers instead (`Table.readSource`).
+ * position P (Postgres: `pg_current_wal_lsn()` after its COMMIT, sent as
+ * `Echostore-Min-Lsn`; MySQL/MariaDB: `SHOW MASTER STATUS`'s `File:Position`
+ * after it, sent as `Echostore-Min-Binlog`) asks for an answer at least that
+ * new. The stream's applied position is in Valkey; once it has reached P every
+ * invalidation up to P is in Valkey, so a read past L1 (`Table.getFresh`) is
+ * new enough. When the stream does not reach P within the bound, the source
+ * answers instead (`Table.readSource`).
  */
 import type { Table } from '../store/table.js';
 import type { ReadResult } from '../store/types.js';
@@ -16,15 +18,30 @@ export type ReadAfterVia = 'stream' | 'source';
 /** How often the position is polled while waiting, ms. */
 const POLL_MS = 2;
 
+/** The request header of a Postgres commit position (`X/Y`, `pg_current_wal_lsn()`). */
+export const MIN_LSN_HEADER = 'echostore-min-lsn';
+/** The request header of a MySQL/MariaDB commit position (`binlog.000042:1234`, `SHOW MASTER STATUS`). */
+export const MIN_BINLOG_HEADER = 'echostore-min-binlog';
+
+/** How a stream's clients name a commit position: the request header, and its parser. */
+export interface PositionFormat {
+  header: typeof MIN_LSN_HEADER | typeof MIN_BINLOG_HEADER;
+  /** @throws {BadRequestError} `ECC_BAD_REQUEST` when the text is not a position. */
+  parse(text: string): bigint;
+}
+
 /** One table's read-your-writes: its stream's position and how long to wait for it. */
 export class ReadAfter {
+  /** How this table's clients name a position. */
+  readonly format: PositionFormat;
   readonly #position: StreamPosition;
   readonly #waitMs: number;
 
   /** @param waitMs the longest wait for the stream to reach a position, ms. */
-  constructor(position: StreamPosition, waitMs: number) {
+  constructor(position: StreamPosition, waitMs: number, format: PositionFormat) {
     this.#position = position;
     this.#waitMs = waitMs;
+    this.format = format;
   }
 
   /**

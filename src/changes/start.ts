@@ -12,9 +12,11 @@ import {
   tableTarget,
 } from './follow.js';
 import type { ChangeFollower } from './follower.js';
+import { parseLsn } from './lsn.js';
 import { changeMetrics } from './metrics.js';
+import { parseBinlogPosition } from './mysql-stream.js';
 import { StreamPosition, streamKeys } from './position.js';
-import { ReadAfter } from './read-your-writes.js';
+import { MIN_BINLOG_HEADER, MIN_LSN_HEADER, ReadAfter } from './read-your-writes.js';
 
 /** The service's followers, and the read-your-writes of each table that follows. */
 export interface Followers {
@@ -51,38 +53,52 @@ export async function startFollowers(
   if (followed.length + binlogs.length === 0) return { followers: [], readAfter };
   const deps = { valkey: store.valkey, metrics, log };
   const followers: ChangeFollower[] = [];
+  // Per cache table: its stream's applied position, and how its clients name a position.
+  const readAfterOf = (
+    table: string,
+    stream: string,
+    waitMs: number | undefined,
+    format: ReadAfter['format'],
+  ) =>
+    readAfter.set(
+      table,
+      new ReadAfter(
+        new StreamPosition(store.valkey, streamKeys(stream).position),
+        waitMs ?? DEFAULT_READ_YOUR_WRITES_WAIT_MS,
+        format,
+      ),
+    );
   try {
     for (const { name, source, follow } of followed) {
-      const table = store.table(name);
       const slot = follow.slot ?? defaultSlot(name);
-      readAfter.set(
-        name,
-        new ReadAfter(
-          new StreamPosition(store.valkey, streamKeys(slot).position),
-          follow.readYourWritesWaitMs ?? DEFAULT_READ_YOUR_WRITES_WAIT_MS,
-        ),
-      );
+      readAfterOf(name, slot, follow.readYourWritesWaitMs, {
+        header: MIN_LSN_HEADER,
+        parse: parseLsn,
+      });
       followers.push(
         await followPostgres(
           name,
           { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
           follow,
-          tableTarget(table, follow.mode),
+          tableTarget(store.table(name), follow.mode),
           deps,
           `tables.${name}.source.follow`,
         ),
       );
     }
-    // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off), no read-your-writes yet.
+    // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off).
     for (const { name, source, follow } of binlogs) {
-      const table = store.table(name);
-      const idColumn = source.idColumn ?? DEFAULT_ID_COLUMN;
+      const stream = follow.stream ?? defaultSlot(name);
+      readAfterOf(name, stream, follow.readYourWritesWaitMs, {
+        header: MIN_BINLOG_HEADER,
+        parse: parseBinlogPosition,
+      });
       followers.push(
         followMysql(
           name,
-          { url: source.url, idColumn },
+          { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
           follow,
-          tableTarget(table, follow.mode),
+          tableTarget(store.table(name), follow.mode),
           deps,
         ),
       );

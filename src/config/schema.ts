@@ -361,6 +361,15 @@ export const MysqlFollowSchema = Type.Object(
           "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
       }),
     ),
+    readYourWritesWaitMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 10_000,
+        default: 200,
+        description:
+          "A read with `Echostore-Min-Binlog: <File>:<Position>` (`SHOW MASTER STATUS` after the client's commit) waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.",
+      }),
+    ),
   },
   {
     additionalProperties: false,

@@ -1,6 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { parseLsn } from '../changes/lsn.js';
-import type { ReadAfter } from '../changes/read-your-writes.js';
+import { MIN_BINLOG_HEADER, MIN_LSN_HEADER, type ReadAfter } from '../changes/read-your-writes.js';
 import { BadRequestError, BadValueError, NotFoundError } from '../errors.js';
 import { entityTagOf } from '../store/answers.js';
 import type { Store } from '../store/store.js';
@@ -71,7 +70,12 @@ const readSchema = {
       'echostore-min-lsn': {
         type: 'string',
         description:
-          'Read-your-writes, on a table that follows a change stream: the commit position the answer must be at least as new as (Postgres: `pg_current_wal_lsn()` after the COMMIT, `X/Y`). `Cache-Status` then ends in `ryw=stream` (the stream had passed it) or `ryw=source` (read from the source); the answer is `Cache-Control: no-store`.',
+          'Read-your-writes, on a `postgres` table that follows a change stream: the commit position the answer must be at least as new as (`pg_current_wal_lsn()` after the COMMIT, `X/Y`). `Cache-Status` then ends in `ryw=stream` (the stream had passed it) or `ryw=source` (read from the source); the answer is `Cache-Control: no-store`.',
+      },
+      'echostore-min-binlog': {
+        type: 'string',
+        description:
+          'Read-your-writes, on a `mysql` table that follows the binlog: `File:Position` as `SHOW MASTER STATUS` prints it after the COMMIT (`binlog.000042:1234`); otherwise as `echostore-min-lsn`.',
       },
     },
   },
@@ -107,24 +111,29 @@ export function itemRoutes(
     const { table, id } = request.params;
     const t = store.table(table);
     const minLsn = request.headers[MIN_LSN_HEADER];
+    const minBinlog = request.headers[MIN_BINLOG_HEADER];
     let result: ReadResult;
-    if (minLsn === undefined) {
+    if (minLsn === undefined && minBinlog === undefined) {
       result = await (store.traced ? inCallerTrace(request.headers, () => t.get(id)) : t.get(id));
       reply.header('cache-status', cacheStatus(result));
     } else {
       const ryw = readAfter(table);
       if (ryw === undefined) {
         throw new BadRequestError(
-          `${MIN_LSN_HEADER} needs a table that follows a change stream (source.follow); ${table} does not`,
+          `${MIN_LSN_HEADER} or ${MIN_BINLOG_HEADER} needs a table that follows a change stream (source.follow); ${table} does not`,
           { table },
         );
       }
-      if (typeof minLsn !== 'string') {
-        throw new BadRequestError(`${MIN_LSN_HEADER} given more than once: give one position`, {
-          table,
-        });
+      // The header of the table's database: an LSN for Postgres, a binlog position for MySQL.
+      const { header } = ryw.format;
+      const at = request.headers[header];
+      if (at === undefined || (minLsn !== undefined && minBinlog !== undefined)) {
+        throw new BadRequestError(`${table} takes its commit position as ${header}`, { table });
       }
-      const answer = await ryw.read(t, id, parseLsn(minLsn));
+      if (typeof at !== 'string') {
+        throw new BadRequestError(`${header} given more than once: give one position`, { table });
+      }
+      const answer = await ryw.read(t, id, ryw.format.parse(at));
       result = answer.result;
       // An extension parameter (RFC 9211 §2.8): how the answer was made at least that new.
       reply.header('cache-status', `${cacheStatus(result)}; ryw=${answer.via}`);
@@ -133,11 +142,15 @@ export function itemRoutes(
     if (caching !== undefined) {
       // One client's read-your-writes answer is not for a shared cache to reuse (RFC 9111 §5.2.2.5).
       reply
-        .header('cache-control', minLsn === undefined ? caching['cache-control'] : 'no-store')
+        .header(
+          'cache-control',
+          minLsn === undefined && minBinlog === undefined ? caching['cache-control'] : 'no-store',
+        )
         .header('age', caching.age);
     }
     // A cache in front must not answer a read-your-writes request with a copy of a plain read.
-    if (readAfter(table) !== undefined) reply.header('vary', MIN_LSN_HEADER);
+    const following = readAfter(table);
+    if (following !== undefined) reply.header('vary', following.format.header);
     if (!result.found) {
       return sendError(
         request,
@@ -251,12 +264,6 @@ function noneMatch(header: string | undefined, etag: string): boolean {
   if (header.trim() === '*') return true;
   return header.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag);
 }
-
-/**
- * Read-your-writes: the commit position the answer must be at least as new as
- * (Postgres: `pg_current_wal_lsn()` after the client's COMMIT, `X/Y`).
- */
-export const MIN_LSN_HEADER = 'echostore-min-lsn';
 
 /** The cache's name in `Cache-Status` (RFC 9211 §2). */
 export const CACHE_NAME = 'echostore';

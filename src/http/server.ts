@@ -59,7 +59,7 @@ export interface ServerOptions {
   lifecycle?: Lifecycle;
   /**
    * Read-your-writes of the tables that follow a change stream (a GET with
-   * `Echostore-Min-Lsn`); undefined for a table that does not. Default: none does.
+   * `Echostore-Min-Lsn` or `Echostore-Min-Binlog`); undefined for a table that does not. Default: none does.
    */
   readAfter?: (table: string) => ReadAfter | undefined;
 }
