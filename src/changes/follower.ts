@@ -148,12 +148,12 @@ export class ChangeFollower {
       started,
       apply: async (batch: ChangeBatch) => {
         const invalidated = [...batch.ids].map((id) => invalidateOne(target, id));
+        if (batch.truncated) invalidated.push(target.truncate());
+        await Promise.all(invalidated);
         if (batch.truncated) {
-          invalidated.push(target.truncate());
           metrics.truncates.inc(labels);
           log.info(labels, 'a watched table was truncated: purged every row of the cache table');
         }
-        await Promise.all(invalidated);
         await position.raise(batch.position);
         metrics.transactions.inc(labels);
         metrics.invalidations.inc(labels, batch.ids.size);
