@@ -2,14 +2,18 @@
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import {
   errorOf,
+  isTombstone,
   openStore,
   plantEnvelope,
+  plantStale,
+  readEnvelope,
   scopedValkey,
   storedValue,
+  valkeyNowMs,
   watchCommands,
 } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
-import { deferred, uniqueTable } from './helpers/store.js';
+import { countingLoader, deferred, uniqueTable } from './helpers/store.js';
 
 describe('writes win races', () => {
   it('a PUT on one instance refuses the fill of a load in flight on another (fleet)', async () => {
@@ -126,6 +130,74 @@ describe('writes win races', () => {
     expect(v1).toBeGreaterThanOrEqual(before);
     expect(v1).toBeLessThan(before + 60_000_000);
     expect(v2).toBeGreaterThan(v1);
+  });
+});
+
+describe('a soft DELETE (invalidate with soft: true)', () => {
+  it('keeps the value stale in Valkey and refuses the fill of a load in flight on another instance', async () => {
+    const table = uniqueTable('soft-del-race');
+    const raw = scopedValkey();
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    await plantStale(raw, table, 'k', { from: 'old' });
+    const a = await openStore({
+      [table]: {
+        staleMs: 600_000,
+        load: async () => {
+          started.resolve();
+          await gate.promise;
+          return { from: 'before-the-change' };
+        },
+      },
+    });
+    const b = await openStore({ [table]: { load: () => ({ from: 'after-the-change' }) } });
+    // A's read is answered stale at once; its refresh loads (and is held) meanwhile.
+    const loading = a.table(table).get('k');
+    await started.promise;
+    await b.table(table).invalidate('k', { soft: true });
+    gate.resolve();
+    expect((await loading).stale).toBe(true);
+    await vi.waitFor(() => expect(a.table(table).stats().flights).toBe(0));
+    const kept = await readEnvelope(raw, table, 'k');
+    expect(kept !== null && kept !== 'garbage' && kept.value).toEqual({ from: 'old' });
+    expect(kept !== null && kept !== 'garbage' && kept.softExpiresAt).toBeLessThanOrEqual(
+      await valkeyNowMs(raw),
+    );
+    const next = await b.table(table).get('k');
+    expect({ value: next.found && next.value, stale: next.stale }).toEqual({
+      value: { from: 'old' },
+      stale: true,
+    });
+  });
+
+  it('answers every instance stale, then the value of one refresh', async () => {
+    const table = uniqueTable('soft-del');
+    const source = countingLoader();
+    const options = { [table]: { load: source.load, ttlMs: 600_000, staleMs: 600_000 } };
+    const a = await openStore(options);
+    const b = await openStore(options);
+    expect(await a.table(table).get('k')).toMatchObject({ value: { n: 1 }, stale: false });
+    expect(await b.table(table).get('k')).toMatchObject({ value: { n: 1 }, layer: 'l2' });
+    await a.table(table).invalidate('k', { soft: true });
+    // B drops its L1 row on the event, then finds the value stale in Valkey.
+    await vi.waitFor(async () =>
+      expect(await b.table(table).get('k')).toMatchObject({ value: { n: 1 }, stale: true }),
+    );
+    await vi.waitFor(async () =>
+      expect(await a.table(table).get('k')).toMatchObject({ value: { n: 2 }, stale: false }),
+    );
+    await vi.waitFor(async () =>
+      expect(await b.table(table).get('k')).toMatchObject({ value: { n: 2 }, stale: false }),
+    );
+    expect(source.calls()).toBe(2);
+  });
+
+  it("writes DELETE's tombstone for an id Valkey does not hold", async () => {
+    const table = uniqueTable('soft-del-absent');
+    const raw = scopedValkey();
+    const a = await openStore({ [table]: { load: () => ({ from: 'source' }) } });
+    await a.table(table).invalidate('k', { soft: true });
+    expect(isTombstone(await readEnvelope(raw, table, 'k'))).toBe(true);
   });
 });
 
