@@ -20,6 +20,7 @@ let name: string;
 const items = uniqueTable('ryw');
 const impatient = uniqueTable('ryw-impatient');
 const plain = uniqueTable('ryw-plain');
+const stale = uniqueTable('ryw-stale');
 
 beforeAll(async () => {
   db = await startPostgres();
@@ -27,14 +28,16 @@ beforeAll(async () => {
   name = `ryw_${randomBytes(4).toString('hex')}`;
   await admin.query(`CREATE TABLE ${name} (id integer PRIMARY KEY, version integer NOT NULL)`);
   await admin.query(`INSERT INTO ${name} SELECT g, 1 FROM generate_series(1, 10) g`);
-  const source = (waitMs: number) => ({
+  const source = (waitMs: number, mode: 'drop' | 'stale' = 'drop') => ({
     ttlMs: 600_000,
+    staleMs: 600_000,
     source: {
       kind: 'postgres',
       url: db.url,
       query: `SELECT id, version FROM ${name} WHERE id = ANY($1)`,
       follow: {
-        slot: `${name}_${waitMs}`,
+        mode,
+        slot: `${name}_${waitMs}_${mode}`,
         tables: [{ table: name, idColumn: 'id' }],
         readYourWritesWaitMs: waitMs,
       },
@@ -45,6 +48,7 @@ beforeAll(async () => {
     tables: {
       [items]: source(1_000),
       [impatient]: source(0),
+      [stale]: source(1_000, 'stale'),
       [plain]: {
         source: {
           kind: 'postgres',
@@ -99,6 +103,19 @@ describe('read-your-writes', () => {
       expect(answer.cacheStatus).toMatch(/; ryw=(stream|source)$/);
     }
     expect(read.every((v, i) => v >= (written[i] as number))).toBe(true);
+  });
+
+  it('in stale mode too, a read given its position is never answered with the row it replaced', async () => {
+    for (let n = 2; n <= 21; n++) {
+      const id = 7 + (n % 2);
+      await get(stale, id);
+      const lsn = await commit(`UPDATE ${name} SET version = $1 WHERE id = $2`, [n, id]);
+      const answer = await get(stale, id, lsn);
+      expect({ version: answer.body.version, via: answer.cacheStatus }).toEqual({
+        version: n,
+        via: expect.stringMatching(/; ryw=stream$/),
+      });
+    }
   });
 
   it('says ryw=stream when the stream passed the position within the wait', async () => {

@@ -78,6 +78,12 @@ export class Flight {
    * fence it against any write it did not hear of, but never into L1.
    */
   eventsMissed = false;
+  /**
+   * Read-your-writes (`Table.getFresh`): answered only by a value Valkey holds fresh or by a load,
+   * never by a stale value (served stale or stale-if-error), which may be the row the caller's
+   * commit replaced (a change stream in `stale` mode keeps it, stale).
+   */
+  fresh = false;
   /** A fresh L2 value at or below this version still needs the load (an early refresh replaces it); 0 otherwise. */
   replaceUpTo = 0;
   /** A version minted when the flight started: writes and deletes newer than it supersede it. */

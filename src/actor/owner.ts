@@ -231,6 +231,7 @@ export class TableOwner {
     const running = this.#ctx.coalesces ? this.#flights.get(id) : undefined;
     if (running === undefined) {
       const flight = new Flight(id, waiter);
+      flight.fresh = m.fresh === true;
       if (coalesced !== undefined) this.#coalesce(flight, coalesced);
       this.#launch(flight);
       return;
@@ -476,6 +477,7 @@ export class TableOwner {
     flight.callers += ended.callers;
     if (running === undefined) {
       flight.background = false;
+      flight.fresh = ended.fresh;
       this.#launch(flight);
     }
   }

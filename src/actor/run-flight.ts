@@ -100,7 +100,7 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
   if (failed !== undefined) {
     return rememberedFailure(ctx, flight, failed, cached);
   }
-  const previous = cached !== undefined && servable(ctx, cached, now) ? cached : undefined;
+  const previous = cached !== undefined && servable(ctx, flight, cached, now) ? cached : undefined;
   if (previous !== undefined && !flight.background) serveStale(flight, previous);
   const loaded = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight, born), previous);
   const version = await fillWithoutLease(ctx, flight, loaded, readMark(text));
@@ -177,7 +177,7 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
           ? undefined
           : decode(ctx, flight.id, answer.stale, answer.valkeyNowMs, sentAt);
       const servableStale =
-        stale !== undefined && servable(ctx, stale, ctx.now()) ? stale : undefined;
+        stale !== undefined && servable(ctx, flight, stale, ctx.now()) ? stale : undefined;
       if (answer.kind === 'failed') {
         waited();
         return rememberedFailure(ctx, flight, answer, servableStale);
@@ -385,7 +385,7 @@ function rememberedFailure(
   stale: Envelope | undefined,
 ): Outcome {
   ctx.counters.rememberedFailures++;
-  if (stale !== undefined && servable(ctx, stale, ctx.now()) && !flight.background) {
+  if (stale !== undefined && servable(ctx, flight, stale, ctx.now()) && !flight.background) {
     return { kind: 'value', envelope: stale, layer: 'l2', refused: false };
   }
   return {
@@ -475,10 +475,15 @@ function valkeyFailed(ctx: TableContext, err: unknown, op: string): void {
 
 /**
  * A stale value may be served while it is within its hard TTL and no hard purge covers it;
- * "not found" never is.
+ * "not found" never is, and a read-your-writes flight (`fresh`) never serves one.
  */
-function servable(ctx: TableContext, envelope: Envelope, now: number): boolean {
-  return !envelope.negative && envelope.hardExpiresAt > now && judge(ctx, envelope) !== HARD_PURGED;
+function servable(ctx: TableContext, flight: Flight, envelope: Envelope, now: number): boolean {
+  return (
+    !flight.fresh &&
+    !envelope.negative &&
+    envelope.hardExpiresAt > now &&
+    judge(ctx, envelope) !== HARD_PURGED
+  );
 }
 
 /** Whether a purge covers `envelope` (by the epochs this instance holds). */
