@@ -152,7 +152,7 @@ export class ChangeFollower {
         await Promise.all(invalidated);
         if (batch.truncated) {
           metrics.truncates.inc(labels);
-          log.info(labels, 'a watched table was truncated: purged every row of the cache table');
+          log.info('a watched table was truncated: purged every row of the cache table');
         }
         await position.raise(batch.position);
         metrics.transactions.inc(labels);
