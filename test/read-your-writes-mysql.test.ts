@@ -83,7 +83,13 @@ async function get(table: string, id: number, position?: string) {
     headers: position === undefined ? {} : { 'echostore-min-binlog': position },
   });
   const body = (await r.json()) as { version?: number; error?: { code: string } };
-  return { status: r.status, body, cacheStatus: r.headers.get('cache-status') ?? '' };
+  return {
+    status: r.status,
+    body,
+    cacheStatus: r.headers.get('cache-status') ?? '',
+    cacheControl: r.headers.get('cache-control'),
+    vary: r.headers.get('vary'),
+  };
 }
 
 describe('read-your-writes (MySQL/MariaDB binlog position)', () => {
@@ -114,6 +120,12 @@ describe('read-your-writes (MySQL/MariaDB binlog position)', () => {
     const answer = await get(items, 5, position);
     expect(answer.body.version).toBe((rows as Array<{ version: number }>)[0]?.version);
     expect(answer.cacheStatus).toMatch(/; ryw=stream$/);
+    // One client's answer, kept out of shared caches; every answer of the table varies on the header.
+    expect({ cacheControl: answer.cacheControl, vary: answer.vary }).toEqual({
+      cacheControl: 'no-store',
+      vary: 'echostore-min-binlog',
+    });
+    expect((await get(items, 5)).vary).toBe('echostore-min-binlog');
   });
 
   it('says ryw=source when the stream has not reached the position in time, and reads the source', async () => {
