@@ -128,6 +128,19 @@ describe('read-your-writes (MySQL/MariaDB binlog position)', () => {
     expect((await get(items, 5)).vary).toBe('echostore-min-binlog');
   });
 
+  it('orders positions across binlog files: after FLUSH BINARY LOGS a commit in the new file is passed too', async () => {
+    const [before] = (await commit(`UPDATE ${name} SET version = version + 1 WHERE id = 4`)).split(
+      ':',
+    );
+    await admin.query('FLUSH BINARY LOGS');
+    await get(items, 4);
+    const position = await commit(`UPDATE ${name} SET version = 77 WHERE id = 4`);
+    expect(position.split(':')[0]).not.toBe(before);
+    const answer = await get(items, 4, position);
+    expect(answer.body.version).toBe(77);
+    expect(answer.cacheStatus).toMatch(/; ryw=stream$/);
+  });
+
   it('says ryw=source when the stream has not reached the position in time, and reads the source', async () => {
     await get(impatient, 6);
     const position = await commit(`UPDATE ${name} SET version = 99 WHERE id = 6`);
