@@ -4,11 +4,11 @@
  * ids go through the table's own DELETE path (`Table.invalidate`: a
  * tombstone, or in `stale` mode the value marked stale, that cancels the id's
  * lease, so a load that read the row before the commit never stores it after
- * as fresh), a TRUNCATE through its table purge (`Table.purge`), then the
- * stream's position is raised in
- * Valkey, and only then is the transaction acknowledged to the database. A
- * crash anywhere before the acknowledgement replays the transaction (at least
- * once; replaying an invalidation is harmless).
+ * as fresh), a TRUNCATE through its table purge (`Table.purge`); then the
+ * stream's position is raised in Valkey, and only then is the transaction
+ * acknowledged to the database. A crash anywhere before the acknowledgement
+ * replays the transaction (at least once; replaying an invalidation or a
+ * purge is harmless).
  */
 import type { Logger } from 'pino';
 import { EchoStoreError } from '../errors.js';
