@@ -3,7 +3,8 @@
  * HTTP, warms the configured ids before `/readyz` says ready, and shuts down
  * gracefully on SIGTERM/SIGINT: `/readyz` answers 503 at once, requests are
  * still served for `http.shutdownDelayMs`, then the server stops accepting,
- * running requests and flights settle, and Valkey is quit.
+ * running requests and flights settle, Valkey is quit, and the spans still
+ * queued (with a trace export) are exported.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import closeWithGrace from 'close-with-grace';
@@ -19,10 +20,11 @@ import { watchHeapAfterGc } from './heap-gauge.js';
 import { isLoopback, PROTECTED_MODE_HINT } from './http/auth.js';
 import type { Lifecycle } from './http/ops.js';
 import { buildServer } from './http/server.js';
-import { collectNodeMetrics, registerBuildInfo } from './process-metrics.js';
+import { collectNodeMetrics, packageVersion, registerBuildInfo } from './process-metrics.js';
 import { buildSource, type Source, sourceFingerprint } from './sources/index.js';
 import { DEFAULT_POLICY } from './store/policy.js';
 import { createStore, type TableOptions } from './store/store.js';
+import { startTraceExport, type TraceExport } from './trace-export.js';
 import { redactUrl } from './valkey/client.js';
 import { StartupWarmUp, type WarmConfig, type WarmPlan, warmIds } from './warm/startup.js';
 
@@ -46,7 +48,13 @@ export async function serve(argv: readonly string[]): Promise<void> {
   });
   const registry = new Registry();
   collectNodeMetrics(registry);
-  registerBuildInfo(registry);
+  const version = packageVersion();
+  registerBuildInfo(registry, version);
+  // The SDK is loaded only when an exporter is configured (src/trace-export.ts).
+  const traces: TraceExport | undefined =
+    config.traceExport === undefined
+      ? undefined
+      : await startTraceExport(config.traceExport, version, log);
   watchHeapAfterGc(registry);
 
   const sources: Source[] = [];
@@ -98,6 +106,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
     logger: log,
     readyTimeoutMs: config.valkey.connectTimeoutMs,
     coherence: config.valkey.coherence,
+    ...(traces === undefined ? {} : { tracing: traces.tracing }),
   });
   let followers: ChangeFollower[];
   let readAfter: Followers['readAfter'];
@@ -160,6 +169,8 @@ export async function serve(argv: readonly string[]): Promise<void> {
       await Promise.all([app.close(), store.close(STORE_GRACE_MS)]);
       clearTimeout(cut);
       await Promise.all(sources.map((s) => s.close()));
+      // Last: the spans of the requests answered while closing are exported too.
+      await traces?.shutdown();
     },
   );
 
@@ -205,6 +216,10 @@ export async function serve(argv: readonly string[]): Promise<void> {
               }
             : redactUrl(config.valkey.url),
       tls: config.valkey.tls !== undefined || /^rediss:/i.test(config.valkey.url),
+      traces:
+        config.traceExport === undefined
+          ? 'off'
+          : { url: exportUrl(config.traceExport.url), protocol: config.traceExport.protocol },
       valkeyReady: store.valkeyReady(),
       tables: Object.keys(tables),
       warming: lifecycle.warming,
@@ -216,6 +231,12 @@ export async function serve(argv: readonly string[]): Promise<void> {
     lifecycle.warming = false;
     if (!lifecycle.closing) log.info('warm-up finished: ready');
   }
+}
+
+/** The OTLP URL as it may be logged: scheme, host, port and path (never its query). */
+function exportUrl(url: string): string {
+  const u = new URL(url);
+  return `${u.origin}${u.pathname}`;
 }
 
 /** The listen address is taken or not allowed: a clear message, no stack trace. */

@@ -6,6 +6,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import { TablePolicySchema } from '../store/policy.js';
 import { ENV_FIELDS } from './load.js';
+import { OTEL_ENV } from './otlp.js';
 import {
   configSchema,
   HttpSchema,
@@ -13,6 +14,7 @@ import {
   NamespaceSchema,
   PATTERN_MEANINGS,
   SOURCE_SCHEMAS,
+  TracingSchema,
   ValkeySchema,
   WarmSchema,
 } from './schema.js';
@@ -92,6 +94,9 @@ export function renderConfigDoc(): string {
     '',
     section('http', HttpSchema, 'The HTTP API.'),
     section('log', LogSchema, 'The pino logger.'),
+    section('tracing', TracingSchema, describe(TracingSchema as unknown as FieldSchema)),
+    `OpenTelemetry's variables that decide the export, each overriding the file when set and not empty: ${OTEL_ENV.map((v) => `\`${v}\``).join(', ')} (see each field above; operations.md#traces).`,
+    '',
     '## `tables`',
     '',
     `${describe(tables)} Each table has a \`source\` (required; below, by kind), the policy fields below, all optional, and optionally a \`warm\` section.`,

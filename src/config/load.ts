@@ -13,6 +13,7 @@ import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
 import { usesTls } from '../valkey/client.js';
 import { passwordSource, tlsOptions } from '../valkey/credentials.js';
+import { resolveTraceExport } from './otlp.js';
 import {
   configSchema,
   type FileConfig,
@@ -74,6 +75,8 @@ const MAX_YAML_ALIAS_COUNT = 100;
  *    `HOST`, `PORT`, `LOG_LEVEL`, `ECHOSTORE_ADMIN_TOKEN`, `ECHOSTORE_NAMESPACE` override the file, and
  *    are validated the same way. `VALKEY_URL` replaces the file's `cluster` or
  *    `sentinel`, `VALKEY_CLUSTER_NODES` its `url` or `sentinel`; both at once are refused.
+ * 4. The trace export (`traceExport`) is resolved from `tracing` and OpenTelemetry's
+ *    `OTEL_*` variables (src/config/otlp.ts).
  *
  * A relative `valkey.tls.caFile`, `certFile`, `keyFile`, `valkey.passwordFile` and
  * `valkey.sentinel.passwordFile` are resolved against the file's directory too, and
@@ -90,7 +93,8 @@ const MAX_YAML_ALIAS_COUNT = 100;
  *   block of its kind, a password file that cannot be read or is empty, a password given
  *   twice or a username without one, a `valkey.tls` that the connection would not use
  *   (a `redis://` URL), has an `idPattern` that does not compile or is unsafe, has a `warm` that names not exactly one of
- *   `ids`, `file` and `top`, or an override is invalid. The message names the file
+ *   `ids`, `file` and `top`, a trace export that is not OTLP/HTTP to an http(s) URL, or an
+ *   override is invalid. The message names the file
  *   (or variable) and the field as a dotted path, e.g. `tables.products.ttlMs: must be
  *   integer`; `field` holds that path when one field is at fault.
  */
@@ -135,7 +139,8 @@ export function loadConfig(options: LoadConfigOptions): ServiceConfig {
   // Whether TLS is used at all before whether its files are good: one fix, not two.
   checkTlsUsed(config.valkey, origin);
   checkValkeyFiles(config.valkey, path === undefined ? undefined : dirname(origin), origin);
-  return { ...config, origin };
+  const traceExport = resolveTraceExport(config.tracing, env, origin);
+  return { ...config, origin, ...(traceExport === undefined ? {} : { traceExport }) };
 }
 
 /**

@@ -710,6 +710,59 @@ export const LogSchema = Type.Object(
   { additionalProperties: false },
 );
 
+/** The OTLP/HTTP encodings `tracing.protocol` takes (OTLP's `grpc` is not one: no gRPC client is shipped). */
+export const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const;
+
+/** An OTLP/HTTP encoding: protobuf (OTLP's default) or JSON. */
+export type OtlpProtocol = (typeof OTLP_PROTOCOLS)[number];
+
+/** Default of the OTLP endpoint (OpenTelemetry's, for OTLP/HTTP): traces go to `<endpoint>/v1/traces`. */
+export const DEFAULT_OTLP_ENDPOINT = 'http://localhost:4318';
+
+/** `tracing`: the service's own trace export (the library never starts one). */
+export const TracingSchema = Type.Object(
+  {
+    exporter: Type.Optional(
+      stringEnum(['otlp', 'none'], {
+        description:
+          '`otlp`: export spans over OTLP/HTTP; `none`: no export. Unset: `otlp` when an endpoint is given (`endpoint`, `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), else `none`. `OTEL_TRACES_EXPORTER` overrides it; `OTEL_SDK_DISABLED=true` turns the export off.',
+      }),
+    ),
+    endpoint: Type.Optional(
+      Type.String({
+        pattern: '^https?://',
+        description: `The collector's base URL, \`http:\` or \`https:\`, no credentials; spans are POSTed to \`<endpoint>/v1/traces\`, as with \`OTEL_EXPORTER_OTLP_ENDPOINT\` (which overrides it, and \`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT\` overrides both, used as is). Unset: \`${DEFAULT_OTLP_ENDPOINT}\`.`,
+      }),
+    ),
+    protocol: Type.Optional(
+      stringEnum(OTLP_PROTOCOLS, {
+        default: 'http/protobuf',
+        description:
+          'The OTLP/HTTP encoding: `http/protobuf` or `http/json`. `OTEL_EXPORTER_OTLP_PROTOCOL` and `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` override it; `grpc` is refused.',
+      }),
+    ),
+    headers: Type.Optional(
+      map(Type.String({ pattern: HEADER_VALUE_PATTERN }), {
+        propertyNames: { pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$" },
+        description:
+          'Headers sent with every export (e.g. an `authorization` the collector asks for); `OTEL_EXPORTER_OTLP_HEADERS` adds to them. Names are HTTP tokens; values may not contain CR, LF or NUL.',
+      }),
+    ),
+    ids: Type.Optional(
+      stringEnum(['hash', 'plain'], {
+        default: 'hash',
+        description:
+          "How ids appear in spans (`echostore.id`): `hash`, the first 16 hex digits of the id's SHA-256 (ids are often personal data), or `plain`.",
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      "Traces of the service: with an exporter, `serve` starts the OpenTelemetry SDK (a batch span processor and an OTLP/HTTP exporter) and traces every read (`echostore.get`, `echostore.load`), taking the caller's `traceparent` and passing it to HTTP origins; the last spans are flushed at shutdown. The SDK reads its own `OTEL_BSP_*`, `OTEL_TRACES_SAMPLER`, `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`.",
+  },
+);
+
 /** `namespace`: what every key and channel of the service lives in. */
 export const NamespaceSchema = Type.String({
   pattern: '^[a-z0-9_-]{1,64}$',
@@ -729,6 +782,7 @@ export const configSchema = Type.Object(
     valkey: ValkeySchema,
     http: HttpSchema,
     log: LogSchema,
+    tracing: Type.Optional(TracingSchema),
     tables: map(TableSchema, {
       minProperties: 1,
       propertyNames: { pattern: '^[a-z0-9_-]{1,64}$', not: { enum: RESERVED_TABLE_NAMES } },
@@ -754,4 +808,20 @@ export type FileConfig = Static<typeof configSchema>;
 export interface ServiceConfig extends FileConfig {
   /** Where the config came from: the file path, or 'built-in demo'. */
   origin: string;
+  /**
+   * The trace export `serve` starts, from `tracing` and the `OTEL_*` environment
+   * (src/config/otlp.ts); undefined: none.
+   */
+  traceExport?: TraceExportConfig;
+}
+
+/** Where and how `serve` exports spans: resolved from `tracing` and the `OTEL_*` environment. */
+export interface TraceExportConfig {
+  /** The URL spans are POSTed to (`…/v1/traces`). */
+  url: string;
+  protocol: OtlpProtocol;
+  /** Sent with every export; `OTEL_EXPORTER_OTLP_HEADERS` is added by the exporter. */
+  headers: Record<string, string>;
+  /** How ids appear in spans. */
+  ids: 'hash' | 'plain';
 }
