@@ -12,7 +12,7 @@ import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import type { ChangeFollower } from './changes/follower.js';
 import { type Followers, startFollowers } from './changes/start.js';
-import { loadConfig } from './config/load.js';
+import { loadStartupConfig } from './config/check.js';
 import { DEFAULT_WARM_CONCURRENCY, DEFAULT_WARM_TIMEOUT_MS } from './config/schema.js';
 import { ConfigError, EchoStoreError } from './errors.js';
 import { heapRoom } from './heap-ceiling.js';
@@ -41,7 +41,8 @@ const STORE_GRACE_MS = 5_000;
  *   {@link ListenError} when the address cannot be listened on.
  */
 export async function serve(argv: readonly string[]): Promise<void> {
-  const config = loadConfig({ argv: [...argv], env: process.env });
+  // The same checks as check-config (src/config/check.ts), before anything is built.
+  const config = await loadStartupConfig({ argv: [...argv], env: process.env });
   const log = pino({
     level: config.log.level,
     redact: { paths: ['req.headers.authorization', '*.password', '*.token'], censor: '***' },

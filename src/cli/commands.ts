@@ -174,13 +174,14 @@ export async function stats(remote: Remote, json: boolean, out: Out) {
 }
 
 /**
- * `check-config [--config f]`: validates the configuration as `serve` would
- * (file, environment overrides, defaults), connecting to nothing. Exit 0; an
- * invalid one throws `ECC_BAD_CONFIG` (exit 2).
+ * `check-config [--config f]`: validates the configuration as `serve` does,
+ * with the same function (`loadStartupConfig`: file, environment overrides,
+ * defaults, then every refusal that needs no server), connecting to nothing.
+ * Exit 0; an invalid one throws `ECC_BAD_CONFIG` (exit 2).
  */
 export async function checkConfig(argv: readonly string[], out: Out) {
-  const { loadConfig } = await import('../config/load.js');
-  const config = loadConfig({ argv: [...argv], env: process.env });
+  const { loadStartupConfig } = await import('../config/check.js');
+  const config = await loadStartupConfig({ argv: [...argv], env: process.env });
   const tables = Object.keys(config.tables);
   out(
     `${config.origin}: valid (${tables.length} table${tables.length === 1 ? '' : 's'}: ${tables.join(', ')})`,

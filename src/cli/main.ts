@@ -74,8 +74,10 @@ Reads the ids (and those of --file, one a line) into the cache through the insta
 Prints each table's counters and gauges on the instance (GET /v1/tables).${REMOTE_OPTIONS}`,
   'check-config': `Usage: echostore check-config [--config <file>]
 
-Validates the configuration as serve would (the file, the environment overrides, the
-defaults) without connecting to anything. Exit 0 when valid, 2 when not.`,
+Validates the configuration with serve's own start-up checks (the file, the environment
+overrides, the defaults, then each source and warm-up as far as no server is needed: SQLite
+files and queries, URLs, warm-up files), connecting to no server. What only a server can
+tell (Valkey, a database, a change stream) is left to serve. Exit 0 when valid, 2 when not.`,
 };
 
 class UsageError extends Error {}

@@ -36,6 +36,9 @@ export interface MysqlSourceContext extends SqlSourceContext {
   makePool?: (config: mysql.PoolOptions) => MysqlPool;
 }
 
+/** The URL schemes of a `mysql` source. */
+export const MYSQL_SCHEMES = ['mysql:', 'mariadb:'] as const;
+
 /**
  * Connects once to check the server and the query (it must prepare, run with
  * two probe ids in a read-only session, and return the `idColumn`), seeds the
@@ -57,7 +60,7 @@ export async function mysqlSource(
   context: MysqlSourceContext,
 ): Promise<Source> {
   const field = context.field ?? 'source';
-  checkSqlOptions(options, field, ['mysql:', 'mariadb:']);
+  checkSqlOptions(options, field, MYSQL_SCHEMES);
   const idColumn = options.idColumn ?? DEFAULT_ID_COLUMN;
   const [before, after] = splitAtPlaceholder(options.query, field);
   const statementFor = (n: number) => `${before}${Array(n).fill('?').join(', ')}${after}`;

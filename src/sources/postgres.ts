@@ -38,6 +38,9 @@ export interface PostgresSourceContext extends SqlSourceContext {
 /** SQLSTATE class 22, data exception: a value the query cannot take (`'abc'` for an integer). */
 const isDataError = (err: unknown) => /^22/.test(String((err as { code?: unknown })?.code));
 
+/** The URL schemes of a `postgres` source. */
+export const POSTGRES_SCHEMES = ['postgres:', 'postgresql:'] as const;
+
 /**
  * Connects a bounded pool (`poolSize` connections, each read-only with
  * `statement_timeout` = `loadTimeoutMs`), seeds the demo table when asked,
@@ -59,7 +62,7 @@ export async function postgresSource(
   context: PostgresSourceContext,
 ): Promise<Source> {
   const field = context.field ?? 'source';
-  checkSqlOptions(options, field, ['postgres:', 'postgresql:']);
+  checkSqlOptions(options, field, POSTGRES_SCHEMES);
   const idColumn = options.idColumn ?? DEFAULT_ID_COLUMN;
   // pg lets the URL's parameters override the config's: its `options` are taken out and put first.
   const url = new URL(options.url);

@@ -71,12 +71,7 @@ export async function warmIds(
   if (config.ids !== undefined) return [...config.ids];
   if (config.file !== undefined) return idsFile(config.file, `${field}.file`);
   const top = config.top as number;
-  if (source.listIds === undefined) {
-    throw new ConfigError(
-      `${field}.top: the table's source cannot list ids (an sqlite, postgres or mysql source needs idsQuery)`,
-      { field: `${field}.top` },
-    );
-  }
+  if (source.listIds === undefined) throw cannotListIds(table);
   try {
     const started = performance.now();
     const ids = await source.listIds(top);
@@ -89,8 +84,21 @@ export async function warmIds(
   }
 }
 
-/** The ids of a file: one per line, a trailing CR dropped, empty lines skipped. */
-function idsFile(file: string, field: string): string[] {
+/** The start-up error of a `warm.top` whose table's source cannot list ids. */
+export function cannotListIds(table: string): ConfigError {
+  const field = `tables.${table}.warm.top`;
+  return new ConfigError(
+    `${field}: the table's source cannot list ids (an sqlite, postgres or mysql source needs idsQuery)`,
+    { field },
+  );
+}
+
+/**
+ * The ids of a file: one per line, a trailing CR dropped, empty lines skipped.
+ *
+ * @throws {ConfigError} naming `field` when it cannot be read or holds more than {@link MAX_STARTUP_WARM_IDS} ids.
+ */
+export function idsFile(file: string, field: string): string[] {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
