@@ -45,7 +45,9 @@ describe('the echostore CLI against a running service', () => {
   let remote: string[];
 
   beforeAll(async () => {
-    origin = await startOrigin(1);
+    origin = await startOrigin(1, 20_000, {
+      surrogateKey: (id) => (id.startsWith('tagged') ? 'blue red' : undefined),
+    });
     service = await startServiceProcess(
       {
         valkey: { url: valkeyUrl() },
@@ -97,6 +99,23 @@ describe('the echostore CLI against a running service', () => {
     const text = await cli(['inspect', table, 'i1', ...remote]);
     expect(text.stdout).toContain(`L1 (this instance): version ${version}, fresh for`);
     expect(text.stdout).toContain('lease:              none');
+  });
+
+  it('shows the purge tags a row carries, in L1 and in the L2 value header', async () => {
+    expect((await fetch(`${service.url}/v1/tables/${table}/items/tagged1`)).status).toBe(200);
+    const r = JSON.parse((await cli(['inspect', table, 'tagged1', '--json', ...remote])).stdout);
+    expect(r.l1.tags).toEqual(['blue', 'red']);
+    expect(r.l2.tags).toEqual(['blue', 'red']);
+    const text = await cli(['inspect', table, 'tagged1', ...remote]);
+    expect(text.stdout).toMatch(/L1 \(this instance\): .*, tags blue red$/m);
+    expect(text.stdout).toMatch(/L2 \(Valkey\): .*, tags blue red$/m);
+    // An untagged row says so.
+    await fetch(`${service.url}/v1/tables/${table}/items/plain1`);
+    const plain = await cli(['inspect', table, 'plain1', ...remote]);
+    expect(plain.stdout).toMatch(/L2 \(Valkey\): .*, no tags$/m);
+    expect(
+      JSON.parse((await cli(['inspect', table, 'plain1', '--json', ...remote])).stdout).l2.tags,
+    ).toEqual([]);
   });
 
   it('names the lease holder while a load runs', async () => {

@@ -28,6 +28,8 @@ interface Row {
   deltaMs: number;
   bytes: number;
   l1TtlMs?: number;
+  /** Absent from an instance of a release before tags were inspected. */
+  tags?: string[];
 }
 
 interface Inspection {
@@ -46,7 +48,13 @@ function describeRow(row: Row | null): string {
   const fresh =
     row.softTtlMs >= 0 ? `fresh for ${seconds(row.softTtlMs)}` : `stale ${seconds(-row.softTtlMs)}`;
   const l1 = row.l1TtlMs === undefined ? '' : `, leaves L1 in ${seconds(row.l1TtlMs)}`;
-  return `${what}, ${fresh}, gone in ${seconds(row.hardTtlMs)}${l1}, loaded in ${row.deltaMs} ms, ${row.bytes} bytes`;
+  const tags =
+    row.tags === undefined
+      ? ''
+      : row.tags.length === 0
+        ? ', no tags'
+        : `, tags ${row.tags.join(' ')}`;
+  return `${what}, ${fresh}, gone in ${seconds(row.hardTtlMs)}${l1}, loaded in ${row.deltaMs} ms, ${row.bytes} bytes${tags}`;
 }
 
 /** `inspect <table> <id>`: the id layer by layer on one instance. Exit 0. */

@@ -56,7 +56,8 @@ Exit codes: 2 invalid configuration, 1 any other failure to start.`,
   inspect: `Usage: echostore inspect <table> <id> [--json]
 
 Shows what the cache holds for <id>: the instance's L1 row, the Valkey value's header and
-the lease with its holder, each with the time it has left. Never loads. Admin route.${REMOTE_OPTIONS}`,
+the lease with its holder, each with the time it has left, and each row's purge tags.
+Never loads. Admin route.${REMOTE_OPTIONS}`,
   purge: `Usage: echostore purge <table> <id>
        echostore purge <table> --tag <tag> [--tag <tag> …] [--soft]
        echostore purge <table> --all [--soft]

@@ -24,6 +24,8 @@ export interface L2Inspection {
   deltaMs: number;
   /** Bytes of the stored text (header and JSON). */
   bytes: number;
+  /** The purge tags stored in its header, in stored order; empty when untagged. */
+  tags: string[];
 }
 
 /** The lease of an id while one instance loads it. */
@@ -44,11 +46,12 @@ const nullable = (properties: Record<string, object>, description: string) => ({
 });
 const int = { type: 'integer' } as const;
 const bool = { type: 'boolean' } as const;
+const tags = { type: 'array', items: { type: 'string' } } as const;
 
 const schema = {
   summary: 'What the cache holds for an id, layer by layer (admin)',
   description:
-    "This instance's L1 row, the Valkey value's header and the lease, with the time each has left; never loads. Times are milliseconds; a negative `softTtlMs` is how long ago it went stale.",
+    "This instance's L1 row, the Valkey value's header and the lease, with the time each has left and the purge tags each row carries; never loads. Times are milliseconds; a negative `softTtlMs` is how long ago it went stale.",
   tags: ['operator'],
   security: ADMIN_SECURITY,
   params: {
@@ -73,6 +76,7 @@ const schema = {
             l1TtlMs: int,
             deltaMs: int,
             bytes: int,
+            tags,
           },
           "This instance's L1 row, or null.",
         ),
@@ -84,6 +88,7 @@ const schema = {
             hardTtlMs: int,
             deltaMs: int,
             bytes: int,
+            tags,
           },
           'The Valkey value, or null (absent, or not of this format).',
         ),
@@ -146,6 +151,7 @@ async function readL2(store: Store, table: string, id: string): Promise<L2Inspec
     hardTtlMs: pttl,
     deltaMs: header.deltaMs,
     bytes: Buffer.byteLength(text),
+    tags: header.tags === '' ? [] : header.tags.split(' '),
   };
 }
 

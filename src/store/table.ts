@@ -120,6 +120,8 @@ export interface L1Inspection {
   deltaMs: number;
   /** Heap bytes it counts against `l1.maxBytes`. */
   bytes: number;
+  /** Its purge tags, in stored order; empty when untagged. */
+  tags: string[];
 }
 
 /**
@@ -580,6 +582,7 @@ export class Table {
       l1TtlMs: Math.max(0, Math.round(row.expiresAt - now)),
       deltaMs: row.deltaMs,
       bytes: row.bytes,
+      tags: [...(row.tags ?? [])],
     };
   }
 
