@@ -1,9 +1,10 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MANAGED_CLUSTER_EXAMPLE } from '../src/config/doc.js';
 import { loadConfig } from '../src/config/load.js';
+import { configSchema, SOURCE_SCHEMAS, TableSchema } from '../src/config/schema.js';
 import { ConfigError, EchoStoreError } from '../src/errors.js';
 import { DEFAULT_POLICY, resolvePolicy } from '../src/store/policy.js';
 import { createStore, type TableOptions } from '../src/store/store.js';
@@ -192,6 +193,36 @@ describe('loadConfig with a file', () => {
     expect(config.tables.products?.source.kind).toBe('sqlite');
     expect(config.tables.users?.source.kind).toBe('http');
     expect(config.origin).toBe(resolve('config/example.yaml'));
+  });
+
+  it('mentions every field of the schema in the example configuration, set or commented out', () => {
+    const text = readFileSync('config/example.yaml', 'utf8');
+    /** Every property of an object schema, nested objects and arrays of objects included, as dotted paths. */
+    const fields = (schema: object, path: string): string[] =>
+      Object.entries((schema as { properties?: Record<string, object> }).properties ?? {}).flatMap(
+        ([name, field]) => {
+          const items = (field as { items?: object }).items;
+          return [
+            `${path}${name}`,
+            ...fields(field, `${path}${name}.`),
+            ...(items === undefined ? [] : fields(items, `${path}${name}[].`)),
+          ];
+        },
+      );
+    const all = [
+      ...fields(configSchema, ''),
+      ...fields(TableSchema, 'tables.<name>.'),
+      ...Object.entries(SOURCE_SCHEMAS).flatMap(([kind, schema]) =>
+        fields(schema, `tables.<name>.source(${kind}).`),
+      ),
+    ];
+    expect(all).toContain('tables.<name>.cacheHeaders');
+    expect(all).toContain('tables.<name>.source(postgres).follow.tables[].idColumn');
+    const missing = all.filter((path) => {
+      const name = path.slice(path.lastIndexOf('.') + 1);
+      return !new RegExp(`(^|[\\s#{,])${name}:`, 'm').test(text);
+    });
+    expect(missing, 'add each to config/example.yaml with a comment').toEqual([]);
   });
 });
 
