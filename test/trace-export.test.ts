@@ -90,7 +90,8 @@ describe('the service exports its traces over OTLP/HTTP', () => {
         tracing: { endpoint: collector.url, protocol: 'http/json', ids: 'plain' },
         tables: { [table]: { source: { kind: 'http', url: origin.template } } },
       },
-      {},
+      // A batch would leave after a minute: what arrives is the shutdown's flush.
+      { OTEL_BSP_SCHEDULE_DELAY: '60000' },
     );
     const traceId = randomBytes(16).toString('hex');
     const callerSpan = randomBytes(8).toString('hex');
@@ -101,7 +102,6 @@ describe('the service exports its traces over OTLP/HTTP', () => {
     const clientMs = performance.now() - started;
     expect(r.status).toBe(200);
     expect(origin.readsOf('42')).toBe(1);
-    // The batch processor waits 5 s by default: these spans leave at the shutdown's flush.
     expect(collector.exports).toHaveLength(0);
     await service.stop();
 
