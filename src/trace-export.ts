@@ -41,10 +41,11 @@ export async function startTraceExport(
       ? import('@opentelemetry/exporter-trace-otlp-http')
       : import('@opentelemetry/exporter-trace-otlp-proto'),
   ]);
+  const details = (args: unknown[]) => (args.length === 0 ? {} : { args });
   diag.setLogger(
     {
-      error: (message, ...args) => log.error({ args }, `opentelemetry: ${message}`),
-      warn: (message, ...args) => log.warn({ args }, `opentelemetry: ${message}`),
+      error: (message, ...args) => log.error(details(args), `opentelemetry: ${message}`),
+      warn: (message, ...args) => log.warn(details(args), `opentelemetry: ${message}`),
       info: () => {},
       debug: () => {},
       verbose: () => {},

@@ -745,7 +745,7 @@ export const TracingSchema = Type.Object(
       map(Type.String({ pattern: HEADER_VALUE_PATTERN }), {
         propertyNames: { pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$" },
         description:
-          'Headers sent with every export (e.g. an `authorization` the collector asks for); `OTEL_EXPORTER_OTLP_HEADERS` adds to them. Names are HTTP tokens; values may not contain CR, LF or NUL.',
+          'Headers sent with every export (e.g. an `authorization` the collector asks for); `OTEL_EXPORTER_OTLP_HEADERS` adds to them (a name in both: this one). Names are HTTP tokens; values may not contain CR, LF or NUL.',
       }),
     ),
     ids: Type.Optional(
