@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
+import { resolveTraceExport } from '../src/config/otlp.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 /** One POST the collector received. */
@@ -183,6 +184,74 @@ describe('the service exports its traces over OTLP/HTTP', () => {
     }
     // The id is hashed by default: "7" as the first 16 hex digits of its SHA-256.
     expect(body).toContain('7902699be42c8a8e');
+  });
+});
+
+describe('the trace export is resolved from the file and the OTEL_* variables', () => {
+  const resolve = (tracing: object | undefined, vars: Record<string, string> = {}) =>
+    resolveTraceExport(tracing as never, (name) => vars[name] || undefined, 'config.yaml');
+
+  it('is off without an exporter or an endpoint, and when asked off', () => {
+    expect(resolve(undefined)).toBeUndefined();
+    expect(resolve({ ids: 'plain' })).toBeUndefined();
+    expect(
+      resolve({ endpoint: 'http://c:4318' }, { OTEL_TRACES_EXPORTER: 'none' }),
+    ).toBeUndefined();
+    expect(
+      resolve({ exporter: 'none' }, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' }),
+    ).toBeUndefined();
+    expect(resolve({ exporter: 'otlp' }, { OTEL_SDK_DISABLED: 'TRUE' })).toBeUndefined();
+  });
+
+  it('appends v1/traces to a base endpoint, and takes the traces endpoint as is', () => {
+    expect(resolve({ exporter: 'otlp' })?.url).toBe('http://localhost:4318/v1/traces');
+    expect(resolve({ endpoint: 'https://c:4318' })?.url).toBe('https://c:4318/v1/traces');
+    expect(resolve(undefined, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c/otlp/' })?.url).toBe(
+      'http://c/otlp/v1/traces',
+    );
+    const both = {
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://base:4318',
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://traces:9/custom',
+    };
+    expect(resolve({ endpoint: 'http://file:4318' }, both)?.url).toBe('http://traces:9/custom');
+    expect(
+      resolve({ endpoint: 'http://file:4318' }, { OTEL_TRACES_EXPORTER: 'otlp,none' })?.url,
+    ).toBe('http://file:4318/v1/traces');
+  });
+
+  it('takes the protocol from the traces variable, the general one, the file, else protobuf', () => {
+    const on = { exporter: 'otlp' };
+    expect(resolve(on)?.protocol).toBe('http/protobuf');
+    expect(resolve({ ...on, protocol: 'http/json' })?.protocol).toBe('http/json');
+    expect(
+      resolve({ ...on, protocol: 'http/json' }, { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf' })
+        ?.protocol,
+    ).toBe('http/protobuf');
+    expect(
+      resolve(on, {
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+      })?.protocol,
+    ).toBe('http/json');
+  });
+
+  it('refuses grpc, an unknown exporter and a bad endpoint with ECC_BAD_CONFIG naming the field', () => {
+    const cases: Array<[object | undefined, Record<string, string>, string]> = [
+      [{ exporter: 'otlp' }, { OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'grpc' }, 'tracing.protocol'],
+      [undefined, { OTEL_TRACES_EXPORTER: 'otlp,zipkin' }, 'tracing.exporter'],
+      [{ endpoint: 'http://user:pw@c:4318' }, {}, 'tracing.endpoint'],
+      [undefined, { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'grpc://c:4317' }, 'tracing.endpoint'],
+    ];
+    for (const [tracing, vars, field] of cases) {
+      let error: unknown;
+      try {
+        resolve(tracing, vars);
+      } catch (err) {
+        error = err;
+      }
+      expect(error, field).toMatchObject({ code: 'ECC_BAD_CONFIG', field });
+      expect(String((error as Error).message)).not.toContain('pw@');
+    }
   });
 });
 
