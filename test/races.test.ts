@@ -1,5 +1,6 @@
 // @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { valueKey } from '../src/l2/keys.js';
 import {
   errorOf,
   isTombstone,
@@ -68,6 +69,37 @@ describe('writes win races', () => {
     expect(await storedValue(raw, table, 'k')).toEqual({
       from: 'put',
     });
+  });
+
+  it('a fill without the lease is not sent after a DELETE superseded it, even once the tombstone is gone', async () => {
+    const table = uniqueTable('cas-del');
+    const raw = scopedValkey();
+    const gate = deferred<void>();
+    const started = deferred<void>();
+    const a = await openStore({
+      [table]: {
+        coalescing: 'process',
+        load: async () => {
+          started.resolve();
+          await gate.promise;
+          return { from: 'read before the delete' };
+        },
+      },
+    });
+    const loading = a.table(table).get('k');
+    await started.promise;
+    await a.table(table).invalidate('k');
+    expect(isTombstone(await readEnvelope(raw, table, 'k'))).toBe(true);
+    // The tombstone expires (leaseMs + 60 s) or is evicted before a long load ends: the key is
+    // absent again, as it was when the flight read it, so its mark no longer refuses the fill.
+    await raw.del(valueKey(table, 'k'));
+    gate.resolve();
+    const answer = await loading;
+    expect(answer.found && answer.value).toEqual({ from: 'read before the delete' });
+    // Give a fill sent without waiting its round trip: nothing may land.
+    await raw.ping();
+    await a.table(table).invalidate('other'); // one more owner turn and Valkey round trip
+    expect(await readEnvelope(raw, table, 'k')).toBeNull();
   });
 
   it('an acknowledged PUT survives a Valkey pause: the degraded fill that lands late does not overwrite it', async () => {

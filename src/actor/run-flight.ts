@@ -350,7 +350,11 @@ async function runDegraded(
 
 /**
  * Writes a fill with `fillIfUnchanged`. A write or delete that superseded the
- * flight changed the key's mark, so the compare-and-set refuses this fill.
+ * flight changed the key's mark, so the compare-and-set refuses this fill; but
+ * the mark of an absent key is absent again once a DELETE's tombstone expired
+ * or was evicted, so a flight this instance knows superseded (or that may have
+ * missed the event saying so) sends nothing: without a lease, the mark is the
+ * only fence L2 has.
  *
  * @returns the version Valkey wrote it at, or undefined when it was refused,
  *   not sent or failed (failures are counted, never thrown).
@@ -361,6 +365,7 @@ async function fillWithoutLease(
   envelope: Envelope,
   expected: string,
 ): Promise<number | undefined> {
+  if (flight.superseded || flight.eventsMissed) return undefined;
   try {
     const written = await ctx.l2.fillIfUnchanged(flight.id, expected, envelope, ctx.now());
     if (written === undefined) return undefined;
