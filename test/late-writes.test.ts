@@ -57,6 +57,36 @@ describe.skipIf(valkeyCluster() !== undefined)('a write reported as failed never
     expect(await a.table(table).get('k')).toMatchObject({ found: true, value: { n: 2 } });
   });
 
+  it('a PUT in flight when its store closes is failed with ECC_CLOSED only once it can no longer land, however long the command timeout', async () => {
+    const proxy = await startTcpProxy(Number(new URL(valkeyUrl()).port));
+    onTestFinished(() => proxy.close());
+    const table = uniqueTable('late-close');
+    const source = countingLoader();
+    // A command timeout far beyond the close's grace: the write's deadline in Valkey is still 5 s.
+    const a = await openStore(
+      { [table]: { load: source.load } },
+      { valkey: { url: proxy.url, commandTimeoutMs: 60_000 } },
+    );
+    const b = await openStore({ [table]: { load: source.load } });
+    const raw = scopedValkey();
+    await a.table(table).get('warm');
+    await b.table(table).put('k', { n: 1 });
+    expect(proxy.hold('evalsha')).toBeGreaterThan(0);
+    const inFlight = errorOf(a.table(table).put('k', { n: 'reported failed' }));
+    await new Promise((r) => setTimeout(r, 50)); // the PUT's bytes are in the proxy
+    const closing = a.close(100);
+    const failed = await inFlight;
+    expect(failed.code).toBe('ECC_CLOSED');
+    // After that report, another instance writes, and only then do the held bytes reach Valkey.
+    const acked = await b.table(table).put('k', { n: 2 });
+    expect(proxy.deliver()).toBeGreaterThan(0);
+    await closing;
+    await raw.ping();
+    await b.table(table).get(`after-${Math.random()}`);
+    expect(await readEnvelope(raw, table, 'k')).toMatchObject({ version: acked.version });
+    expect(await storedValue(raw, table, 'k')).toEqual({ n: 2 });
+  }, 20_000);
+
   it('a PUT whose bytes arrive in time is applied and acknowledged as before', async () => {
     const { table, a, b, raw } = await twoInstances('in-time');
     const acked = await a.table(table).put('k', { n: 1 });

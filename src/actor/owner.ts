@@ -128,8 +128,11 @@ export class TableOwner {
 
   /**
    * Stops taking work and waits for running flights and writes to settle, at
-   * most `graceMs`; then aborts the loads still running and fails their
-   * waiters, and every parked message's, with `ECC_CLOSED`.
+   * most `graceMs`, and while a write is in flight at least until its deadline
+   * in Valkey has passed (`l2.writeDeadlineMs`, at most 5 s); then aborts the
+   * loads still running and fails their waiters, the writes still unanswered
+   * and every parked message's, with `ECC_CLOSED`. So a write whose caller is
+   * told it failed cannot land in Valkey after that.
    */
   async close(graceMs: number): Promise<void> {
     this.#closed = true;
@@ -137,9 +140,11 @@ export class TableOwner {
     const idle = new Promise<void>((resolve) => {
       this.#idle = resolve;
     });
+    const waitMs =
+      this.#writes.size > 0 ? Math.max(graceMs, this.#ctx.l2.writeDeadlineMs) : graceMs;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => resolve('timeout'), graceMs);
+      timer = setTimeout(() => resolve('timeout'), waitMs);
     });
     const result = await Promise.race([idle, deadline]);
     clearTimeout(timer);

@@ -42,6 +42,8 @@ export class Writes {
   readonly #parked = new Map<string, Message[]>();
   /** Per id with a write in flight: the highest version another write was announced at meanwhile. */
   readonly #newer = new Map<string, number>();
+  /** Per id with a write in flight: that write (its caller waits for Valkey's answer). */
+  readonly #sent = new Map<string, Put | Invalidate>();
 
   /**
    * @param post posts a message to the owner (for the acknowledgements).
@@ -97,6 +99,7 @@ export class Writes {
     envelope.born = BORN_NOW;
     envelope.fingerprint = ctx.fingerprint;
     this.#parked.set(m.id, []);
+    this.#sent.set(m.id, m);
     ctx.l2.write(m.id, envelope, now, hardTtlMs(envelope, now), 'put').then(
       (written) => {
         noteWritten(ctx, written);
@@ -145,6 +148,7 @@ export class Writes {
     const ctx = this.#ctx;
     this.#l1.delete(m.id);
     this.#parked.set(m.id, []);
+    this.#sent.set(m.id, m);
     const now = ctx.now();
     // Of this table's source, so no instance takes it for another source's row.
     const dead = { ...tombstone(now), born: BORN_NOW, fingerprint: ctx.fingerprint };
@@ -188,14 +192,23 @@ export class Writes {
     const parked = this.#parked.get(id) ?? [];
     this.#parked.delete(id);
     this.#newer.delete(id);
+    this.#sent.delete(id);
     return parked;
   }
 
-  /** Forgets every write; returns what was parked, by id (for a forced close). */
+  /**
+   * Forgets every write; returns, by id, the write in flight and what was parked behind it (for
+   * a forced close, once the writes' deadline has passed: a write still unanswered then may have
+   * run before it, never after).
+   */
   drain(): Array<[string, Message[]]> {
-    const all = [...this.#parked];
+    const all = [...this.#parked].map(([id, parked]): [string, Message[]] => {
+      const sent = this.#sent.get(id);
+      return [id, sent === undefined ? parked : [sent, ...parked]];
+    });
     this.#parked.clear();
     this.#newer.clear();
+    this.#sent.clear();
     return all;
   }
 

@@ -102,6 +102,14 @@ export interface PurgeAck {
 export const EPOCH_KEEP_MS = 4 * 2_147_483_647;
 
 /**
+ * The latest a write may run in Valkey after it was sent, ms, whatever the
+ * command timeout: a store's close waits this long for a write in flight
+ * before it fails the write's caller (`ECC_CLOSED`), so no write it reported
+ * failed can land later. The service's shutdown grace (5 s) is not shorter.
+ */
+export const MAX_WRITE_DEADLINE_MS = 5_000;
+
+/**
  * A write script ran after its deadline (see {@link L2.write}): its client
  * had given up on it, so it wrote nothing. Not a failure of the server.
  */
@@ -211,17 +219,25 @@ export class L2 {
   }
 
   /**
-   * The deadline of a write sent now, on Valkey's clock (epoch ms; 0: none):
-   * the moment this process's command timeout will give up on it, moved onto
+   * How long after it is sent a write may still run in Valkey, ms: the command
+   * timeout, at most {@link MAX_WRITE_DEADLINE_MS} (also without one).
+   */
+  get writeDeadlineMs(): number {
+    return Math.min(this.#commandTimeoutMs ?? MAX_WRITE_DEADLINE_MS, MAX_WRITE_DEADLINE_MS);
+  }
+
+  /**
+   * The deadline of a write sent now, on Valkey's clock (epoch ms): the
+   * moment this process gives up on it ({@link writeDeadlineMs} from now: its
+   * command timeout, or a close that waits that long for it), moved onto
    * Valkey's clock with a lower bound of the clocks' offset, so it is never
    * later than the moment the client is told "failed". A write Valkey runs
    * after it writes nothing, so one reported failed cannot land after a write
    * acknowledged after that report. Before the offset is known, one `TIME`
-   * finds it; a client without a command timeout gets no deadline.
+   * finds it.
    */
   async #deadline(key: string): Promise<number> {
-    const timeoutMs = this.#commandTimeoutMs;
-    if (timeoutMs === undefined) return 0;
+    const timeoutMs = this.writeDeadlineMs;
     const sentAt = performance.now();
     if (this.#valkeyAheadMs === undefined) {
       const [sec, us] = (await this.#breaker.run(() => this.#client.time(), { key })).map(Number);

@@ -261,10 +261,11 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     },
   );
 
-  it('abandon forgets a write without replaying; drain hands back everything parked by id', () => {
+  it('abandon forgets a write without replaying; drain hands back each write in flight and what is parked behind it', () => {
     const b = book();
     b.writes.put(put('a', 1).m);
-    b.writes.put(put('b', 2).m);
+    const second = put('b', 2).m;
+    b.writes.put(second);
     const parked: Message = { kind: 'refresh', id: 'a', reason: 'stale' };
     b.writes.park('a', parked);
     expect(b.writes.size).toBe(2);
@@ -272,7 +273,7 @@ describe('write book (put → written, invalidate → invalidated)', () => {
     expect(b.writes.has('a')).toBe(false);
     expect(b.replayed).toEqual([]);
     expect(b.writes.abandon('none')).toEqual([]);
-    expect(b.writes.drain()).toEqual([['b', []]]);
+    expect(b.writes.drain()).toEqual([['b', [second]]]);
     expect(b.writes.size).toBe(0);
   });
 });
