@@ -11,10 +11,12 @@ import { promisify } from 'node:util';
 import {
   beginSlotMove,
   type ClusterNode,
+  cliBinary,
   type LocalCluster,
+  livePrimaries,
   spawnCluster,
 } from '../harness/cluster.js';
-import { ask, firstOnPath } from '../harness/valkey-server.js';
+import { ask } from '../harness/valkey-server.js';
 import { valueKey } from '../src/l2/keys.js';
 import { keySlot } from '../src/valkey/slots.js';
 import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
@@ -141,7 +143,9 @@ async function main(): Promise<Report> {
     gen.phase = '0 warm-up';
     gen.start(probe);
     await sleep(args['warm-s'] * 1_000);
-    const to = await otherPrimary(cluster, 0);
+    const owner = await cluster.primaryOf(0);
+    const to = (await livePrimaries(cluster.nodes)).find((n) => n !== owner);
+    if (to === undefined) throw new Error('no other primary');
     let at = gen.now();
     const next = (phase: string) => {
       phaseMs[gen.phase] = Math.round(gen.now() - at);
@@ -211,17 +215,6 @@ function idsIn(prefix: string, n: number, keep: (slot: number) => boolean): stri
   return ids;
 }
 
-/** A primary other than the owner of `slot`. */
-async function otherPrimary(cluster: LocalCluster, slot: number): Promise<ClusterNode> {
-  const owner = await cluster.primaryOf(slot);
-  for (const n of cluster.nodes) {
-    if (n === owner) continue;
-    const role = (await ask(n, (r) => r.call('ROLE'))) as string[];
-    if (role[0] === 'master') return n;
-  }
-  throw new Error('no other primary');
-}
-
 /**
  * Moves slots 0 … `--slots`−1 (the first primary's lowest) to `to`: with
  * `setslot`, slot by slot as `redis-cli --cluster reshard` does, holding each
@@ -239,9 +232,8 @@ async function moveSlots(cluster: LocalCluster, to: ClusterNode) {
     for (let s = 0; s < args.slots; s++) {
       keys += Number(await ask(from, (r) => r.cluster('COUNTKEYSINSLOT', s)));
     }
-    const cli = firstOnPath(['valkey-cli', 'redis-cli']) ?? 'redis-cli';
     await promisify(execFile)(
-      cli,
+      cliBinary(),
       [
         ...['--cluster', 'reshard', from.address],
         ...['--cluster-from', fromId as string, '--cluster-to', toId as string],

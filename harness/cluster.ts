@@ -79,7 +79,7 @@ export interface LocalCluster {
 }
 
 /** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
-function cliBinary(): string {
+export function cliBinary(): string {
   const bin = firstOnPath(['valkey-cli', 'redis-cli']);
   if (bin === undefined) {
     throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
@@ -296,7 +296,7 @@ export async function beginSlotMove(
 }
 
 /** The live nodes that say they are primaries (`ROLE`). */
-async function livePrimaries(nodes: ClusterNode[]): Promise<ClusterNode[]> {
+export async function livePrimaries(nodes: ClusterNode[]): Promise<ClusterNode[]> {
   const roles = await Promise.all(
     nodes.filter(isRunning).map(async (n) => {
       const role = (await ask(n, (r) => r.call('ROLE'))) as string[];
