@@ -103,25 +103,19 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
   const { secure } = set;
   const ports: number[] = [];
   for (let i = 0; i < primaries * (1 + replicas); i++) ports.push(await set.port());
-  const nodes: ClusterNode[] = [];
   try {
-    const started = await Promise.all(
-      ports.map((port) =>
-        set.node(
-          port,
-          [
-            '--cluster-enabled',
-            'yes',
-            ...['--cluster-config-file', `nodes-${port}.conf`],
-            ...['--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1_000)],
-            ...['--cluster-require-full-coverage', 'no'],
-            ...['--cluster-replica-validity-factor', '0'],
-          ],
-          ['--tls-cluster', 'yes'],
-        ),
-      ),
+    const nodes: ClusterNode[] = await Promise.all(
+      ports.map(async (port) => {
+        const args = [
+          ...['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`],
+          ...['--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1_000)],
+          ...['--cluster-require-full-coverage', 'no', '--cluster-replica-validity-factor', '0'],
+        ];
+        const node = await set.node(port, args, ['--tls-cluster', 'yes']);
+        // Object.assign keeps the server's getters (`process`, `pid`), which follow restarts.
+        return Object.assign(node, { address: `127.0.0.1:${port}` });
+      }),
     );
-    for (const s of started) nodes.push({ ...s, address: `127.0.0.1:${s.port}`, ...live(s) });
     const seeds = nodes.map((n) => n.address);
     await run(
       cliBinary(),
@@ -154,18 +148,6 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
     await set.stop();
     throw err;
   }
-}
-
-/** The node's getters (`process`, `pid`) follow restarts: copy them as getters, not values. */
-function live(s: ValkeyServer): Pick<ValkeyServer, 'process' | 'pid'> {
-  return {
-    get process() {
-      return s.process;
-    },
-    get pid() {
-      return s.pid;
-    },
-  };
 }
 
 /** Each slot range's primary as one node sees it: `start end host:port`. */

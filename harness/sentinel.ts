@@ -115,15 +115,16 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
         }),
       );
     }
+    const addresses = sentinels.map((s) => `127.0.0.1:${s.port}`);
     const sentinelSet: SentinelSet = {
       name,
       servers,
       sentinels,
-      addresses: sentinels.map((s) => `127.0.0.1:${s.port}`),
+      addresses,
       secure,
       valkey: {
         sentinel: {
-          sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`),
+          sentinels: addresses,
           name,
           ...(secure === undefined
             ? {}
