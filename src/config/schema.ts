@@ -232,16 +232,24 @@ const followLeaseMs = () =>
     }),
   );
 
+/** `follow.mode` of either change stream. */
+const followMode = () =>
+  Type.Optional(
+    stringEnum(['drop', 'stale'] as const, {
+      default: 'drop',
+      description:
+        'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
+    }),
+  );
+
+/** `follow.readYourWritesWaitMs` of either change stream; `description` names its position header. */
+const readYourWritesWaitMs = (description: string) =>
+  Type.Optional(Type.Integer({ minimum: 0, maximum: 10_000, default: 200, description }));
+
 /** `source.follow` of a `postgres` table: invalidation from Postgres's change stream. */
 export const PostgresFollowSchema = Type.Object(
   {
-    mode: Type.Optional(
-      stringEnum(['drop', 'stale'] as const, {
-        default: 'drop',
-        description:
-          'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
-      }),
-    ),
+    mode: followMode(),
     slot: Type.Optional(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
@@ -287,14 +295,8 @@ export const PostgresFollowSchema = Type.Object(
           'How often the reader sends Postgres its acknowledged position and asks for a keepalive (which moves the stream position past WAL with no watched change), ms.',
       }),
     ),
-    readYourWritesWaitMs: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 10_000,
-        default: 200,
-        description:
-          'A read with `Echostore-Min-Lsn` waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.',
-      }),
+    readYourWritesWaitMs: readYourWritesWaitMs(
+      'A read with `Echostore-Min-Lsn` waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.',
     ),
   },
   {
@@ -307,13 +309,7 @@ export const PostgresFollowSchema = Type.Object(
 /** `source.follow` of a `mysql` table: invalidation from the row binlog (MySQL or MariaDB). */
 export const MysqlFollowSchema = Type.Object(
   {
-    mode: Type.Optional(
-      stringEnum(['drop', 'stale'] as const, {
-        default: 'drop',
-        description:
-          'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
-      }),
-    ),
+    mode: followMode(),
     stream: Type.Optional(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
@@ -344,14 +340,8 @@ export const MysqlFollowSchema = Type.Object(
       }),
     ),
     leaseMs: followLeaseMs(),
-    readYourWritesWaitMs: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 10_000,
-        default: 200,
-        description:
-          "A read with `Echostore-Min-Binlog: <File>:<Position>` (`SHOW MASTER STATUS` after the client's commit) waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.",
-      }),
+    readYourWritesWaitMs: readYourWritesWaitMs(
+      "A read with `Echostore-Min-Binlog: <File>:<Position>` (`SHOW MASTER STATUS` after the client's commit) waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.",
     ),
   },
   {
