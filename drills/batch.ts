@@ -31,7 +31,16 @@ const counted: PoolCount = { queries: 0, rows: 0 };
 /** A schema of `items(id, name)` with rows 1..ids, the source over it, and how to drop both. */
 async function database(schema: string): Promise<{ source: Source; drop(): Promise<void> }> {
   const seconds = (args['latency-ms'] / 1000).toFixed(3);
-  const loadTimeoutMs = 4_000;
+  const options = { field: 'tables.batch.source', loadTimeoutMs: 4_000 };
+  // The source's latency is on the server: one pause per query.
+  const made = async (drop: () => Promise<void>, make: () => Promise<Source>) => {
+    try {
+      return { source: await make(), drop };
+    } catch (err) {
+      await drop();
+      throw err;
+    }
+  };
   if (args.source === 'postgres') {
     const url = args['postgres-url'];
     const admin = new pg.Client({ connectionString: url });
@@ -45,24 +54,15 @@ async function database(schema: string): Promise<{ source: Source; drop(): Promi
       await admin.query(`DROP SCHEMA ${schema} CASCADE`);
       await admin.end();
     };
-    try {
-      const source = await postgresSource(
+    return made(drop, () =>
+      postgresSource(
         {
           url,
-          // The source's latency, on the server: one pause per query.
           query: `WITH pause AS (SELECT pg_sleep(${seconds})) SELECT items.id, items.name FROM ${schema}.items, pause WHERE items.id = ANY($1)`,
         },
-        {
-          field: 'tables.batch.source',
-          loadTimeoutMs,
-          makePool: countingPgPool(counted),
-        },
-      );
-      return { source, drop };
-    } catch (err) {
-      await drop();
-      throw err;
-    }
+        { ...options, makePool: countingPgPool(counted) },
+      ),
+    );
   }
   const url = new URL(args['mysql-url']);
   const admin = await mysql.createConnection({ uri: url.toString() });
@@ -75,23 +75,15 @@ async function database(schema: string): Promise<{ source: Source; drop(): Promi
     await admin.end();
   };
   url.pathname = `/${schema}`;
-  try {
-    const source = await mysqlSource(
+  return made(drop, () =>
+    mysqlSource(
       {
         url: url.toString(),
         query: `SELECT items.id, items.name FROM items, (SELECT SLEEP(${seconds}) AS s) AS pause WHERE items.id IN (?)`,
       },
-      {
-        field: 'tables.batch.source',
-        loadTimeoutMs,
-        makePool: countingMysqlPool(counted),
-      },
-    );
-    return { source, drop };
-  } catch (err) {
-    await drop();
-    throw err;
-  }
+      { ...options, makePool: countingMysqlPool(counted) },
+    ),
+  );
 }
 
 async function main() {

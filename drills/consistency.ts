@@ -1,30 +1,7 @@
 /**
- * Consistency drill: how often does a read through the cache return a row
- * older than one the database has committed? Counted against the database
- * itself (Polaris's idea, Meta 2022), with the change stream as the only
- * path by which the cache learns of writes.
- *
- *   npm run drill:consistency -- [--instances 3] [--rows 200] [--seconds 60]
- *     [--readers 32] [--write-ms 10] [--lease-ms 500] [--faults both|kill|valkey|none]
- *     [--lag-p99-ms 100] [--json [file]]
- *
- * Starts on 127.0.0.1 a private Postgres (wal_level=logical), a private
- * valkey-server/redis-server and `--instances` services following the table
- * `items (id, version)` through one replication slot. A writer updates
- * random rows directly in Postgres (version + 1, each commit's time recorded
- * when it returns); readers GET random rows through random instances; for
- * each commit a probe polls every instance until none serves an older
- * version (the invalidation lag). A third of the way in, the instance
- * reading the slot is SIGKILLed (and started again); two thirds in, Valkey is
- * killed and restarted. At the end every row is read on every instance and
- * compared with the database.
- *
- * Laws: no read is stale more than 1 s after a newer commit; invalidation lag
- * p99 ≤ `--lag-p99-ms` (100) outside the faults (from the SIGKILL until 1 s after the
- * takeover, from Valkey's kill until 2 s after it answers; the lag of all
- * commits is printed too); every commit's probe converges; a new consumer reads within
- * 3 s of the SIGKILL; no row is stale at the end (0 lost invalidations).
- * Exits 1 when a law does not hold, 2 when the drill cannot run.
+ * Consistency drill: how often a read through the cache returns a row older than one Postgres has
+ * committed, counted against the database (Polaris's idea, Meta 2022), through a SIGKILL of the
+ * stream's reader and a Valkey restart. Usage and laws: drills/README.md#consistency.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';

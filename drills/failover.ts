@@ -5,8 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Origin, startOrigin } from '../harness/origin.js';
-import { type Service, startServices } from '../harness/service.js';
+import type { Origin } from '../harness/origin.js';
 import { drillArgs, flag, int, oneOf, runDrill } from './lib/cli.js';
 import {
   type FailoverReport,
@@ -21,13 +20,9 @@ import {
   type FailoverTopology,
   sentinelTopology,
 } from './lib/failover-topology.js';
-import {
-  FAULT_BOUND_MS as BOUND_MS,
-  FAULT_POLICY as POLICY,
-  FAULT_VALKEY as VALKEY,
-} from './lib/fault-policy.js';
+import { FAULT_BOUND_MS as BOUND_MS, type FaultPair, startFaultPair } from './lib/fault-policy.js';
 import type { Check } from './lib/fault-report.js';
-import { itemUrl, timed } from './lib/http.js';
+import { answer, itemUrl, timed } from './lib/http.js';
 import { inLanes, Loops, pick } from './lib/load.js';
 import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
@@ -54,8 +49,7 @@ async function main(): Promise<FailoverReport> {
   const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   let topology: FailoverTopology | undefined;
-  let origin: Origin | undefined;
-  let services: Service[] = [];
+  let pair: FaultPair | undefined;
   let load: Loops<ShardSample> | undefined;
   let promotionMs = Number.NaN;
   let killedAt = Number.NaN;
@@ -66,13 +60,8 @@ async function main(): Promise<FailoverReport> {
       reaper,
       args.secure,
     );
-    origin = await startOrigin(args['latency-ms']);
-    const config = {
-      valkey: { ...topology.section, ...VALKEY },
-      tables: { [TABLE]: { source: { kind: 'http', url: origin.template }, ...POLICY } },
-    };
-    services = await startServices(2, config, (c) => reaper.track(c), 3_000);
-    const targets = services.map((s) => s.url);
+    pair = await startFaultPair(reaper, topology.section, TABLE, args['latency-ms']);
+    const { origin, services, targets } = pair;
     const t = topology;
     const ids = (kind: string, n: number) =>
       Array.from({ length: n }, (_, i) => `${kind}-${run}-${i}`);
@@ -97,12 +86,8 @@ async function main(): Promise<FailoverReport> {
         const atMs = gen.now();
         const put = kind === 'PUT' ? { id, write: ++writes } : undefined;
         const url = itemUrl(targets[target] as string, TABLE, id);
-        const {
-          body: _,
-          cacheStatus: __,
-          ...answer
-        } = await timed(url, REQUEST_TIMEOUT_MS, put && 'PUT', put);
-        return { phase, kind, side: t.sideOf(TABLE, id), id, target, atMs, ...answer };
+        const answered = await answer(url, REQUEST_TIMEOUT_MS, put);
+        return { phase, kind, side: t.sideOf(TABLE, id), id, target, atMs, ...answered };
       },
     });
     load = gen;
@@ -128,9 +113,8 @@ async function main(): Promise<FailoverReport> {
     );
   } finally {
     await load?.stop();
-    await Promise.all(services.map((s) => s.stop(5_000)));
+    await pair?.stop();
     await topology?.stop();
-    await origin?.close();
     reaper.killAll();
   }
   const samples = load?.samples ?? [];

@@ -6,14 +6,16 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
-import { type Service, startServices } from '../harness/service.js';
+import { HOLD_PREFIX, type Origin } from '../harness/origin.js';
+import type { Service } from '../harness/service.js';
 import { startTcpProxy, type TcpProxy } from '../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import {
   FAULT_BOUND_MS as BOUND_MS,
+  type FaultPair,
   FAULT_POLICY as POLICY,
+  startFaultPair,
   FAULT_VALKEY as VALKEY,
 } from './lib/fault-policy.js';
 import {
@@ -115,8 +117,7 @@ async function main(): Promise<FaultReport> {
   let valkey: ValkeyServer | undefined;
   let proxy: TcpProxy | undefined;
   let admin: Redis | undefined;
-  let origin: Origin | undefined;
-  let services: Service[] = [];
+  let pair: FaultPair | undefined;
   let load: Loops<Sample> | undefined;
   try {
     valkey = await spawnValkey({ track: (c) => reaper.track(c) });
@@ -124,14 +125,17 @@ async function main(): Promise<FaultReport> {
     proxy = await startTcpProxy(valkey.port);
     admin = new Redis(valkey.url, { maxRetriesPerRequest: null });
     admin.on('error', () => {});
-    origin = await startOrigin(args['latency-ms']);
-    const template = origin.template;
+    pair = await startFaultPair(
+      reaper,
+      { url: proxy.url, coherence: true },
+      TABLE,
+      args['latency-ms'],
+    );
+    const { origin, services, config } = pair;
     const configFor = (url: string, coherence: boolean) => ({
+      ...config,
       valkey: { url, ...VALKEY, coherence },
-      tables: { [TABLE]: { source: { kind: 'http', url: template }, ...POLICY } },
     });
-    const config = configFor(proxy.url, true);
-    services = await startServices(2, config, (c) => reaper.track(c), 3_000);
     const [a, b] = services as [Service, Service];
     let targets = [
       { label: 'A', url: a.url },
@@ -230,11 +234,10 @@ async function main(): Promise<FaultReport> {
     });
   } finally {
     await load?.stop();
-    await Promise.all(services.map((s) => s.stop(5_000)));
+    await pair?.stop();
     admin?.disconnect();
     await proxy?.close();
     await valkey?.stop();
-    await origin?.close();
     reaper.killAll();
   }
 

@@ -5,8 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
-import { type Service, SKEW_CLOCK, startAll, startService } from '../harness/service.js';
+import { HOLD_PREFIX, type Origin, withOrigin } from '../harness/origin.js';
+import { type Service, SKEW_CLOCK, startService, withServices } from '../harness/service.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
 import { metric, scrape } from './lib/metrics.js';
@@ -34,31 +34,17 @@ async function get(s: Service, table: string, id: string, timeoutMs = 10_000) {
   return { ...t, read: body?.read };
 }
 
-/** Runs `body` on the services `starts` start (all, or none), and stops them after it. */
-async function withServices<T>(
-  starts: Array<Promise<Service>>,
-  body: (s: Service[]) => Promise<T>,
-): Promise<T> {
-  const services = await startAll(starts);
-  try {
-    return await body(services);
-  } finally {
-    await Promise.all(services.map((s) => s.stop()));
-  }
-}
-
 async function skew() {
   const table = `skew-${run}`;
   const ttlMs = 2_000;
   const jitter = 0.2;
   const keysPerHost = 20;
-  const origin = await startOrigin(5);
-  const cfg = config(origin, table, { ttlMs, jitter, staleMs: 0, earlyRefreshBeta: 0 });
-  const skewed = (ms: number) => ({
-    nodeArgs: ['--import', SKEW_CLOCK],
-    env: { SKEW_MS: String(ms) },
-  });
-  try {
+  return withOrigin([5], async (origin) => {
+    const cfg = config(origin, table, { ttlMs, jitter, staleMs: 0, earlyRefreshBeta: 0 });
+    const skewed = (ms: number) => ({
+      nodeArgs: ['--import', SKEW_CLOCK],
+      env: { SKEW_MS: String(ms) },
+    });
     return await withServices(
       [startService(cfg), startService(cfg, skewed(600_000)), startService(cfg, skewed(-600_000))],
       async (hosts) => {
@@ -102,9 +88,7 @@ async function skew() {
         };
       },
     );
-  } finally {
-    await origin.close();
-  }
+  });
 }
 
 async function holder() {
@@ -112,8 +96,7 @@ async function holder() {
   const id = `${HOLD_PREFIX}${run}`;
   const loadMs = 300;
   // The first read is held 1.7 s, then answers after loadMs: a 2 s load. The holder dies before.
-  const origin = await startOrigin(loadMs, 2_000 - loadMs);
-  try {
+  return withOrigin([loadMs, 2_000 - loadMs], async (origin) => {
     return await withServices(
       [0, 1, 2].map(() => startService(config(origin, table))),
       async ([a, b, c]) => {
@@ -145,9 +128,7 @@ async function holder() {
         };
       },
     );
-  } finally {
-    await origin.close();
-  }
+  });
 }
 
 /** `n` ids: `<prefix>-0` … `<prefix>-<n-1>`. */
@@ -187,8 +168,7 @@ const IN_L2 = 200;
 
 async function admission() {
   const table = `admit-${run}`;
-  const origin = await startOrigin(20);
-  try {
+  return withOrigin([20], async (origin) => {
     // The instance under test, and a filler that puts ids in L2 without touching the first one's L1.
     const starts = [startService(config(origin, table)), startService(config(origin, table))];
     return await withServices(starts, async ([s, filler]) => {
@@ -262,9 +242,7 @@ async function admission() {
           slowPeak <= maxConcurrentLoads,
       };
     });
-  } finally {
-    await origin.close();
-  }
+  });
 }
 
 async function main() {

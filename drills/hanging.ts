@@ -1,25 +1,14 @@
 /**
- * Hanging-ids drill: a few ids whose origin never answers must not starve the
- * table. One real service over HTTP, one table on a counting origin; healthy
- * readers make cold GETs of new ids, one after another, first alone (the
- * baseline), then while 16 and then 40 callers ask, over and over, for ids the
- * origin holds open forever.
- *
- *   npm run drill:hanging -- [--phase-s 15] [--readers 4] [--latency-ms 10] [--json [file]]
- *
- * Laws, per hanging phase, counted by the origin and the callers: ≥ 95 % of
- * healthy GETs answered 200, their p95 within 2 × the baseline's + 10 ms;
- * every hanging caller answered (`ECC_LOAD_TIMEOUT` or `ECC_SHED`) within
- * `maxQueueDelayMs` + `loadTimeoutMs` + 0.5 s; the origin never holds more than
- * `maxConcurrentLoads` + `maxOverdueLoads` requests at once.
- * Needs a live Valkey/Redis at `--valkey` or `VALKEY_URL`. Exits 1 when a law
- * does not hold.
+ * Hanging-ids drill: a few ids whose origin never answers must not starve the table → healthy
+ * GETs keep their latency, hanging callers are answered within their bound, the origin's open
+ * requests stay bounded (counted there). Usage and laws: drills/README.md#hanging.
  */
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { itemUrl } from './lib/http.js';
+import { itemUrl, timed } from './lib/http.js';
 import { bump, columns, listCounts, percentile, round } from './lib/report.js';
 import { drillValkey } from './lib/valkey-target.js';
 
@@ -56,19 +45,10 @@ interface Phase {
   originPeakOpen: number;
 }
 
-/** One GET: its status and error code (or 'ok'), and how long it took, ms. */
+/** One GET (no client timeout): its error code (`ok` when 200), and how long it took, ms. */
 async function get(url: string): Promise<{ code: string; ms: number }> {
-  const started = performance.now();
-  try {
-    const res = await fetch(url);
-    const body = (await res.json()) as { error?: { code: string } };
-    return {
-      code: res.status === 200 ? 'ok' : (body.error?.code ?? String(res.status)),
-      ms: performance.now() - started,
-    };
-  } catch (err) {
-    return { code: `fetch: ${(err as Error).message}`, ms: performance.now() - started };
-  }
+  const r = await timed(url, 600_000);
+  return { code: r.status === 200 ? 'ok' : (r.code ?? String(r.status)), ms: r.ms };
 }
 
 async function main() {
@@ -112,12 +92,12 @@ async function main() {
           bump(hangingCodes, r.code);
           hangingMaxMs = Math.max(hangingMaxMs, r.ms);
           // A client that backs off a little after a refusal.
-          if (r.code !== 'ECC_LOAD_TIMEOUT') await new Promise((res) => setTimeout(res, 20));
+          if (r.code !== 'ECC_LOAD_TIMEOUT') await sleep(20);
         }
       };
       const askHealthy = async (reader: number) => {
         // The hanging callers go first, so their loads hold slots before the healthy ones come.
-        await new Promise((res) => setTimeout(res, hanging === 0 ? 0 : 100));
+        await sleep(hanging === 0 ? 0 : 100);
         for (let i = 0; performance.now() < endAt; i++) {
           const r = await get(itemUrl(url, TABLE, `ok-${run}-${hanging}-${reader}-${i}`));
           bump(healthyCodes, r.code);
@@ -148,7 +128,7 @@ async function main() {
       // The last hanging loads are aborted at loadTimeoutMs: let them go before the next phase.
       const settleBy = performance.now() + LOAD_TIMEOUT_MS + 1_000;
       while (origin.open() > 0 && performance.now() < settleBy) {
-        await new Promise((res) => setTimeout(res, 50));
+        await sleep(50);
       }
     }
   } finally {

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { type Origin, startOrigin } from '../harness/origin.js';
-import { startService } from '../harness/service.js';
+import { type Service, startService, withServices } from '../harness/service.js';
 import { burst, httpRead, storeRead } from './lib/burst.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl } from './lib/http.js';
@@ -37,18 +37,16 @@ async function inProcess(valkey: DrillValkey, origin: Origin, id: string) {
 
 /** The readers GET one service instance; `coalesced` from its `/metrics`. */
 async function viaHttp(valkey: DrillValkey, origin: Origin, id: string) {
-  const service = await startService({
+  const config = {
     valkey: valkey.section,
     tables: { [TABLE]: { source: { kind: 'http', url: origin.template } } },
-  });
-  try {
-    const result = await burst(httpRead(itemUrl(service.url, TABLE, id)), args.readers);
-    const samples = await scrape(service.url);
-    const coalesced = metric(samples, 'echostore_coalesced_total', { table: TABLE }) ?? 0;
+  };
+  return withServices([startService(config)], async ([service]) => {
+    const url = (service as Service).url;
+    const result = await burst(httpRead(itemUrl(url, TABLE, id)), args.readers);
+    const coalesced = metric(await scrape(url), 'echostore_coalesced_total', { table: TABLE }) ?? 0;
     return { ...result, coalesced };
-  } finally {
-    await service.stop();
-  }
+  });
 }
 
 async function main() {

@@ -5,8 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
-import { type Service, startAll, startService } from '../harness/service.js';
+import { HOLD_PREFIX, type Origin, withOrigin } from '../harness/origin.js';
+import { type Service, startService, withServices } from '../harness/service.js';
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
 import { inLanes, Loops, pick } from './lib/load.js';
@@ -148,10 +148,8 @@ async function purgedRows(services: Service[]) {
 }
 
 async function fleet(origin: Origin) {
-  const services = await Promise.all(
-    [0, 1, 2].map(() => startService(config(origin, `drill-${run}`))),
-  );
-  try {
+  const starts = [0, 1, 2].map(() => startService(config(origin, `drill-${run}`)));
+  return withServices(starts, async (services) => {
     const [a, b, c] = services as [Service, Service, Service];
     for (const s of services) await readAll(s, rowIds);
     const warmReads = origin.totalReads();
@@ -268,48 +266,41 @@ async function fleet(origin: Origin) {
         pass: tablePhase.oldServed === 0 && tablePhase.reads === tablePhase.rows,
       },
     };
-  } finally {
-    await Promise.all(services.map((s) => s.stop()));
-  }
+  });
 }
 
 async function namespaces() {
-  const one = await startOrigin(5, 20_000, { label: 'one' });
-  const two = await startOrigin(5, 20_000, { label: 'two' });
-  try {
-    const [s1, s2] = (await startAll([
-      startService(config(one, `ns-one-${run}`)),
-      startService(config(two, `ns-two-${run}`)),
-    ])) as [Service, Service];
-    try {
-      const ids = rowIds.slice(0, 100);
-      const answers = { one: [] as Answer[], two: [] as Answer[] };
-      for (const id of ids) {
-        answers.one.push(await get(s1, id));
-        answers.two.push(await get(s2, id));
-        answers.one.push(await get(s1, id));
-      }
-      const foreign =
-        answers.one.filter((x) => x.origin !== 'one').length +
-        answers.two.filter((x) => x.origin !== 'two').length;
-      return {
-        ids: ids.length,
-        readsOne: one.totalReads(),
-        readsTwo: two.totalReads(),
-        foreignAnswers: foreign,
-        pass: foreign === 0 && one.totalReads() === ids.length && two.totalReads() === ids.length,
-      };
-    } finally {
-      await Promise.all([s1.stop(), s2.stop()]);
-    }
-  } finally {
-    await Promise.all([one.close(), two.close()]);
-  }
+  return withOrigin([5, 20_000, { label: 'one' }], (one) =>
+    withOrigin([5, 20_000, { label: 'two' }], (two) =>
+      withServices(
+        [startService(config(one, `ns-one-${run}`)), startService(config(two, `ns-two-${run}`))],
+        async ([s1, s2]) => {
+          const ids = rowIds.slice(0, 100);
+          const answers = { one: [] as Answer[], two: [] as Answer[] };
+          for (const id of ids) {
+            answers.one.push(await get(s1 as Service, id));
+            answers.two.push(await get(s2 as Service, id));
+            answers.one.push(await get(s1 as Service, id));
+          }
+          const foreign =
+            answers.one.filter((x) => x.origin !== 'one').length +
+            answers.two.filter((x) => x.origin !== 'two').length;
+          return {
+            ids: ids.length,
+            readsOne: one.totalReads(),
+            readsTwo: two.totalReads(),
+            foreignAnswers: foreign,
+            pass:
+              foreign === 0 && one.totalReads() === ids.length && two.totalReads() === ids.length,
+          };
+        },
+      ),
+    ),
+  );
 }
 
 async function main() {
-  const origin = await startOrigin(10, 20_000, { surrogateKey: tagOf });
-  try {
+  return withOrigin([10, 20_000, { surrogateKey: tagOf }], async (origin) => {
     const f = await fleet(origin);
     const ns = await namespaces();
     return {
@@ -320,9 +311,7 @@ async function main() {
       namespaces: ns,
       pass: f.tagPhase.pass && f.tablePhase.pass && ns.pass,
     };
-  } finally {
-    await origin.close();
-  }
+  });
 }
 
 type Report = Awaited<ReturnType<typeof main>>;

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Origin, startOrigin } from '../harness/origin.js';
+import { type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
 import type { BurstResult } from './lib/burst.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
@@ -107,12 +107,11 @@ async function runRegime(origin: Origin, valkey: DrillValkey, regime: Regime) {
 async function main() {
   const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
   const regimes: Array<Awaited<ReturnType<typeof runRegime>>> = [];
-  let origin: Origin | undefined;
   try {
-    origin = await startOrigin(args['latency-ms']);
-    for (const regime of REGIMES) regimes.push(await runRegime(origin, valkey, regime));
+    await withOrigin([args['latency-ms']], async (origin) => {
+      for (const regime of REGIMES) regimes.push(await runRegime(origin, valkey, regime));
+    });
   } finally {
-    await origin?.close();
     await valkey.close();
   }
   const report = {

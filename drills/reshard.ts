@@ -11,22 +11,23 @@ import { promisify } from 'node:util';
 import {
   beginSlotMove,
   type ClusterNode,
+  cliBinary,
   type LocalCluster,
+  livePrimaries,
   spawnCluster,
 } from '../harness/cluster.js';
-import { type Origin, startOrigin } from '../harness/origin.js';
-import { type Service, startServices } from '../harness/service.js';
-import { ask, firstOnPath } from '../harness/valkey-server.js';
+import { ask } from '../harness/valkey-server.js';
 import { valueKey } from '../src/l2/keys.js';
 import { keySlot } from '../src/valkey/slots.js';
 import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
 import {
   FAULT_BOUND_MS as BOUND_MS,
   FAULT_POLICY,
-  FAULT_VALKEY as VALKEY,
+  type FaultPair,
+  startFaultPair,
 } from './lib/fault-policy.js';
 import type { Check } from './lib/fault-report.js';
-import { itemUrl, readyz, type Timed, timed } from './lib/http.js';
+import { answer, itemUrl, readyz, type Timed, timed } from './lib/http.js';
 import { inLanes, Loops, pick } from './lib/load.js';
 import { byLabels, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
@@ -85,8 +86,7 @@ async function main(): Promise<Report> {
   const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   let cluster: LocalCluster | undefined;
-  let origin: Origin | undefined;
-  let services: Service[] = [];
+  let pair: FaultPair | undefined;
   let load: Loops<Sample> | undefined;
   const move = { keys: 0, ms: 0, range: '' };
   const notReady: Record<string, number> = {};
@@ -100,13 +100,14 @@ async function main(): Promise<Report> {
   const written = idsIn(`w-${run}`, 20, (slot) => slot < args.slots);
   try {
     cluster = await spawnCluster({ track: (c) => reaper.track(c) });
-    origin = await startOrigin(args['latency-ms']);
-    const config = {
-      valkey: { cluster: { nodes: cluster.seeds }, ...VALKEY },
-      tables: { [TABLE]: { source: { kind: 'http', url: origin.template }, ...POLICY } },
-    };
-    services = await startServices(2, config, (c) => reaper.track(c), 3_000);
-    const targets = services.map((s) => s.url);
+    pair = await startFaultPair(
+      reaper,
+      { cluster: { nodes: cluster.seeds } },
+      TABLE,
+      args['latency-ms'],
+      POLICY,
+    );
+    const { origin, services, targets } = pair;
     const read = [...moving, ...other];
     await inLanes(8, read, (id) =>
       timed(itemUrl(targets[0] as string, TABLE, id), REQUEST_TIMEOUT_MS),
@@ -120,14 +121,12 @@ async function main(): Promise<Report> {
         const put = Math.random() < 0.1;
         const id = (put ? pick(written) : pick(read)) as string;
         const url = itemUrl(pick(targets) as string, TABLE, id);
-        const {
-          body: _,
-          cacheStatus: __,
-          ...answer
-        } = put
-          ? await timed(url, REQUEST_TIMEOUT_MS, 'PUT', { id, write: ++writes })
-          : await timed(url, REQUEST_TIMEOUT_MS);
-        return { phase, kind: put ? 'PUT' : 'GET', moving: !other.includes(id), ...answer };
+        const answered = await answer(
+          url,
+          REQUEST_TIMEOUT_MS,
+          put ? { id, write: ++writes } : undefined,
+        );
+        return { phase, kind: put ? 'PUT' : 'GET', moving: !other.includes(id), ...answered };
       },
     });
     load = gen;
@@ -144,7 +143,9 @@ async function main(): Promise<Report> {
     gen.phase = '0 warm-up';
     gen.start(probe);
     await sleep(args['warm-s'] * 1_000);
-    const to = await otherPrimary(cluster, 0);
+    const owner = await cluster.primaryOf(0);
+    const to = (await livePrimaries(cluster.nodes)).find((n) => n !== owner);
+    if (to === undefined) throw new Error('no other primary');
     let at = gen.now();
     const next = (phase: string) => {
       phaseMs[gen.phase] = Math.round(gen.now() - at);
@@ -160,7 +161,7 @@ async function main(): Promise<Report> {
     await sleep(args['after-s'] * 1_000);
     next('stopped');
     await gen.stop();
-    duringLoad = read.reduce((n, id) => n + (origin as Origin).readsOf(id), 0) - read.length;
+    duringLoad = read.reduce((n, id) => n + origin.readsOf(id), 0) - read.length;
     for (const s of services) {
       const samples = await scrape(s.url);
       for (const m of samples) {
@@ -171,9 +172,8 @@ async function main(): Promise<Report> {
     }
   } finally {
     await load?.stop();
-    await Promise.all(services.map((s) => s.stop(5_000)));
+    await pair?.stop();
     await cluster?.stop();
-    await origin?.close();
     reaper.killAll();
   }
   const samples = load?.samples ?? [];
@@ -215,17 +215,6 @@ function idsIn(prefix: string, n: number, keep: (slot: number) => boolean): stri
   return ids;
 }
 
-/** A primary other than the owner of `slot`. */
-async function otherPrimary(cluster: LocalCluster, slot: number): Promise<ClusterNode> {
-  const owner = await cluster.primaryOf(slot);
-  for (const n of cluster.nodes) {
-    if (n === owner) continue;
-    const role = (await ask(n, (r) => r.call('ROLE'))) as string[];
-    if (role[0] === 'master') return n;
-  }
-  throw new Error('no other primary');
-}
-
 /**
  * Moves slots 0 … `--slots`−1 (the first primary's lowest) to `to`: with
  * `setslot`, slot by slot as `redis-cli --cluster reshard` does, holding each
@@ -243,9 +232,8 @@ async function moveSlots(cluster: LocalCluster, to: ClusterNode) {
     for (let s = 0; s < args.slots; s++) {
       keys += Number(await ask(from, (r) => r.cluster('COUNTKEYSINSLOT', s)));
     }
-    const cli = firstOnPath(['valkey-cli', 'redis-cli']) ?? 'redis-cli';
     await promisify(execFile)(
-      cli,
+      cliBinary(),
       [
         ...['--cluster', 'reshard', from.address],
         ...['--cluster-from', fromId as string, '--cluster-to', toId as string],

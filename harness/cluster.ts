@@ -17,30 +17,17 @@
  * service has an ACL user of its own; `valkey` is then the service's section for it.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import type { ValkeyOptions } from '../src/valkey/client.js';
-import {
-  aclServerArgs,
-  adminConnection,
-  cliArgs,
-  makeSecure,
-  type Secure,
-  serviceTls,
-  tlsServerArgs,
-} from './secure.js';
+import { cliArgs, type Secure } from './secure.js';
 import {
   ask,
   firstOnPath,
   isRunning,
-  spawnValkey,
   type ValkeyServer,
   type ValkeyServerOptions,
 } from './valkey-server.js';
+import { openValkeySet, settle } from './valkey-set.js';
 
 const run = promisify(execFile);
 
@@ -91,34 +78,8 @@ export interface LocalCluster {
   stop(): Promise<void>;
 }
 
-/** Lowest client port handed out: bus ports (+10000) stay below the kernel's ephemeral range (32768). */
-const MIN_PORT = 11_000;
-const MAX_PORT = 22_700;
-
-/** True when 127.0.0.1:`port` can be listened on right now. */
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const srv = createServer();
-    srv.once('error', () => resolve(false));
-    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-  });
-}
-
-/**
- * A port in 11000–22699 such that it and its cluster bus port (+10000) were
- * free a moment ago, not among `taken`.
- */
-export async function freeClusterPort(taken: ReadonlySet<number> = new Set()): Promise<number> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const port = MIN_PORT + Math.floor(Math.random() * (MAX_PORT - MIN_PORT));
-    if (taken.has(port) || taken.has(port + 10_000) || taken.has(port - 10_000)) continue;
-    if ((await portFree(port)) && (await portFree(port + 10_000))) return port;
-  }
-  throw new Error(`no free port pair (p, p + 10000) in ${MIN_PORT}–${MAX_PORT}`);
-}
-
 /** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
-function cliBinary(): string {
+export function cliBinary(): string {
   const bin = firstOnPath(['valkey-cli', 'redis-cli']);
   if (bin === undefined) {
     throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
@@ -138,46 +99,23 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
   const primaries = options.primaries ?? 3;
   const replicas = options.replicas ?? 1;
   if (primaries < 3) throw new Error('a cluster needs at least 3 primaries');
-  const dir = mkdtempSync(join(tmpdir(), 'echostore-cluster-'));
-  const taken = new Set<number>();
+  const set = openValkeySet('echostore-cluster-', options.secure, options.track);
+  const { secure } = set;
   const ports: number[] = [];
-  for (let i = 0; i < primaries * (1 + replicas); i++) {
-    const port = await freeClusterPort(taken);
-    taken.add(port);
-    ports.push(port);
-  }
-  const nodes: ClusterNode[] = [];
-  const secure =
-    options.secure === true
-      ? makeSecure(dir)
-      : options.secure === false
-        ? undefined
-        : options.secure;
-  const stop = async () => {
-    await Promise.all(nodes.map((n) => n.stop()));
-    rmSync(dir, { recursive: true, force: true });
-  };
+  for (let i = 0; i < primaries * (1 + replicas); i++) ports.push(await set.port());
   try {
-    const started = await Promise.all(
-      ports.map((port) =>
-        spawnValkey({
-          port,
-          args: [
-            ...['--cluster-enabled', 'yes', '--dir', dir],
-            ...['--cluster-config-file', `nodes-${port}.conf`],
-            ...['--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1_000)],
-            ...['--cluster-require-full-coverage', 'no'],
-            ...['--cluster-replica-validity-factor', '0'],
-            ...(secure === undefined
-              ? []
-              : [...tlsServerArgs(secure, port), '--tls-cluster', 'yes', ...aclServerArgs(secure)]),
-          ],
-          ...(options.track === undefined ? {} : { track: options.track }),
-          ...(secure === undefined ? {} : { connection: adminConnection(secure) }),
-        }),
-      ),
+    const nodes: ClusterNode[] = await Promise.all(
+      ports.map(async (port) => {
+        const args = [
+          ...['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`],
+          ...['--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1_000)],
+          ...['--cluster-require-full-coverage', 'no', '--cluster-replica-validity-factor', '0'],
+        ];
+        const node = await set.node(port, args, ['--tls-cluster', 'yes']);
+        // Object.assign keeps the server's getters (`process`, `pid`), which follow restarts.
+        return Object.assign(node, { address: `127.0.0.1:${port}` });
+      }),
     );
-    for (const s of started) nodes.push({ ...s, address: `127.0.0.1:${s.port}`, ...live(s) });
     const seeds = nodes.map((n) => n.address);
     await run(
       cliBinary(),
@@ -198,35 +136,18 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
       nodes,
       seeds,
       secure,
-      valkey: {
-        cluster: { nodes: seeds },
-        ...(secure === undefined
-          ? {}
-          : { tls: serviceTls(secure), username: secure.username, password: secure.password }),
-      },
+      valkey: { cluster: { nodes: seeds }, ...set.serviceAuth },
       primaryOf: (slot) => primaryOf(nodes, slot),
       waitHealthy: (timeoutMs = 30_000) => waitHealthy(nodes, timeoutMs),
-      stop,
+      stop: set.stop,
     };
     await cluster.waitHealthy(options.readyTimeoutMs ?? 30_000);
     await replicasInSync(nodes, options.readyTimeoutMs ?? 30_000);
     return cluster;
   } catch (err) {
-    await stop();
+    await set.stop();
     throw err;
   }
-}
-
-/** The node's getters (`process`, `pid`) follow restarts: copy them as getters, not values. */
-function live(s: ValkeyServer): Pick<ValkeyServer, 'process' | 'pid'> {
-  return {
-    get process() {
-      return s.process;
-    },
-    get pid() {
-      return s.pid;
-    },
-  };
 }
 
 /** Each slot range's primary as one node sees it: `start end host:port`. */
@@ -252,11 +173,11 @@ async function primaryOf(nodes: ClusterNode[], slot: number): Promise<ClusterNod
   return undefined;
 }
 
-async function waitHealthy(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last = '';
-  for (;;) {
-    try {
+function waitHealthy(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
+  return settle(
+    timeoutMs,
+    100,
+    async () => {
       const up = nodes.filter(isRunning);
       const infos = await Promise.all(up.map((n) => ask(n, (r) => r.cluster('INFO'))));
       const maps = await Promise.all(up.map(slotMap));
@@ -267,32 +188,33 @@ async function waitHealthy(nodes: ClusterNode[], timeoutMs: number): Promise<voi
         const [start, end, owner] = line.split(' ') as [string, string, string];
         return live.has(owner) ? n + Number(end) - Number(start) + 1 : n;
       }, 0);
-      if (
+      const healthy =
         infos.every((i) => String(i).includes('cluster_state:ok')) &&
         maps.every((m) => m.join(',') === first) &&
-        covered === 16_384
-      ) {
-        return;
-      }
-      last = `states ${infos.map((i) => /cluster_state:(\w+)/.exec(String(i))?.[1]).join('/')}, ${covered} slots covered`;
-    } catch (err) {
-      last = (err as Error).message;
-    }
-    if (Date.now() > deadline) throw new Error(`the cluster is not healthy: ${last}`);
-    await sleep(100);
-  }
+        covered === 16_384;
+      return (
+        healthy ||
+        `states ${infos.map((i) => /cluster_state:(\w+)/.exec(String(i))?.[1]).join('/')}, ${covered} slots covered`
+      );
+    },
+    (last) => `the cluster is not healthy: ${last}`,
+  );
 }
 
 /** Resolves once every replica says `master_link_status:up` (a failover needs a replica in sync). */
-async function replicasInSync(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const infos = await Promise.all(nodes.map((n) => ask(n, (r) => r.info('replication'))));
-    const replicas = infos.filter((i) => /role:slave/.test(i));
-    if (replicas.length > 0 && replicas.every((i) => /master_link_status:up/.test(i))) return;
-    if (Date.now() > deadline) throw new Error('the replicas did not sync with their primaries');
-    await sleep(100);
-  }
+function replicasInSync(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
+  return settle(
+    timeoutMs,
+    100,
+    async () => {
+      const infos = await Promise.all(nodes.map((n) => ask(n, (r) => r.info('replication'))));
+      const replicas = infos.filter((i) => /role:slave/.test(i));
+      return replicas.length > 0 && replicas.every((i) => /master_link_status:up/.test(i))
+        ? true
+        : 'out of sync';
+    },
+    () => 'the replicas did not sync with their primaries',
+  );
 }
 
 /** A slot held half-moved by {@link beginSlotMove}: MIGRATING on `from`, IMPORTING on `to`. */
@@ -356,7 +278,7 @@ export async function beginSlotMove(
 }
 
 /** The live nodes that say they are primaries (`ROLE`). */
-async function livePrimaries(nodes: ClusterNode[]): Promise<ClusterNode[]> {
+export async function livePrimaries(nodes: ClusterNode[]): Promise<ClusterNode[]> {
   const roles = await Promise.all(
     nodes.filter(isRunning).map(async (n) => {
       const role = (await ask(n, (r) => r.call('ROLE'))) as string[];

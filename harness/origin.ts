@@ -208,3 +208,16 @@ export async function startOrigin(
       }),
   };
 }
+
+/** Runs `body` on an origin started by {@link startOrigin} with `args`, and closes it after, however it ends. */
+export async function withOrigin<T>(
+  args: Parameters<typeof startOrigin>,
+  body: (origin: Origin) => Promise<T>,
+): Promise<T> {
+  const origin = await startOrigin(...args);
+  try {
+    return await body(origin);
+  } finally {
+    await origin.close();
+  }
+}

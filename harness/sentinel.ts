@@ -11,28 +11,12 @@
  * use it) and an ACL user for the service with only the rights it needs
  * there; `valkey` is then the service's section for it.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { ValkeyOptions } from '../src/valkey/client.js';
-import { freeClusterPort } from './cluster.js';
-import {
-  aclServerArgs,
-  adminConnection,
-  clientTls,
-  makeSecure,
-  type Secure,
-  serviceTls,
-  tlsServerArgs,
-} from './secure.js';
-import {
-  ask,
-  isRunning,
-  spawnValkey,
-  type ValkeyServer,
-  type ValkeyServerOptions,
-} from './valkey-server.js';
+import { clientTls, type Secure } from './secure.js';
+import { ask, isRunning, type ValkeyServer, type ValkeyServerOptions } from './valkey-server.js';
+import { openValkeySet, settle } from './valkey-set.js';
 
 /** Options of {@link spawnSentinelSet}. */
 export interface SentinelSetOptions {
@@ -88,42 +72,13 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
   const name = options.name ?? 'echostore';
   const replicas = options.replicas ?? 1;
   const count = options.sentinels ?? 3;
-  const dir = mkdtempSync(join(tmpdir(), 'echostore-sentinel-'));
-  const track = options.track === undefined ? {} : { track: options.track };
-  const servers: ValkeyServer[] = [];
-  const sentinels: ValkeyServer[] = [];
-  const secure =
-    options.secure === true
-      ? makeSecure(dir)
-      : options.secure === false
-        ? undefined
-        : options.secure;
   // Each process's port is known before it starts, so its TLS port can be given on the command
   // line; below 32768, out of the kernel's ephemeral range (a client's port cannot take it first).
-  const taken = new Set<number>();
-  const freePort = async () => {
-    const port = await freeClusterPort(taken);
-    taken.add(port);
-    return port;
-  };
-  const dataNode = async (args: string[]) => {
-    const port = await freePort();
-    return spawnValkey({
-      ...track,
-      port,
-      args: [
-        '--dir',
-        dir,
-        ...args,
-        ...(secure === undefined ? [] : [...tlsServerArgs(secure, port), ...aclServerArgs(secure)]),
-      ],
-      ...(secure === undefined ? {} : { connection: adminConnection(secure) }),
-    });
-  };
-  const stop = async () => {
-    await Promise.all([...servers, ...sentinels].map((s) => s.stop()));
-    rmSync(dir, { recursive: true, force: true });
-  };
+  const set = openValkeySet('echostore-sentinel-', options.secure, options.track);
+  const { dir, secure } = set;
+  const servers: ValkeyServer[] = [];
+  const sentinels: ValkeyServer[] = [];
+  const dataNode = async (args: string[]) => set.node(await set.port(), args);
   try {
     // A replica writes the snapshot it syncs from to its --dir: keep it out of the caller's cwd.
     const primary = await dataNode([]);
@@ -137,7 +92,7 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
     const quorum = Math.floor(count / 2) + 1;
     for (let i = 0; i < count; i++) {
       const file = join(dir, `sentinel-${i}.conf`);
-      const port = await freePort();
+      const port = await set.port();
       writeFileSync(
         file,
         [
@@ -150,8 +105,7 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
         ].join('\n'),
       );
       sentinels.push(
-        await spawnValkey({
-          ...track,
+        await set.spawn({
           port,
           configFile: file,
           args: ['--dir', dir, '--sentinel', ...(secure === undefined ? [] : ['--port', '0'])],
@@ -161,40 +115,43 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}): Promis
         }),
       );
     }
-    const set: SentinelSet = {
+    const addresses = sentinels.map((s) => `127.0.0.1:${s.port}`);
+    const sentinelSet: SentinelSet = {
       name,
       servers,
       sentinels,
-      addresses: sentinels.map((s) => `127.0.0.1:${s.port}`),
+      addresses,
       secure,
       valkey: {
         sentinel: {
-          sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`),
+          sentinels: addresses,
           name,
           ...(secure === undefined
             ? {}
             : { username: secure.username, password: secure.sentinelPassword }),
         },
-        ...(secure === undefined
-          ? {}
-          : { tls: serviceTls(secure), username: secure.username, password: secure.password }),
+        ...set.serviceAuth,
       },
-      primary: () => currentPrimary(set),
+      primary: () => currentPrimary(sentinelSet),
       async waitFailover(old, timeoutMs = 30_000) {
-        const deadline = Date.now() + timeoutMs;
-        for (;;) {
-          const now = await currentPrimary(set);
-          if (now !== undefined && now !== old && (await role(now)) === 'master') return now;
-          if (Date.now() > deadline) throw new Error(`no failover within ${timeoutMs} ms`);
-          await sleep(100);
-        }
+        let now: ValkeyServer | undefined;
+        await settle(
+          timeoutMs,
+          100,
+          async () => {
+            now = await currentPrimary(sentinelSet);
+            return (now !== undefined && now !== old && (await role(now)) === 'master') || '';
+          },
+          () => `no failover within ${timeoutMs} ms`,
+        );
+        return now as ValkeyServer;
       },
-      stop,
+      stop: set.stop,
     };
-    await formed(set, replicas, options.readyTimeoutMs ?? 30_000);
-    return set;
+    await formed(sentinelSet, replicas, options.readyTimeoutMs ?? 30_000);
+    return sentinelSet;
   } catch (err) {
-    await stop();
+    await set.stop();
     throw err;
   }
 }
@@ -253,11 +210,11 @@ async function currentPrimary(set: SentinelSet): Promise<ValkeyServer | undefine
 }
 
 /** Every Sentinel sees `replicas` replicas and the other Sentinels, and every replica is in sync. */
-async function formed(set: SentinelSet, replicas: number, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last = '';
-  for (;;) {
-    try {
+function formed(set: SentinelSet, replicas: number, timeoutMs: number): Promise<void> {
+  return settle(
+    timeoutMs,
+    200,
+    async () => {
       const views = await Promise.all(
         set.sentinels.map((s) =>
           ask(s, (r) => r.call('SENTINEL', 'MASTER', set.name) as Promise<string[]>),
@@ -271,25 +228,21 @@ async function formed(set: SentinelSet, replicas: number, timeoutMs: number): Pr
             ask(s, (r) => r.info('replication')).then((i) => /master_link_status:up/.test(i)),
           ),
       );
-      if (
-        views.every(
-          (v) =>
-            field(v, 'num-slaves') >= replicas &&
-            field(v, 'num-other-sentinels') >= set.sentinels.length - 1,
-        ) &&
-        synced.every(Boolean)
-      ) {
-        return;
-      }
-      last = views
-        .map(
-          (v) => `${field(v, 'num-slaves')} replicas/${field(v, 'num-other-sentinels')} sentinels`,
-        )
-        .join(', ');
-    } catch (err) {
-      last = (err as Error).message;
-    }
-    if (Date.now() > deadline) throw new Error(`the Sentinel set did not form: ${last}`);
-    await sleep(200);
-  }
+      const seen = views.every(
+        (v) =>
+          field(v, 'num-slaves') >= replicas &&
+          field(v, 'num-other-sentinels') >= set.sentinels.length - 1,
+      );
+      return (
+        (seen && synced.every(Boolean)) ||
+        views
+          .map(
+            (v) =>
+              `${field(v, 'num-slaves')} replicas/${field(v, 'num-other-sentinels')} sentinels`,
+          )
+          .join(', ')
+      );
+    },
+    (last) => `the Sentinel set did not form: ${last}`,
+  );
 }

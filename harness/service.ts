@@ -145,3 +145,16 @@ export async function startAll(
   await Promise.all(services.map((s) => s.stop(graceMs)));
   throw failed.reason;
 }
+
+/** Runs `body` on the services `starts` start ({@link startAll}: all, or none) and stops them after it, however it ends. */
+export async function withServices<T>(
+  starts: Array<Promise<Service>>,
+  body: (services: Service[]) => Promise<T>,
+): Promise<T> {
+  const services = await startAll(starts);
+  try {
+    return await body(services);
+  } finally {
+    await Promise.all(services.map((s) => s.stop()));
+  }
+}

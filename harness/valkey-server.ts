@@ -127,6 +127,14 @@ export function isRunning(server: ValkeyServer): boolean {
   return server.process.exitCode === null && server.process.signalCode === null;
 }
 
+/** A harness connection: connects when asked, 1 s to connect, never reconnects or retries. */
+const ONE_SHOT = {
+  lazyConnect: true,
+  maxRetriesPerRequest: 0,
+  retryStrategy: () => null,
+  connectTimeout: 1_000,
+} as const;
+
 /**
  * Runs `fn` on a short-lived connection of its own to the loopback server on
  * `server.port`: no reconnects or retries and no ready check (commands go as
@@ -141,10 +149,7 @@ export async function ask<T>(
 ): Promise<T> {
   const r = new Redis(server.port, '127.0.0.1', {
     ...server.connection,
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: 1_000,
+    ...ONE_SHOT,
     commandTimeout: 2_000,
     enableReadyCheck: false,
   });
@@ -176,13 +181,7 @@ export async function waitForPing(
     if (child !== undefined && child.exitCode !== null) {
       throw new Error(`the server at ${url} exited (${child.exitCode})`);
     }
-    const client = new Redis(url, {
-      ...connection,
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-      connectTimeout: 1_000,
-    });
+    const client = new Redis(url, { ...connection, ...ONE_SHOT });
     client.on('error', () => {});
     try {
       await client.connect();

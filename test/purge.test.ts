@@ -118,20 +118,26 @@ describe('soft purge', () => {
   });
 });
 
+/** A load tagged `t` whose first call waits for `release`; `reads()` counts its calls. */
+function heldFirstLoad() {
+  const release = deferred<void>();
+  let reads = 0;
+  const load: LoadFn = async (id) => {
+    const n = ++reads;
+    if (n === 1) await release.promise;
+    return withPolicy({ id, n }, { tags: ['t'] });
+  };
+  return { release, load, reads: () => reads };
+}
+
 describe('race-safe purge', () => {
   it('a load that started before a purge never stores its value as current after it (L2)', async () => {
     const table = uniqueTable('purge-race-l2');
-    const release = deferred<void>();
-    let reads = 0;
-    const load: LoadFn = async (id) => {
-      const n = ++reads;
-      if (n === 1) await release.promise;
-      return withPolicy({ id, n }, { tags: ['t'] });
-    };
+    const { release, load, reads } = heldFirstLoad();
     const a = await openStore({ [table]: { load } });
     const b = await openStore({ [table]: { load } });
     const before = a.table(table).get('r');
-    await vi.waitFor(() => expect(reads).toBe(1));
+    await vi.waitFor(() => expect(reads()).toBe(1));
     await a.table(table).purge({ tags: ['t'] });
     release.resolve();
     // The caller that asked before the purge may get what the load read then.
@@ -140,21 +146,15 @@ describe('race-safe purge', () => {
     // (b once it holds the purge's epoch: its event).
     expect(rowOf(await a.table(table).get('r'))?.n).toBe(2);
     await vi.waitFor(async () => expect(rowOf(await b.table(table).get('r'))?.n).toBe(2));
-    expect(reads).toBe(2);
+    expect(reads()).toBe(2);
   });
 
   it('a caller that joins, after the purge answered, a load that started before it gets a load after it', async () => {
     const table = uniqueTable('purge-race-join');
-    const release = deferred<void>();
-    let reads = 0;
-    const load: LoadFn = async (id) => {
-      const n = ++reads;
-      if (n === 1) await release.promise;
-      return withPolicy({ id, n }, { tags: ['t'] });
-    };
+    const { release, load, reads } = heldFirstLoad();
     const a = await openStore({ [table]: { load } });
     const before = a.table(table).get('j');
-    await vi.waitFor(() => expect(reads).toBe(1));
+    await vi.waitFor(() => expect(reads()).toBe(1));
     await a.table(table).purge({ tags: ['t'] });
     const after = a.table(table).get('j');
     release.resolve();

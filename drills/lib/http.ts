@@ -74,6 +74,20 @@ export async function timed(
   }
 }
 
+/** {@link timed} without the body and `Cache-Status`: what a drill's load keeps of each request. */
+export async function answer(
+  url: string,
+  timeoutMs: number,
+  put?: unknown,
+): Promise<Omit<Timed, 'body' | 'cacheStatus'>> {
+  const {
+    body: _,
+    cacheStatus: __,
+    ...kept
+  } = await timed(url, timeoutMs, put === undefined ? 'GET' : 'PUT', put);
+  return kept;
+}
+
 /** One timed GET, bounded by `timeoutMs`; never rejects. */
 export const timedGet = (url: string, timeoutMs: number): Promise<Timed> => timed(url, timeoutMs);
 

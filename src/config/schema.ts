@@ -196,16 +196,60 @@ function sqlFields(listExample: string, limitExample: string) {
 /** A replication slot's or publication's name (Postgres: lowercase letters, digits, `_`). */
 export const SLOT_NAME_PATTERN = '^[a-z0-9_]{1,63}$';
 
+/** `follow.tables` of either change stream: each watched table and the column naming the cache id. */
+function watchedTables(
+  table: { maxLength: number; description: string },
+  idColumn: { maxLength: number; description: string },
+) {
+  return Type.Optional(
+    Type.Array(
+      Type.Object(
+        {
+          table: Type.String({ minLength: 1, ...table }),
+          idColumn: Type.String({ minLength: 1, ...idColumn }),
+        },
+        { additionalProperties: false },
+      ),
+      {
+        minItems: 1,
+        maxItems: 100,
+        description:
+          "The watched tables and the column of each that names the cache id. Default: the table named like the cache table, by the source's `idColumn`.",
+      },
+    ),
+  );
+}
+
+/** `follow.leaseMs` of either change stream. */
+const followLeaseMs = () =>
+  Type.Optional(
+    Type.Integer({
+      minimum: 200,
+      maximum: 60_000,
+      default: 1_500,
+      description:
+        "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
+    }),
+  );
+
+/** `follow.mode` of either change stream. */
+const followMode = () =>
+  Type.Optional(
+    stringEnum(['drop', 'stale'] as const, {
+      default: 'drop',
+      description:
+        'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
+    }),
+  );
+
+/** `follow.readYourWritesWaitMs` of either change stream; `description` names its position header. */
+const readYourWritesWaitMs = (description: string) =>
+  Type.Optional(Type.Integer({ minimum: 0, maximum: 10_000, default: 200, description }));
+
 /** `source.follow` of a `postgres` table: invalidation from Postgres's change stream. */
 export const PostgresFollowSchema = Type.Object(
   {
-    mode: Type.Optional(
-      stringEnum(['drop', 'stale'] as const, {
-        default: 'drop',
-        description:
-          'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
-      }),
-    ),
+    mode: followMode(),
     slot: Type.Optional(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
@@ -226,31 +270,13 @@ export const PostgresFollowSchema = Type.Object(
           'Create the publication (`FOR TABLE` the watched tables) and the slot (`pgoutput`) when missing. false: both must exist (checked at start-up).',
       }),
     ),
-    tables: Type.Optional(
-      Type.Array(
-        Type.Object(
-          {
-            table: Type.String({
-              minLength: 1,
-              maxLength: 127,
-              description: '`name` or `schema.name` (schema `public` by default).',
-            }),
-            idColumn: Type.String({
-              minLength: 1,
-              maxLength: 63,
-              description:
-                "The column of this table's changes whose value, as text, is the cache id to invalidate (for a row built from several tables, the column naming it in each).",
-            }),
-          },
-          { additionalProperties: false },
-        ),
-        {
-          minItems: 1,
-          maxItems: 100,
-          description:
-            "The watched tables and the column of each that names the cache id. Default: the table named like the cache table, by the source's `idColumn`.",
-        },
-      ),
+    tables: watchedTables(
+      { maxLength: 127, description: '`name` or `schema.name` (schema `public` by default).' },
+      {
+        maxLength: 63,
+        description:
+          "The column of this table's changes whose value, as text, is the cache id to invalidate (for a row built from several tables, the column naming it in each).",
+      },
     ),
     url: Type.Optional(
       Type.String({
@@ -259,15 +285,7 @@ export const PostgresFollowSchema = Type.Object(
           "The replication connection's URL (a user with REPLICATION). Default: the source's `url`.",
       }),
     ),
-    leaseMs: Type.Optional(
-      Type.Integer({
-        minimum: 200,
-        maximum: 60_000,
-        default: 1_500,
-        description:
-          "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
-      }),
-    ),
+    leaseMs: followLeaseMs(),
     statusIntervalMs: Type.Optional(
       Type.Integer({
         minimum: 20,
@@ -277,14 +295,8 @@ export const PostgresFollowSchema = Type.Object(
           'How often the reader sends Postgres its acknowledged position and asks for a keepalive (which moves the stream position past WAL with no watched change), ms.',
       }),
     ),
-    readYourWritesWaitMs: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 10_000,
-        default: 200,
-        description:
-          'A read with `Echostore-Min-Lsn` waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.',
-      }),
+    readYourWritesWaitMs: readYourWritesWaitMs(
+      'A read with `Echostore-Min-Lsn` waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.',
     ),
   },
   {
@@ -297,13 +309,7 @@ export const PostgresFollowSchema = Type.Object(
 /** `source.follow` of a `mysql` table: invalidation from the row binlog (MySQL or MariaDB). */
 export const MysqlFollowSchema = Type.Object(
   {
-    mode: Type.Optional(
-      stringEnum(['drop', 'stale'] as const, {
-        default: 'drop',
-        description:
-          'What a change does to a cached row: `drop` it (a DELETE: the next read loads), or mark it `stale` (kept in Valkey, stale from the change: the next read on any instance answers the old value, `Cache-Status` `detail=l2-stale`, while one refresh runs). A TRUNCATE purges the whole table: hard for `drop`, soft for `stale`.',
-      }),
-    ),
+    mode: followMode(),
     stream: Type.Optional(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
@@ -311,31 +317,12 @@ export const MysqlFollowSchema = Type.Object(
           "The stream's name: it names its lease and its saved binlog position in Valkey. Default `echostore_<table>` (`-` as `_`).",
       }),
     ),
-    tables: Type.Optional(
-      Type.Array(
-        Type.Object(
-          {
-            table: Type.String({
-              minLength: 1,
-              maxLength: 129,
-              description: "`name` or `database.name` (the URL's database by default).",
-            }),
-            idColumn: Type.String({
-              minLength: 1,
-              maxLength: 64,
-              description:
-                "The column of this table's row events whose value, as text, is the cache id.",
-            }),
-          },
-          { additionalProperties: false },
-        ),
-        {
-          minItems: 1,
-          maxItems: 100,
-          description:
-            "The watched tables and the column of each that names the cache id. Default: the table named like the cache table, by the source's `idColumn`.",
-        },
-      ),
+    tables: watchedTables(
+      { maxLength: 129, description: "`name` or `database.name` (the URL's database by default)." },
+      {
+        maxLength: 64,
+        description: "The column of this table's row events whose value, as text, is the cache id.",
+      },
     ),
     url: Type.Optional(
       Type.String({
@@ -352,23 +339,9 @@ export const MysqlFollowSchema = Type.Object(
           "The replica server id the reader connects as; unique among the server's replicas. Default: 4,200 plus a hash of the stream's name.",
       }),
     ),
-    leaseMs: Type.Optional(
-      Type.Integer({
-        minimum: 200,
-        maximum: 60_000,
-        default: 1_500,
-        description:
-          "How long the stream's lease outlives its holder, ms: when the reading instance dies, another reads within about 1.5 × this.",
-      }),
-    ),
-    readYourWritesWaitMs: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 10_000,
-        default: 200,
-        description:
-          "A read with `Echostore-Min-Binlog: <File>:<Position>` (`SHOW MASTER STATUS` after the client's commit) waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.",
-      }),
+    leaseMs: followLeaseMs(),
+    readYourWritesWaitMs: readYourWritesWaitMs(
+      "A read with `Echostore-Min-Binlog: <File>:<Position>` (`SHOW MASTER STATUS` after the client's commit) waits at most this long for the stream to pass that position (then it is answered past L1, `ryw=stream`), else the source answers (`ryw=source`), ms.",
     ),
   },
   {
@@ -378,48 +351,52 @@ export const MysqlFollowSchema = Type.Object(
   },
 );
 
+/** A SQL source's schema: `kind`, its `url`, the {@link sqlFields} and its change stream's `follow`. */
+function sqlSourceSchema<K extends string, F extends TSchema>(
+  kind: K,
+  url: { pattern: string; description: string },
+  examples: [list: string, limit: string],
+  follow: F,
+  description: string,
+) {
+  return Type.Object(
+    {
+      kind: Type.Literal(kind, { description: 'Selects this kind of source.' }),
+      url: Type.String(url),
+      ...sqlFields(...examples),
+      follow: Type.Optional(follow),
+    },
+    { additionalProperties: false, description },
+  );
+}
+
 /** `source` of a table whose items are rows of a PostgreSQL database. */
-export const PostgresSourceSchema = Type.Object(
+export const PostgresSourceSchema = sqlSourceSchema(
+  'postgres',
   {
-    kind: Type.Literal('postgres', { description: 'Selects this kind of source.' }),
-    url: Type.String({
-      pattern: '^postgres(ql)?://',
-      description:
-        '`postgres://user[:password]@host[:port]/database` (libpq URL parameters such as `sslmode` allowed). Never repeated in error messages.',
-    }),
-    ...sqlFields(
-      'SELECT … FROM products WHERE id = ANY($1)',
-      'SELECT id FROM products ORDER BY sales DESC LIMIT $1',
-    ),
-    follow: Type.Optional(PostgresFollowSchema),
-  },
-  {
-    additionalProperties: false,
+    pattern: '^postgres(ql)?://',
     description:
-      'One parametrised query on PostgreSQL (the `pg` driver, a bounded pool); misses are loaded in batches, one `= ANY($1)` query each (`batchWindowMs`, `maxBatchSize`).',
+      '`postgres://user[:password]@host[:port]/database` (libpq URL parameters such as `sslmode` allowed). Never repeated in error messages.',
   },
+  [
+    'SELECT … FROM products WHERE id = ANY($1)',
+    'SELECT id FROM products ORDER BY sales DESC LIMIT $1',
+  ],
+  PostgresFollowSchema,
+  'One parametrised query on PostgreSQL (the `pg` driver, a bounded pool); misses are loaded in batches, one `= ANY($1)` query each (`batchWindowMs`, `maxBatchSize`).',
 );
 
 /** `source` of a table whose items are rows of a MySQL or MariaDB database. */
-export const MysqlSourceSchema = Type.Object(
+export const MysqlSourceSchema = sqlSourceSchema(
+  'mysql',
   {
-    kind: Type.Literal('mysql', { description: 'Selects this kind of source.' }),
-    url: Type.String({
-      pattern: '^(mysql|mariadb)://',
-      description:
-        '`mysql://user[:password]@host[:port]/database` (MySQL or MariaDB). Never repeated in error messages.',
-    }),
-    ...sqlFields(
-      'SELECT … FROM products WHERE id IN (?)',
-      'SELECT id FROM products ORDER BY sales DESC LIMIT ?',
-    ),
-    follow: Type.Optional(MysqlFollowSchema),
-  },
-  {
-    additionalProperties: false,
+    pattern: '^(mysql|mariadb)://',
     description:
-      'One parametrised query on MySQL or MariaDB (the `mysql2` driver, server-side prepared statements, a bounded pool); misses are loaded in batches, one `IN (…)` query each (`batchWindowMs`, `maxBatchSize`).',
+      '`mysql://user[:password]@host[:port]/database` (MySQL or MariaDB). Never repeated in error messages.',
   },
+  ['SELECT … FROM products WHERE id IN (?)', 'SELECT id FROM products ORDER BY sales DESC LIMIT ?'],
+  MysqlFollowSchema,
+  'One parametrised query on MySQL or MariaDB (the `mysql2` driver, server-side prepared statements, a bounded pool); misses are loaded in batches, one `IN (…)` query each (`batchWindowMs`, `maxBatchSize`).',
 );
 
 /** The source schemas by `kind`. */
