@@ -3,7 +3,7 @@
  * that go through the HTTP API.
  */
 import { type ChildProcess, type StdioOptions, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -56,12 +56,13 @@ export function spawnService(
   port: number,
   options: StartOptions = {},
 ): ChildProcess {
-  const file = join(mkdtempSync(join(tmpdir(), 'echostore-drill-')), 'config.yaml');
+  const dir = mkdtempSync(join(tmpdir(), 'echostore-drill-'));
+  const file = join(dir, 'config.yaml');
   const http = { shutdownDelayMs: 0, ...(config as { http?: object }).http };
   writeFileSync(file, stringify({ ...config, http }));
   // The config file says where Valkey is: an inherited VALKEY_URL or VALKEY_CLUSTER_NODES would override it.
   const { VALKEY_URL: _u, VALKEY_CLUSTER_NODES: _n, ...env } = process.env;
-  return spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
     env: {
       ...env,
       ...options.env,
@@ -71,6 +72,9 @@ export function spawnService(
     },
     stdio: options.stdio ?? ['ignore', 'inherit', 'inherit'],
   });
+  // The config was read at start-up; the folder goes with the process.
+  child.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return child;
 }
 
 /**

@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { valkeyUrl } from './helpers/store.js';
 
@@ -39,6 +39,7 @@ function run(args: string[], env: Record<string, string>, limitMs = 20_000): Pro
 }
 
 const dir = mkdtempSync(join(tmpdir(), 'echostore-check-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const sqliteFile = join(dir, 'items.sqlite');
 {
   const db = new Database(sqliteFile);

@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { stringify } from 'yaml';
 import { freePort } from '../harness/free-port.js';
 import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
@@ -169,6 +169,7 @@ describe('the echostore CLI against a running service', () => {
 
   it('warms ids from arguments and a file, and prints the stats', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'echostore-cli-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'ids.txt');
     writeFileSync(file, 'w3\nw4\n\n');
     const r = await cli(['warm', table, 'w1', 'w2', '--file', file, ...remote]);
@@ -202,7 +203,9 @@ describe('the echostore CLI against a running service', () => {
 
 describe('echostore check-config and serve', () => {
   const write = (config: object) => {
-    const file = join(mkdtempSync(join(tmpdir(), 'echostore-cli-')), 'config.yaml');
+    const dir = mkdtempSync(join(tmpdir(), 'echostore-cli-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'config.yaml');
     writeFileSync(file, stringify(config));
     return file;
   };

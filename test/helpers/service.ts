@@ -4,7 +4,7 @@
  * Its log lines (pino JSON on stdout) are kept for the test to read.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -36,6 +36,7 @@ export async function startServiceProcess(
   config: object,
   options: { dir?: string; env?: Record<string, string>; inHook?: boolean; host?: string } = {},
 ): Promise<ServiceProcess> {
+  const owned = options.dir === undefined;
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'echostore-test-'));
   const file = join(dir, 'config.yaml');
   writeFileSync(file, stringify(config));
@@ -62,6 +63,8 @@ export async function startServiceProcess(
   const exited = new Promise<number | string>((resolve) =>
     child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
   );
+  // A folder of the caller's (`dir`) stays; one made here goes with the process.
+  if (owned) child.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   const url = `http://${options.host ?? '127.0.0.1'}:${port}`;
   await vi.waitFor(
     async () => {
