@@ -7,7 +7,14 @@ import { REDIRECT_KINDS, type RedirectKind } from './valkey/redirects.js';
 export type ReadCountLayer = 'l1' | 'l2' | 'origin' | 'negative' | 'stale';
 
 /** Lease outcomes counted by `echostore_lease_total{outcome}`. */
-export type LeaseOutcome = 'acquired' | 'contended' | 'lost' | 'takeover' | 'renewed' | 'expired';
+export type LeaseOutcome =
+  | 'acquired'
+  | 'contended'
+  | 'woken'
+  | 'lost'
+  | 'takeover'
+  | 'renewed'
+  | 'expired';
 
 /**
  * One table's counters, EchoStore's counter array: plain integers bumped
@@ -80,7 +87,7 @@ export function newCounters(): TableCounters {
     l2_hits: 0,
     coalesced: 0,
     reads: { l1: 0, l2: 0, origin: 0, negative: 0, stale: 0 },
-    lease: { acquired: 0, contended: 0, lost: 0, takeover: 0, renewed: 0, expired: 0 },
+    lease: { acquired: 0, contended: 0, woken: 0, lost: 0, takeover: 0, renewed: 0, expired: 0 },
     shed: 0,
     lateLoads: 0,
     rememberedFailures: 0,
@@ -185,7 +192,7 @@ const MIRRORS: Mirror[] = [
   },
   {
     name: 'echostore_lease_total',
-    help: 'Fleet lease outcomes: acquired (this flight loads), contended (another instance loads), lost (the fill was refused: lease expired or invalidated), takeover (acquired after the holder lease ran out unrenewed: it died or hung; a lease released after a failed load counts as acquired), renewed (the holder extended its lease while loading), expired (a renewal found the lease gone: the load is fenced).',
+    help: 'Fleet lease outcomes: acquired (this flight loads), contended (another instance loads), woken (a contended flight answered from the fill event of the holder, with no second read), lost (the fill was refused: lease expired or invalidated), takeover (acquired after the holder lease ran out unrenewed: it died or hung; a lease released after a failed load counts as acquired), renewed (the holder extended its lease while loading), expired (a renewal found the lease gone: the load is fenced).',
     label: 'outcome',
     pick: (c) => c.lease,
   },

@@ -155,7 +155,7 @@ describe('on a healthy cluster', () => {
     );
     gate.resolve();
     // Woken by the fill's message (broadcast from the holder's shard), not by a timeout.
-    expect(await watch.wait(10_000)).toBe(true);
+    expect((await watch.wait(10_000))?.k).toBe('fill');
     expect(await answerOf(waiting)).toEqual({ from: 'holder' });
     expect(await answerOf(holding)).toEqual({ from: 'holder' });
   });
@@ -308,7 +308,7 @@ describe('when a primary dies', () => {
       owners.add(owner);
       const watch = events.watch(table, id);
       await store.table(table).get(id);
-      expect(await watch.wait(10_000), `${id} on ${owner}`).toBe(true);
+      expect((await watch.wait(10_000))?.k, `${id} on ${owner}`).toBe('fill');
       watch.close();
     }
     expect(reconnects).toBe(1);

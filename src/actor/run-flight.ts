@@ -16,8 +16,15 @@ import {
   SourceError,
   WaitTimeoutError,
 } from '../errors.js';
-import type { Watch } from '../l2/events.js';
-import { decodeEnvelope, type Envelope, localize, readMark, toJson } from '../l2/format.js';
+import type { TableEvent, Watch } from '../l2/events.js';
+import {
+  decodeEnvelope,
+  decodeHeader,
+  type Envelope,
+  localize,
+  readMark,
+  toJson,
+} from '../l2/format.js';
 import type { LeaseAnswer, RememberedFailure } from '../l2/scripts.js';
 import { bump } from '../metrics.js';
 import type { LoadEnd, Permit } from '../protection/admission.js';
@@ -115,9 +122,10 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
 /**
  * The fleet path: `readOrLease` until there is a value or this flight holds
  * the lease. A contended flight waits for the holder's fill — woken by its
- * PUBLISH (watched from its first contended answer), re-checking at least
- * every {@link POLL_MS} and right when the lease expires (so exactly one waiter takes over a dead holder's lease) — never
- * past `waitTimeoutMs`.
+ * PUBLISH (watched from its first contended answer), and answered from it when
+ * the event carries the value ({@link fromFill}); else re-checking at once, at
+ * least every {@link POLL_MS} and right when the lease expires (so exactly one
+ * waiter takes over a dead holder's lease) — never past `waitTimeoutMs`.
  */
 const runLeased: Run = async (ctx, flight, serveStale) => {
   const { name: table, policy, counters, metrics } = ctx;
@@ -136,6 +144,8 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
   let replaceUpTo = flight.replaceUpTo;
   // A value that looked fresh but did not decode (counted once, not again as the stale one).
   let undecodable: string | undefined;
+  // What the latest contended answer saw: a fill event is taken only above it, on its clock.
+  let seen: Seen = { version: 0, valkeyNowMs: 0, sentAt: 0 };
   const waited = () => {
     if (waitStarted === undefined) return;
     const ms = performance.now() - waitStarted;
@@ -149,6 +159,8 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
       try {
         const reading = ctx.epochs.ensure();
         if (reading !== undefined) await reading;
+        // What Valkey answers now covers every event before it.
+        watch?.reset();
         answer = await ctx.l2.readOrLease(flight.id, policy.leaseMs, replaceUpTo);
       } catch (err) {
         return await runDegraded(ctx, flight, err, 'lease');
@@ -207,6 +219,11 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         return { kind: 'value', envelope: servableStale, layer: 'l2', refused: false };
       }
       holderEndsAt = performance.now() + answer.remainingMs;
+      seen = {
+        version: Math.max(replaceUpTo, readVersion(answer.stale)),
+        valkeyNowMs: answer.valkeyNowMs,
+        sentAt,
+      };
       if (waitStarted === undefined) {
         waitStarted = performance.now();
         counters.lease.contended++;
@@ -226,13 +243,62 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         );
       }
       const pauseMs = Math.min(leftMs, Math.max(MIN_POLL_MS, answer.remainingMs + 2), POLL_MS);
-      if (watch !== undefined) await watch.wait(pauseMs);
-      else await sleep(pauseMs);
+      if (watch === undefined) {
+        await sleep(pauseMs);
+        continue;
+      }
+      const event = await watch.wait(pauseMs);
+      const filled = event === undefined ? undefined : fromFill(ctx, flight.id, event, seen);
+      if (filled !== undefined) {
+        counters.lease.woken++;
+        waited();
+        return { kind: 'value', envelope: filled, layer: 'l2', refused: false };
+      }
     }
   } finally {
     watch?.close();
   }
 };
+
+/** What a contended answer saw: the newest version the key held (or the flight must replace), and Valkey's clock then. */
+interface Seen {
+  version: number;
+  valkeyNowMs: number;
+  /** This process's clock when that `readOrLease` was sent. */
+  sentAt: number;
+}
+
+/** The version of a stored text's header; 0 when absent or not of this format. */
+function readVersion(text: string | undefined): number {
+  return text === undefined ? 0 : (decodeHeader(text)?.version ?? 0);
+}
+
+/**
+ * The value a contended flight answers from the holder's `fill` event, when
+ * the event carries it (`e`, the text the fill script stored and published in
+ * one step: what the key holds at version `v`) and the value would have been
+ * answered by `readOrLease`: newer than anything the flight's latest answer saw
+ * (`seen`: an event overtaken by a later write is not taken), of this table's
+ * source, fresh, and not purged by the epochs this instance holds (proven).
+ * Its expiries move onto this process's clock as that answer's did: Valkey's
+ * clock advanced between it and the fill as this process's did. Anything else
+ * is `undefined`: the flight asks Valkey again.
+ */
+function fromFill(
+  ctx: TableContext,
+  id: string,
+  event: TableEvent,
+  seen: Seen,
+): Envelope | undefined {
+  const { e: text, v: version } = event;
+  if (event.k !== 'fill' || text === undefined || version === undefined) return undefined;
+  if (version <= seen.version || ctx.epochs.ensure() !== undefined) return undefined;
+  const header = decodeHeader(text);
+  if (header?.version !== version || header.fingerprint !== ctx.fingerprint) return undefined;
+  const envelope = decode(ctx, id, text, seen.valkeyNowMs, seen.sentAt);
+  if (envelope === undefined || envelope.softExpiresAt <= ctx.now()) return undefined;
+  return judge(ctx, envelope) === NOT_PURGED ? envelope : undefined;
+}
 
 /**
  * Holding the lease: load while renewing it, then `fillAndRelease` (over the

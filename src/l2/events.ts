@@ -24,6 +24,11 @@ export interface TableEvent {
   soft?: boolean;
   /** A `purge`: the tags purged; absent (`null` on the wire) for the whole table. */
   tags?: string[];
+  /**
+   * A `fill`: the stored text (the envelope, as the key holds it at version `v`), when it was
+   * at most the table's `fillEventMaxBytes`; the script that wrote it published it.
+   */
+  e?: string;
 }
 
 /** What a table does with its channel. */
@@ -36,8 +41,13 @@ export interface TableHandlers {
 
 /** A watch on one id: `wait` resolves early when an event for the id arrives. */
 export interface Watch {
-  /** Resolves `true` when woken by an event (or one arrived since the last wait), `false` after `ms`. */
-  wait(ms: number): Promise<boolean>;
+  /**
+   * Resolves with the latest event of the id since the last `wait` or {@link Watch.reset}
+   * (at once when one arrived meanwhile), or `undefined` after `ms`.
+   */
+  wait(ms: number): Promise<TableEvent | undefined>;
+  /** Forgets an event that arrived since the last `wait`: call before asking Valkey again. */
+  reset(): void;
   close(): void;
 }
 
@@ -45,7 +55,9 @@ export interface Watch {
  * One subscriber connection for all of a store's tables.
  *
  * Waking is an optimisation: a watcher that misses an event (the subscriber
- * was reconnecting) still re-checks after its bounded poll interval.
+ * was reconnecting) still re-checks after its bounded poll interval. A `fill`
+ * event may carry the stored value, which a waiter answers from; the channel is
+ * trusted as the keys are (whoever may publish on it may write values).
  */
 export class TableEvents {
   readonly #sub: Redis;
@@ -174,6 +186,8 @@ export class TableEvents {
     }
     if (typeof event?.id !== 'string') return;
     if (event.v !== undefined && !Number.isSafeInteger(event.v)) return;
+    if (event.e !== undefined && (event.k !== 'fill' || typeof event.e !== 'string'))
+      delete event.e;
     if (event.k === 'purge') {
       const tags = event.tags as unknown;
       if (tags === null) delete event.tags;
@@ -181,7 +195,7 @@ export class TableEvents {
     }
     this.#handlers.get(table)?.onEvent(event);
     const set = this.#watches.get(`${table}\u0000${event.id}`);
-    if (set !== undefined) for (const w of set) w.wake();
+    if (set !== undefined) for (const w of set) w.wake(event);
   }
 
   /** Closes the subscriber connection (at once: there is nothing to flush, and QUIT could wait on a paused server). */
@@ -192,8 +206,9 @@ export class TableEvents {
 }
 
 class WatchImpl implements Watch {
-  #woken = false;
-  #resolve: ((woken: boolean) => void) | undefined;
+  /** The latest event since the last wait, when none was waiting for it. */
+  #pending: TableEvent | undefined;
+  #resolve: ((event: TableEvent | undefined) => void) | undefined;
   #timer: NodeJS.Timeout | undefined;
   readonly #onClose: () => void;
 
@@ -201,37 +216,42 @@ class WatchImpl implements Watch {
     this.#onClose = onClose;
   }
 
-  wake(): void {
+  wake(event: TableEvent): void {
     if (this.#resolve === undefined) {
-      this.#woken = true;
+      this.#pending = event;
       return;
     }
     clearTimeout(this.#timer);
     const resolve = this.#resolve;
     this.#resolve = undefined;
-    resolve(true);
+    resolve(event);
   }
 
-  wait(ms: number): Promise<boolean> {
-    if (this.#woken) {
-      this.#woken = false;
-      return Promise.resolve(true);
+  wait(ms: number): Promise<TableEvent | undefined> {
+    const pending = this.#pending;
+    if (pending !== undefined) {
+      this.#pending = undefined;
+      return Promise.resolve(pending);
     }
     return new Promise((resolve) => {
       this.#resolve = resolve;
       this.#timer = setTimeout(
         () => {
           this.#resolve = undefined;
-          resolve(false);
+          resolve(undefined);
         },
         Math.max(0, ms),
       );
     });
   }
 
+  reset(): void {
+    this.#pending = undefined;
+  }
+
   close(): void {
     clearTimeout(this.#timer);
-    this.#resolve?.(false);
+    this.#resolve?.(undefined);
     this.#resolve = undefined;
     this.#onClose();
   }

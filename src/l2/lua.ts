@@ -16,6 +16,14 @@ const LUA_EVENT = `
 local function event(kind, idjson, v)
   return '{"k":"' .. kind .. '","id":' .. idjson .. ',"v":' .. string.format('%.0f', v) .. '}'
 end
+-- A fill's message: the event, and the stored text itself (\`e\`, a JSON string) when it is at most
+-- max bytes, so a waiter answers from it (written and published in this one script: exactly what
+-- the key holds at version v).
+local function fillEvent(idjson, v, env, max)
+  local m = '{"k":"fill","id":' .. idjson .. ',"v":' .. string.format('%.0f', v)
+  if #env <= tonumber(max) then m = m .. ',"e":' .. cjson.encode(env) end
+  return m .. '}'
+end
 local function notify(channel, message)
   if channel == '' then return false end
   local r = redis.pcall('PUBLISH', channel, message)
@@ -124,18 +132,19 @@ local function write(key, cur, a)
   local env, v = stored(cur, nowus, ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
     ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], nowms)
   redis.call('SET', key, env, 'PX', ARGV[a + 8])
-  return v, nowms, nowus
+  return v, nowms, nowus, env
 end
 `;
 
 /**
  * fillAndRelease — KEYS: value, lease. ARGV: token, the written value (8,
- * see WRITE_ARGV), pxMs, channel, idjson, mark. Writes only while the lease still
+ * see WRITE_ARGV), pxMs, channel, idjson, mark, eventMaxBytes. Writes only while the lease still
  * holds this token and the value is the one read when the lease was taken
  * (`mark`; or gone, expired): a PUT or DELETE (which delete the lease, after
  * writing on their one-key path) or an expiry in between refuses the stale
  * set (→ 0). With the value key alone (its one-key path, the lease checked
- * and released by separate commands) it is the mark that refuses.
+ * and released by separate commands) it is the mark that refuses. Its `fill`
+ * event carries the stored text when it is at most eventMaxBytes long.
  */
 const FILL_AND_RELEASE = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 local leased = #KEYS > 1
@@ -145,9 +154,9 @@ if cur and mark(cur) ~= ARGV[13] then
   if leased then redis.call('DEL', KEYS[2]) end
   return 0
 end
-local v, nowms = write(KEYS[1], (header(cur)), 2)
+local v, nowms, _, env = write(KEYS[1], (header(cur)), 2)
 if leased then redis.call('DEL', KEYS[2]) end
-return {string.format('%.0f', v), nowms, notify(ARGV[11], event('fill', ARGV[12], v))}
+return {string.format('%.0f', v), nowms, notify(ARGV[11], fillEvent(ARGV[12], v, env, ARGV[14]))}
 `;
 
 /** release — KEYS: lease. ARGV: token, channel, message. Compare-and-delete, then wake the waiters. */

@@ -3,7 +3,9 @@
  * (`lua.ts`) that admit one loader per key across every instance (the leases
  * of memcache: Nishtala et al., "Scaling Memcache at Facebook", NSDI 2013) and
  * let Valkey, not the instances' clocks, order every write of a key. A cold
- * fill costs two round trips (`readOrLease`, `fillAndRelease`); an L2 hit one.
+ * fill costs two round trips (`readOrLease`, `fillAndRelease`); an L2 hit one;
+ * an instance that waited on the lease one (`readOrLease`), when the fill's
+ * event carries the value.
  *
  * While a slot is being migrated (resharding) an item's keys may sit on two
  * nodes, and a script with several keys is answered `TRYAGAIN` until the move
@@ -154,6 +156,7 @@ export class L2 {
    */
   #valkeyAheadMs: number | undefined;
   readonly #retries: Record<string, number>;
+  readonly #fillEventMaxBytes: number;
   #corked = false;
 
   /**
@@ -162,6 +165,8 @@ export class L2 {
    *   one-key path (`get`, `lease`, `fill`, `put`, `del`, `forget`): the table's counters.
    * @param namespace the store's namespace (`''`: the unnamed one).
    * @param fingerprint the table's source fingerprint: a value another source wrote is never fresh.
+   * @param fillEventMaxBytes the longest stored text (bytes) a `fill` event carries (the
+   *   policy's `fillEventMaxBytes`); 0: its version only.
    */
   constructor(
     client: Redis | Cluster,
@@ -171,6 +176,7 @@ export class L2 {
     retries: Record<string, number> = {},
     namespace = '',
     fingerprint = '',
+    fillEventMaxBytes = 0,
   ) {
     defineScripts(client);
     this.#client = client as ScriptClient;
@@ -181,6 +187,7 @@ export class L2 {
     this.#channel = coherent ? eventsChannel(table, namespace) : '';
     this.#commandTimeoutMs = commandTimeoutOf(client);
     this.#retries = retries;
+    this.#fillEventMaxBytes = fillEventMaxBytes;
   }
 
   #value(id: string): string {
@@ -474,7 +481,8 @@ export class L2 {
   /**
    * `fillAndRelease`: writes `envelope` if the lease still holds `token` and
    * the value is still the one the lease was taken over (`mark`, from the
-   * `leased` answer), deletes the lease and publishes the fill. On a slot in
+   * `leased` answer), deletes the lease and publishes the fill (with the
+   * stored text when it is at most `fillEventMaxBytes`). On a slot in
    * migration: `GET` the lease, `fillAlone`, `release`.
    *
    * @param now this process's clock, on which `envelope`'s expiries are.
@@ -491,7 +499,14 @@ export class L2 {
     const value = this.#value(id);
     const lease = this.#lease(id);
     const args = writeArgs(envelope, now);
-    const rest = [...args, Math.max(1, args[1]), this.#channel, JSON.stringify(id), mark];
+    const rest = [
+      ...args,
+      Math.max(1, args[1]),
+      this.#channel,
+      JSON.stringify(id),
+      mark,
+      this.#fillEventMaxBytes,
+    ];
     return this.#filled(
       await this.#keyByKey(
         'fill',

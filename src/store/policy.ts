@@ -15,6 +15,15 @@ import { ConfigError } from '../errors.js';
  */
 const MAX_MS = 2_147_483_647;
 
+/**
+ * The default of `fillEventMaxBytes`: 16 KiB. A waiter answered from the event saves one round
+ * trip (tens of µs on a LAN), while every fill's event is sent to every instance subscribed to
+ * the table: past a few KiB the value's copies, not the round trip, are the cost, and a burst of
+ * large fills could fill a subscriber's pub/sub output buffer (Valkey's default soft limit is
+ * 8 MiB for 60 s), whose disconnection flushes that instance's L1. Most rows are far smaller.
+ */
+const FILL_EVENT_MAX_BYTES = 16 * 1024;
+
 /** A duration in milliseconds, 1 ms to {@link MAX_MS}. */
 function ms(description: string, fallback: number) {
   return Type.Integer({ minimum: 1, maximum: MAX_MS, default: fallback, description });
@@ -110,6 +119,15 @@ export const TablePolicySchema = Type.Object(
         "Longest any caller waits for an answer (then `ECC_WAIT_TIMEOUT`); also bounds waiting on another instance's lease.",
         5_000,
       ),
+    ),
+    fillEventMaxBytes: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 1024 * 1024,
+        default: FILL_EVENT_MAX_BYTES,
+        description:
+          "Longest stored value (its envelope's text, bytes) a fill's event carries: instances waiting on the holder's lease answer from the event, with no second read of L2. A longer value's event carries its version only, and the waiters read it. Each fill's event goes to every instance subscribed to the table, so this bounds that fan-out. 0: events carry the version only.",
+      }),
     ),
     maxConcurrentLoads: Type.Optional(
       Type.Integer({

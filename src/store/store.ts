@@ -436,6 +436,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     counters.valkeyRetries,
     deps.namespace,
     fingerprint,
+    policy.fillEventMaxBytes,
   );
   // With coherence off no purge event arrives: the epochs are read again once per L1 TTL.
   const epochs = new Epochs(

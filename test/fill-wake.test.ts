@@ -1,0 +1,204 @@
+// Waiters in other instances wake when the holder's fill lands: the fill's event carries the
+// stored value (up to `fillEventMaxBytes`), so a waiter answers from it without reading L2 again.
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { Store } from '../src/index.js';
+import { decodeEnvelope, encodeEnvelope } from '../src/l2/format.js';
+import { eventsChannel, valueKey } from '../src/l2/keys.js';
+import { metricValue, openStore } from './helpers/probe.js';
+import { spawnServer, type TestServer } from './helpers/server.js';
+import { countingLoader, deferred, uniqueTable } from './helpers/store.js';
+
+// A server of this file's own: INFO commandstats counts every client's commands.
+let server: TestServer;
+let raw: Redis;
+beforeAll(async () => {
+  server = await spawnServer();
+  raw = new Redis(server.url, { maxRetriesPerRequest: 0 });
+});
+afterAll(async () => {
+  raw.disconnect();
+  await server.stop();
+});
+
+/** Scripts run (EVALSHA and EVAL) since the last `CONFIG RESETSTAT`: one round trip each. */
+async function scriptsRun(): Promise<number> {
+  const info = (await raw.info('commandstats')) as string;
+  return [...info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce(
+    (n, m) => n + Number(m[1]),
+    0,
+  );
+}
+
+const lease = (store: Store, table: string, outcome: string) =>
+  metricValue(store, 'echostore_lease_total', table, { outcome });
+
+/**
+ * Store `a` takes the lease of a cold id and loads until released; store `b` (its own
+ * connections) misses the same id and waits. Counts the scripts run from the moment `b` waits.
+ */
+async function holderAndWaiter(table: string, policy: Record<string, unknown>, value: unknown) {
+  const gate = deferred<void>();
+  let loads = 0;
+  const tables = (load: () => Promise<unknown>) => ({
+    [table]: { leaseMs: 30_000, loadTimeoutMs: 20_000, ...policy, load },
+  });
+  const a = await openStore(
+    tables(async () => {
+      loads++;
+      await gate.promise;
+      return value;
+    }),
+    { valkey: server.url },
+  );
+  const b = await openStore(
+    tables(async () => {
+      loads++;
+      return 'the waiter loaded';
+    }),
+    { valkey: server.url },
+  );
+  const holding = a.table(table).get('x');
+  await vi.waitFor(async () => expect(await lease(a, table, 'acquired')).toBe(1));
+  const waiting = b.table(table).get('x');
+  await vi.waitFor(async () => expect(await lease(b, table, 'contended')).toBe(1));
+  await raw.config('RESETSTAT');
+  gate.resolve();
+  const [held, waited] = await Promise.all([holding, waiting]);
+  return { a, b, held, waited, scripts: await scriptsRun(), loads };
+}
+
+interface Case {
+  policy: Record<string, unknown>;
+  size: number;
+  /** Scripts run once the waiter waits: the holder's fillAndRelease, and the waiter's second readOrLease unless the event carried the value. */
+  scripts: number;
+  woken: number;
+}
+
+async function wakes(c: Case): Promise<void> {
+  const table = uniqueTable('wake');
+  // JSON escapes, a control character, non-ASCII and a lone surrogate survive the event's JSON.
+  const value = { pad: 'p'.repeat(c.size), odd: '/"\\\n\t\u0001é😀\u2028\ud800</x>' };
+  const r = await holderAndWaiter(table, c.policy, value);
+  expect(r.loads).toBe(1);
+  expect(r.scripts).toBe(c.scripts);
+  expect(await lease(r.b, table, 'woken')).toBe(c.woken);
+  // What the waiter answered is exactly what L2 holds at that version.
+  const stored = decodeEnvelope((await raw.get(valueKey(table, 'x'))) as string);
+  expect(r.waited.found && r.waited.json).toBe(stored?.json);
+  expect(r.waited.found && r.waited.version).toBe(stored?.version);
+  expect(r.waited.found && r.waited.value).toEqual(value);
+  expect(r.held.found && r.held.json).toBe(stored?.json);
+  expect(r.waited.layer).toBe('l2');
+}
+
+describe('waiters wake when the fill lands', () => {
+  it('a waiter in another store answers from the fill event exactly what L2 holds at that version, with no second read', () =>
+    wakes({ policy: {}, size: 100, scripts: 1, woken: 1 }));
+
+  it('a waiter reads L2 once more after an event with the version only (fillEventMaxBytes 0)', () =>
+    wakes({ policy: { fillEventMaxBytes: 0 }, size: 100, scripts: 2, woken: 0 }));
+
+  it('a waiter reads L2 once more after an event with the version only (a value longer than fillEventMaxBytes)', () =>
+    wakes({ policy: { fillEventMaxBytes: 1024 }, size: 2048, scripts: 2, woken: 0 }));
+
+  it('a waiter without a subscriber answers by its bounded poll read (within 250 ms of the fill)', async () => {
+    const table = uniqueTable('wake-nosub');
+    const source = countingLoader(0);
+    const gate = deferred<void>();
+    const a = await openStore(
+      {
+        [table]: {
+          leaseMs: 30_000,
+          load: async (id) => {
+            await gate.promise;
+            return source.load(id, { signal: new AbortController().signal });
+          },
+        },
+      },
+      { valkey: server.url },
+    );
+    const b = await openStore(
+      { [table]: { leaseMs: 30_000, load: source.load } },
+      { valkey: server.url, coherence: false },
+    );
+    const holding = a.table(table).get('x');
+    await vi.waitFor(async () => expect(await lease(a, table, 'acquired')).toBe(1));
+    const waiting = b.table(table).get('x');
+    await vi.waitFor(async () => expect(await lease(b, table, 'contended')).toBe(1));
+    gate.resolve();
+    await holding;
+    const filledAt = performance.now();
+    const r = await waiting;
+    expect(performance.now() - filledAt).toBeLessThan(400);
+    expect(r.found && r.value).toEqual({ id: 'x', n: 1 });
+    expect(source.calls()).toBe(1);
+    expect(await lease(b, table, 'woken')).toBe(0);
+  });
+
+  it("a fill event not newer than what the waiter's last read saw is not taken (a DELETE's tombstone)", async () => {
+    const table = uniqueTable('wake-old');
+    const gate = deferred<void>();
+    const a = await openStore(
+      {
+        [table]: {
+          leaseMs: 30_000,
+          load: async () => {
+            await gate.promise;
+            return { from: 'the holder' };
+          },
+        },
+      },
+      { valkey: server.url },
+    );
+    const b = await openStore(
+      { [table]: { leaseMs: 30_000, load: () => ({ from: 'the waiter' }) } },
+      { valkey: server.url },
+    );
+    await a.table(table).invalidate('x');
+    const tombstone = decodeEnvelope((await raw.get(valueKey(table, 'x'))) as string);
+    expect(tombstone?.negative).toBe(true);
+    const holding = a.table(table).get('x');
+    await vi.waitFor(async () => expect(await lease(a, table, 'acquired')).toBe(1));
+    const waiting = b.table(table).get('x');
+    await vi.waitFor(async () => expect(await lease(b, table, 'contended')).toBe(1));
+    // A fill of a version below the tombstone the waiter read (an event that overtook
+    // nothing: as if it were delivered after the DELETE that replaced it).
+    const version = (tombstone?.version ?? 0) - 1;
+    const old = encodeEnvelope({
+      value: { from: 'an overtaken fill' },
+      json: JSON.stringify({ from: 'an overtaken fill' }),
+      version,
+      softExpiresAt: Date.now() + 60_000,
+      hardExpiresAt: Date.now() + 60_000,
+      deltaMs: 1,
+      negative: false,
+      born: Date.now() * 1000,
+      fingerprint: '',
+    });
+    const message = JSON.stringify({ k: 'fill', id: 'x', v: version, e: old });
+    await raw.config('RESETSTAT');
+    expect(await raw.publish(eventsChannel(table), message)).toBeGreaterThan(0);
+    // Refused, it asks Valkey again (still contended); then the holder fills.
+    await vi.waitFor(async () => expect(await scriptsRun()).toBe(1));
+    gate.resolve();
+    const r = await waiting;
+    expect(r.found && r.value).toEqual({ from: 'the holder' });
+    expect(await lease(b, table, 'woken')).toBe(1);
+    await holding;
+  });
+
+  it('a PUT after a waiter answered from the fill event replaces the value there (newer-wins)', async () => {
+    const table = uniqueTable('wake-put');
+    const r = await holderAndWaiter(table, {}, { n: 1 });
+    expect(await lease(r.b, table, 'woken')).toBe(1);
+    const b = r.b.table(table);
+    expect(((await b.get('x')) as { layer: string }).layer).toBe('l1');
+    await r.a.table(table).put('x', { n: 2 });
+    await vi.waitFor(async () => {
+      const got = await b.get('x');
+      expect(got.found && got.value).toEqual({ n: 2 });
+    });
+  });
+});
