@@ -4,7 +4,8 @@
  * It builds one peer, answers `ready`, waits for `go` and then either fires a
  * herd (`readers` concurrent reads of one cold id) or a storm (`ids` read
  * `concurrency` at a time), and reports every read's latency, the source
- * reads it made and the loader's own durations.
+ * reads it made and the loader's own durations; for echostore also how long
+ * after its value was written to L2 each read was answered.
  */
 import { inLanes } from '../drills/lib/load.js';
 import { runWorker } from '../drills/lib/workers.js';
@@ -21,6 +22,8 @@ export interface Setup {
     | { kind: 'herd'; id: string; readers: number }
     | { kind: 'storm'; ids: string[]; concurrency: number };
   policy?: Record<string, unknown>;
+  /** How long to wait after the peer is built before answering `ready` (its start-up commands land first), ms. */
+  settleMs?: number;
 }
 
 export interface Result {
@@ -28,6 +31,11 @@ export interface Result {
   failed: number;
   sourceReads: number;
   loaderMs: number[];
+  /**
+   * echostore: ms from the moment Valkey wrote each answer's value (its version is Valkey's
+   * clock then, µs) to the moment the read was answered here (wall clock; one host, one clock).
+   */
+  sinceWriteMs: number[];
 }
 
 runWorker<Setup>(async (setup) => {
@@ -38,14 +46,21 @@ runWorker<Setup>(async (setup) => {
     load: loader.load,
     policy: setup.policy,
   });
+  if (setup.settleMs !== undefined) await new Promise((r) => setTimeout(r, setup.settleMs));
   const run = async (): Promise<Result> => {
     const latenciesMs: number[] = [];
+    const sinceWriteMs: number[] = [];
     let failed = 0;
     const read = async (id: string) => {
       const started = performance.now();
       try {
-        await peer.get(id);
-        latenciesMs.push(performance.now() - started);
+        const answer = await peer.get(id);
+        const answeredAt = performance.now();
+        latenciesMs.push(answeredAt - started);
+        const version = (answer as { version?: unknown } | undefined)?.version;
+        if (setup.peer === 'echostore' && typeof version === 'number') {
+          sinceWriteMs.push(performance.timeOrigin + answeredAt - version / 1000);
+        }
       } catch {
         failed++;
       }
@@ -61,6 +76,7 @@ runWorker<Setup>(async (setup) => {
       failed,
       sourceReads: loader.durationsMs.length,
       loaderMs: loader.durationsMs,
+      sinceWriteMs,
     };
   };
   return { run, close: () => peer.close() };
