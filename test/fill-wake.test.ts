@@ -1,7 +1,10 @@
 // Waiters in other instances wake when the holder's fill lands: the fill's event carries the
 // stored value (up to `fillEventMaxBytes`), so a waiter answers from it without reading L2 again.
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { metric, scrape } from '../drills/lib/metrics.js';
+import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
+import { startServices } from '../harness/service.js';
 import type { Store } from '../src/index.js';
 import { decodeEnvelope, encodeEnvelope } from '../src/l2/format.js';
 import { eventsChannel, valueKey } from '../src/l2/keys.js';
@@ -21,13 +24,14 @@ afterAll(async () => {
   await server.stop();
 });
 
-/** Scripts run (EVALSHA and EVAL) since the last `CONFIG RESETSTAT`: one round trip each. */
+/**
+ * Scripts run (EVALSHA and EVAL: one round trip each) since the last `CONFIG RESETSTAT`, less
+ * the stores' health probes (a script that deletes one hash field: one `HDEL` each).
+ */
 async function scriptsRun(): Promise<number> {
   const info = (await raw.info('commandstats')) as string;
-  return [...info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce(
-    (n, m) => n + Number(m[1]),
-    0,
-  );
+  const calls = (re: RegExp) => [...info.matchAll(re)].reduce((n, m) => n + Number(m[1]), 0);
+  return calls(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm) - calls(/^cmdstat_hdel:calls=(\d+)/gm);
 }
 
 const lease = (store: Store, table: string, outcome: string) =>
@@ -200,5 +204,42 @@ describe('waiters wake when the fill lands', () => {
       const got = await b.get('x');
       expect(got.found && got.value).toEqual({ n: 2 });
     });
+  });
+
+  it('three service instances, one cold id: one origin read, and each waiter answers from the fill event', async () => {
+    const origin = await startOrigin(0);
+    onTestFinished(() => origin.close());
+    const table = uniqueTable('wake-svc');
+    const config = {
+      valkey: { url: server.url },
+      log: { level: 'warn' },
+      tables: { [table]: { source: { kind: 'http', url: origin.template }, leaseMs: 30_000 } },
+    };
+    const [holder, ...waiters] = await startServices(3, config);
+    onTestFinished(async () => {
+      await Promise.all([holder, ...waiters].map((s) => s?.stop()));
+    });
+    const id = `${HOLD_PREFIX}x`;
+    const get = (s: { url: string }) =>
+      fetch(`${s.url}/v1/tables/${table}/items/${id}`).then(async (r) => ({
+        status: r.status,
+        body: await r.text(),
+      }));
+    const lease = async (s: { url: string }, outcome: string) =>
+      metric(await scrape(s.url), 'echostore_lease_total', { table, outcome }) ?? 0;
+    const holding = get(holder as { url: string });
+    expect(await origin.seen(id, 10_000)).toBe(true);
+    const waiting = waiters.map((w) => get(w));
+    for (const w of waiters)
+      await vi.waitFor(async () => expect(await lease(w, 'contended')).toBe(1));
+    await raw.config('RESETSTAT');
+    origin.release(id);
+    const answers = await Promise.all([holding, ...waiting]);
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+    expect(new Set(answers.map((a) => a.body)).size).toBe(1);
+    expect(origin.readsOf(id)).toBe(1);
+    // The holder's fillAndRelease only: no waiter asked Valkey again.
+    expect(await scriptsRun()).toBe(1);
+    for (const w of waiters) expect(await lease(w, 'woken')).toBe(1);
   });
 });
