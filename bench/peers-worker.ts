@@ -20,7 +20,9 @@ export interface Setup {
   /** herd: `readers` reads of `id` at once; storm: `ids` in order, `concurrency` at a time. */
   shape:
     | { kind: 'herd'; id: string; readers: number }
-    | { kind: 'storm'; ids: string[]; concurrency: number };
+    | { kind: 'storm'; ids: string[]; concurrency: number }
+    /** One read of `ids[i]` at `i × everyMs` from the start (every process on the same schedule). */
+    | { kind: 'paced'; ids: string[]; everyMs: number };
   policy?: Record<string, unknown>;
   /** How long to wait after the peer is built before answering `ready` (its start-up commands land first), ms. */
   settleMs?: number;
@@ -36,6 +38,8 @@ export interface Result {
    * clock then, µs) to the moment the read was answered here (wall clock; one host, one clock).
    */
   sinceWriteMs: number[];
+  /** The same, for the reads a flight answered from L2 first (not coalesced): a waiter's wake-up. */
+  wokeMs: number[];
 }
 
 runWorker<Setup>(async (setup) => {
@@ -50,6 +54,7 @@ runWorker<Setup>(async (setup) => {
   const run = async (): Promise<Result> => {
     const latenciesMs: number[] = [];
     const sinceWriteMs: number[] = [];
+    const wokeMs: number[] = [];
     let failed = 0;
     const read = async (id: string) => {
       const started = performance.now();
@@ -57,9 +62,11 @@ runWorker<Setup>(async (setup) => {
         const answer = await peer.get(id);
         const answeredAt = performance.now();
         latenciesMs.push(answeredAt - started);
-        const version = (answer as { version?: unknown } | undefined)?.version;
+        const { version, layer, coalesced } = (answer ?? {}) as Record<string, unknown>;
         if (setup.peer === 'echostore' && typeof version === 'number') {
-          sinceWriteMs.push(performance.timeOrigin + answeredAt - version / 1000);
+          const ms = performance.timeOrigin + answeredAt - version / 1000;
+          sinceWriteMs.push(ms);
+          if (layer === 'l2' && coalesced === false) wokeMs.push(ms);
         }
       } catch {
         failed++;
@@ -68,8 +75,17 @@ runWorker<Setup>(async (setup) => {
     const { shape } = setup;
     if (shape.kind === 'herd') {
       await Promise.all(Array.from({ length: shape.readers }, () => read(shape.id)));
-    } else {
+    } else if (shape.kind === 'storm') {
       await inLanes(shape.concurrency, shape.ids, read);
+    } else {
+      const start = performance.now();
+      const { ids, everyMs } = shape;
+      await Promise.all(
+        ids.map(async (id, i) => {
+          await new Promise((r) => setTimeout(r, start + i * everyMs - performance.now()));
+          await read(id);
+        }),
+      );
     }
     return {
       latenciesMs,
@@ -77,6 +93,7 @@ runWorker<Setup>(async (setup) => {
       sourceReads: loader.durationsMs.length,
       loaderMs: loader.durationsMs,
       sinceWriteMs,
+      wokeMs,
     };
   };
   return { run, close: () => peer.close() };

@@ -291,6 +291,7 @@ async function fleetWake(): Promise<void> {
     wakeMs: [] as number[],
     firstMs: [] as number[],
     holderMs: [] as number[],
+    pairMs: [] as number[],
     probes: 0,
     info: [] as string[],
   }));
@@ -330,9 +331,17 @@ async function fleetWake(): Promise<void> {
         for (const r of fleet.results) {
           (r.sourceReads > 0 ? f.holderMs : f.wakeMs).push(...r.sinceWriteMs);
           // The waiter's flight woke at its first answer; the rest is handing it to 200 callers.
-          if (r.sourceReads === 0 && r.sinceWriteMs.length > 0)
-            f.firstMs.push(Math.min(...r.sinceWriteMs));
+          f.firstMs.push(...r.wokeMs);
         }
+        // Two processes, one reader each, 40 ids 50 ms apart: the wake-up without a herd's CPU.
+        const ids = Array.from({ length: PAIR_IDS }, (_, k) => `p${round}-${k}`);
+        const pair = await runWorkers<Result>(
+          WORKER,
+          [0, 1].map(() => ({ ...wakeSetup(server.url, tag, '', v.policy), shape: paced(ids) })),
+          together(200, 120_000),
+          reaper,
+        );
+        f.pairMs.push(...pair.flatMap((r) => r.wokeMs));
       }
     }
   } finally {
@@ -355,6 +364,9 @@ async function fleetWake(): Promise<void> {
           firstAnswerP50Ms: percentile(f.firstMs, 50),
           firstAnswerP99Ms: percentile(f.firstMs, 99),
           holderReadersP50Ms: percentile(f.holderMs, 50),
+          pairWakeP50Ms: percentile(f.pairMs, 50),
+          pairWakeP99Ms: percentile(f.pairMs, 99),
+          pairSamples: f.pairMs.length,
           probes: f.probes,
           commandstats: f.info,
         },
@@ -374,10 +386,11 @@ async function fleetWake(): Promise<void> {
       fmt(percentile(f.wakeMs, 50), 2),
       fmt(percentile(f.wakeMs, 99), 2),
       fmt(median(f.over)),
+      `${fmt(percentile(f.pairMs, 50), 2)} / ${fmt(percentile(f.pairMs, 99), 2)}`,
     ];
   });
   print(
-    `fleet cold read, echostore: 6 processes × 200 readers of one id, own redis-server, ${rounds} rounds (median; from Valkey's write of the value to a waiter process's first answer, and to each of its answers; load average ${loadavg()[0]?.toFixed(1)})`,
+    `fleet cold read, echostore: 6 processes × 200 readers of one id, own redis-server, ${rounds} rounds (median; wake: from Valkey's write of the value to a waiter process's first answer, and to each of its answers; then 2 processes × 1 reader, ${PAIR_IDS} ids per round; load average ${loadavg()[0]?.toFixed(1)})`,
     rows,
     [
       '',
@@ -390,9 +403,13 @@ async function fleetWake(): Promise<void> {
       'every answer p50 ms',
       'every answer p99 ms',
       'p99 − loader ms',
+      '2 × 1 reader: wake p50 / p99 ms',
     ],
   );
 }
+
+const PAIR_IDS = 40;
+const paced = (ids: string[]): Setup['shape'] => ({ kind: 'paced', ids, everyMs: 50 });
 
 /** One process of {@link fleetWake}: echostore, 200 readers of `id` in table `tag`. */
 function wakeSetup(url: string, tag: string, id: string, policy: Record<string, unknown>): Setup {
