@@ -572,8 +572,9 @@ export class Table {
    */
   inspectL1(id: string): L1Inspection | undefined {
     const row = this.#l1.peek(id);
-    if (row === undefined) return undefined;
     const now = this.#ctx.now();
+    // Past its L1 lifetime a read no longer sees the row (it drops it and asks L2): neither does this.
+    if (row === undefined || now >= row.expiresAt) return undefined;
     return {
       version: row.version,
       negative: row.negative,
