@@ -106,6 +106,31 @@ const REFUSED: Array<{
     field: 'tables.t.source.url',
   },
   {
+    name: 'an http source URL with an unclosed bracket before {id}',
+    config: { tables: { t: http({ url: 'http://[/{id}' }) } },
+    field: 'tables.t.source.url',
+  },
+  {
+    name: 'an http source URL with {id} as its host',
+    config: { tables: { t: http({ url: 'http://{id}:43702/items/x' }) } },
+    field: 'tables.t.source.url',
+  },
+  {
+    name: 'an http source URL with {id} in its port',
+    config: { tables: { t: http({ url: 'http://127.0.0.1:{id}/items/x' }) } },
+    field: 'tables.t.source.url',
+  },
+  {
+    name: 'a valkey.url that names no host',
+    config: { valkey: { url: 'redis://' }, tables: { t: http() } },
+    field: 'valkey.url',
+  },
+  {
+    name: 'a valkey.url with a port but no host',
+    config: { valkey: { url: 'redis://:6379/0' }, tables: { t: http() } },
+    field: 'valkey.url',
+  },
+  {
     name: 'a postgres URL that names no database',
     config: {
       tables: {

@@ -294,6 +294,8 @@ function valkeyUrlProblem(url: string): string | undefined {
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     return `must be a redis:// or rediss:// URL (expected ${expected})`;
   }
+  // `redis://` alone parses, and the client would quietly use 127.0.0.1:6379.
+  if (parsed.hostname === '') return `names no host (expected ${expected})`;
   if (!/^(?:\/(?:[0-9]|1[0-5])?)?$/.test(parsed.pathname)) {
     return 'the database index (the path) must be 0-15';
   }

@@ -517,7 +517,7 @@ export const ValkeySchema = Type.Object(
       pattern: '^rediss?://',
       default: DEFAULT_VALKEY_URL,
       description:
-        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; port 1–65535, db 0–15. Never repeated in error messages (it may hold a password). A file may name only one of `url`, `cluster` and `sentinel`; the default is ignored when `cluster` or `sentinel` is set.',
+        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; the host is required (a bare `redis://` is refused), port 1–65535, db 0–15. Never repeated in error messages (it may hold a password). A file may name only one of `url`, `cluster` and `sentinel`; the default is ignored when `cluster` or `sentinel` is set.',
     }),
     cluster: Type.Optional(
       Type.Object(

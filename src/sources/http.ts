@@ -57,8 +57,8 @@ const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
  * timeout; with the signal's reason when the flight aborts it.
  *
  * @param field - dotted path of these options in the configuration, used in error messages.
- * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the URL has no `{id}`, is
- *   not http/https or carries credentials, `<field>.timeoutMs` / `<field>.maxBodyBytes` when
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the URL has no `{id}` (or
+ *   has it in the host or port), is not http/https or carries credentials, `<field>.timeoutMs` / `<field>.maxBodyBytes` when
  *   out of range, or `<field>.headers.<name>` for a header name that is not a token or a value
  *   with CR, LF or NUL.
  */
@@ -67,6 +67,11 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
   const timeoutMs = options.timeoutMs ?? DEFAULT_HTTP_TIMEOUT_MS;
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   if (!url.includes('{id}')) throw new ConfigError(`${field}.url: must contain {id}`);
+  // The id may choose the path or the query, never the host or port: `http://{id}:80/` would let a
+  // client send the loader anywhere.
+  if ((/^[^:/?#]*:\/\/([^/?#]*)/.exec(url)?.[1] ?? '').includes('{id}')) {
+    throw new ConfigError(`${field}.url: {id} must be in the path or query, not the host or port`);
+  }
   let parsed: URL;
   try {
     parsed = new URL(url.replaceAll('{id}', 'id'));
