@@ -1,5 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import { BadRequestError, UnsupportedMediaTypeError } from '../errors.js';
+import { routeNotFound } from './errors.js';
+
+/** Methods whose body means nothing to any route here: it is read and dropped, never parsed. */
+const BODY_IGNORED = new Set(['DELETE', 'OPTIONS']);
 
 /** The `charset` parameter of a Content-Type, lower-cased, or `undefined` when absent. */
 function charsetOf(contentType: string | undefined): string | undefined {
@@ -7,7 +11,16 @@ function charsetOf(contentType: string | undefined): string | undefined {
 }
 
 /**
- * Makes `application/json` the only body type, UTF-8 only: a `charset` other
+ * Decides what happens to a body before fastify parses it (its parsers run
+ * after `onRequest`, before `preValidation`):
+ *
+ * - an unknown route is 404 `ECC_ROUTE_NOT_FOUND` whatever its body (a
+ *   malformed one would otherwise be a 400, and close the connection);
+ * - a DELETE's or an OPTIONS's body is ignored, whatever its type: its
+ *   `content-type` is dropped here, so it reaches the catch-all parser, which
+ *   lets Node read and discard it (bounded by `requestTimeoutMs`).
+ *
+ * Then makes `application/json` the only body type, UTF-8 only: a `charset` other
  * than `utf-8` is 415 `ECC_UNSUPPORTED_MEDIA_TYPE` (RFC 8259 §8.1: JSON
  * between systems is UTF-8; fastify itself ignores the parameter), and bytes
  * that are not valid UTF-8 are 400 `ECC_BAD_REQUEST`. The text
@@ -16,8 +29,24 @@ function charsetOf(contentType: string | undefined): string | undefined {
  * Any other content type is 415.
  */
 export function installJsonBodyParser(app: FastifyInstance): void {
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (request.is404) {
+      done(routeNotFound(request));
+      return;
+    }
+    if (BODY_IGNORED.has(request.method)) delete request.headers['content-type'];
+    done();
+  });
   const parse = app.getDefaultJsonParser('error', 'error');
   app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (request, payload, done) => {
+    if (!BODY_IGNORED.has(request.method)) {
+      done(new UnsupportedMediaTypeError('send the body as application/json'));
+      return;
+    }
+    payload.resume();
+    done(null, undefined);
+  });
   // fatal: bytes that are not UTF-8 are refused, not replaced by U+FFFD (what the client sent is what is stored).
   const utf8 = new TextDecoder('utf-8', { fatal: true });
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
