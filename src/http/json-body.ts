@@ -1,9 +1,22 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { BadRequestError, UnsupportedMediaTypeError } from '../errors.js';
 import { routeNotFound } from './errors.js';
 
 /** Methods whose body means nothing to any route here: it is read and dropped, never parsed. */
 const BODY_IGNORED = new Set(['DELETE', 'OPTIONS']);
+
+/** The JSON text of each parsed body, trimmed, as the client sent it. */
+const received = new WeakMap<FastifyRequest, string>();
+
+/**
+ * The request's body as the client sent it (UTF-8 decoded, surrounding
+ * whitespace trimmed) once it parsed as JSON, so that a PUT stores that text
+ * rather than `JSON.stringify` of the parsed value (which rounds an integer
+ * past 2^53); `undefined` when the request had no JSON body.
+ */
+export function receivedJson(request: FastifyRequest): string | undefined {
+  return received.get(request);
+}
 
 /** The `charset` parameter of a Content-Type, lower-cased, or `undefined` when absent. */
 function charsetOf(contentType: string | undefined): string | undefined {
@@ -62,6 +75,9 @@ export function installJsonBodyParser(app: FastifyInstance): void {
       done(new BadRequestError('the body is not valid UTF-8'));
       return;
     }
-    parse(request, text, done);
+    parse(request, text, (err, value) => {
+      if (err === null) received.set(request, text.trim());
+      done(err, value);
+    });
   });
 }
