@@ -4,7 +4,7 @@
  * error answer is `{ error: { code, message } }`, and no message echoes more
  * than 200 characters of the request.
  */
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -698,6 +698,33 @@ const RAW_CASES: RawCase[] = [
     closes: true,
   },
   {
+    name: 'POST to an unknown path with a malformed JSON body',
+    text: 'POST /nothing HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{a',
+    status: 404,
+    code: 'ECC_ROUTE_NOT_FOUND',
+    closes: true,
+  },
+  {
+    name: 'POST to an unknown path with an invalid content type',
+    text: 'POST /nothing HTTP/1.1\r\nHost: x\r\nContent-Type: //\r\nContent-Length: 2\r\nConnection: close\r\n\r\nzz',
+    status: 404,
+    code: 'ECC_ROUTE_NOT_FOUND',
+    closes: true,
+  },
+  ...['text/plain', 'application/json', '//', undefined].map((type) => ({
+    name: `DELETE with a ${type ?? 'untyped'} body (ignored)`,
+    text: `DELETE /v1/tables/{items}/items/zz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\n${type === undefined ? '' : `Content-Type: ${type}\r\n`}Content-Length: 2\r\nConnection: close\r\n\r\n{a`,
+    status: 204,
+    closes: true,
+  })),
+  {
+    name: 'OPTIONS with a malformed JSON body (ignored)',
+    text: 'OPTIONS /v1/tables/{items}/items/zz HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{a',
+    status: 204,
+    closes: true,
+    check: (headers) => expect(headers.allow).toBe(ITEM_ALLOW),
+  },
+  {
     name: 'CONNECT',
     text: 'CONNECT 127.0.0.1:6379 HTTP/1.1\r\nHost: 127.0.0.1:6379\r\n\r\n',
     status: 405,
@@ -708,6 +735,26 @@ const RAW_CASES: RawCase[] = [
 ];
 
 describe('bad input over real HTTP', () => {
+  it('keeps the connection after a 404 whose body was not JSON: the next request is answered', async () => {
+    const port = (app.server.address() as AddressInfo).port;
+    const answers = await new Promise<string>((resolve) => {
+      let text = '';
+      const socket = connect(port, '127.0.0.1', () =>
+        socket.write(
+          'POST /nothing HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{a' +
+            'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+        ),
+      );
+      socket.setEncoding('utf8').on('data', (c: string) => {
+        text += c;
+      });
+      socket.on('close', () => resolve(text));
+    });
+    const statuses = [...answers.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => m[1]);
+    expect(statuses).toEqual(['404', '200']);
+    expect(answers).toContain('ECC_ROUTE_NOT_FOUND');
+  });
+
   it.each(RAW_CASES)('$name -> $status $code', async ({ text, status, code, closes, check }) => {
     const port = (app.server.address() as AddressInfo).port;
     const r = await rawExchange(port, text.replace('{items}', items));

@@ -46,6 +46,10 @@ const sqliteFile = join(dir, 'items.sqlite');
   db.exec('CREATE TABLE items (id TEXT PRIMARY KEY, name TEXT)');
   db.close();
 }
+const certPem = join(dir, 'cert.pem');
+const keyPem = join(dir, 'key.pem');
+writeFileSync(certPem, '-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n');
+writeFileSync(keyPem, '-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n');
 const origin = 'http://127.0.0.1:9/items/{id}';
 const valkey = () => ({ url: valkeyUrl() });
 const http = (extra: object = {}) => ({ source: { kind: 'http', url: origin, ...extra } });
@@ -81,6 +85,31 @@ const REFUSED: Array<{
     field: 'tables.t.warm.file',
   },
   {
+    name: 'a warm.file that never ends (/dev/zero)',
+    config: { tables: { t: { ...http(), warm: { file: '/dev/zero' } } } },
+    field: 'tables.t.warm.file',
+  },
+  {
+    name: 'a valkey.passwordFile that never ends (/dev/zero)',
+    config: { valkey: { url: valkeyUrl(), passwordFile: '/dev/zero' }, tables: { t: http() } },
+    field: 'valkey.passwordFile',
+  },
+  ...(['caFile', 'certFile', 'keyFile'] as const).map((key) => ({
+    name: `a valkey.tls.${key} that never ends (/dev/zero)`,
+    config: {
+      valkey: {
+        url: 'rediss://127.0.0.1:9',
+        // certFile and keyFile come in pairs: the other one is a (checked-by-label) PEM file.
+        tls: {
+          ...(key === 'caFile' ? {} : { certFile: certPem, keyFile: keyPem }),
+          [key]: '/dev/zero',
+        },
+      },
+      tables: { t: http() },
+    },
+    field: `valkey.tls.${key}`,
+  })),
+  {
     name: 'a missing sqlite file',
     config: { tables: { t: sqlite({ file: join(dir, 'missing.sqlite') }) } },
     field: 'tables.t.source.file',
@@ -104,6 +133,31 @@ const REFUSED: Array<{
     name: 'an http source URL that does not parse',
     config: { tables: { t: http({ url: 'http://[::1/items/{id}' }) } },
     field: 'tables.t.source.url',
+  },
+  {
+    name: 'an http source URL with an unclosed bracket before {id}',
+    config: { tables: { t: http({ url: 'http://[/{id}' }) } },
+    field: 'tables.t.source.url',
+  },
+  {
+    name: 'an http source URL with {id} as its host',
+    config: { tables: { t: http({ url: 'http://{id}:43702/items/x' }) } },
+    field: 'tables.t.source.url',
+  },
+  {
+    name: 'an http source URL with {id} in its port',
+    config: { tables: { t: http({ url: 'http://127.0.0.1:{id}/items/x' }) } },
+    field: 'tables.t.source.url',
+  },
+  {
+    name: 'a valkey.url that names no host',
+    config: { valkey: { url: 'redis://' }, tables: { t: http() } },
+    field: 'valkey.url',
+  },
+  {
+    name: 'a valkey.url with a port but no host',
+    config: { valkey: { url: 'redis://:6379/0' }, tables: { t: http() } },
+    field: 'valkey.url',
   },
   {
     name: 'a postgres URL that names no database',
@@ -180,6 +234,18 @@ describe('check-config refuses what serve refuses, with the same coded error', (
     expect(served.code, served.stderr).toBe(2);
     expect(served.stderr).toMatch(/^echostore: invalid configuration \(ECC_BAD_CONFIG\): /);
     expect(served.stderr).toContain(`${field}:`);
+    expect(checked).toEqual(served);
+  });
+
+  it('refuses a configuration file that never ends (/dev/zero) with exit 2, naming it', async () => {
+    const [checked, served] = await Promise.all([
+      run([CLI, 'check-config', '--config', '/dev/zero'], {}),
+      run([MAIN, '--config', '/dev/zero'], {}),
+    ]);
+    expect(served.code, served.stderr).toBe(2);
+    expect(served.stderr).toMatch(
+      /^echostore: invalid configuration \(ECC_BAD_CONFIG\): \/dev\/zero: .*more than 1048576 bytes/,
+    );
     expect(checked).toEqual(served);
   });
 

@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -40,6 +42,7 @@ function cli(args: string[], env: Record<string, string> = {}): Promise<CliRun> 
 
 describe('the echostore CLI against a running service', () => {
   const table = uniqueTable('cli');
+  const shortL1 = uniqueTable('cli-l1');
   let origin: Origin;
   let service: ServiceProcess;
   let remote: string[];
@@ -54,7 +57,15 @@ describe('the echostore CLI against a running service', () => {
         // inspect reads the keys of the service's namespace, not the unnamed one's
         namespace: 'cli-inspect',
         http: { adminToken: TOKEN },
-        tables: { [table]: { source: { kind: 'http', url: origin.template }, ttlMs: 60_000 } },
+        tables: {
+          [table]: { source: { kind: 'http', url: origin.template }, ttlMs: 60_000 },
+          // A row leaves L1 after 1–1.2 s, long before its soft TTL.
+          [shortL1]: {
+            source: { kind: 'http', url: origin.template },
+            ttlMs: 60_000,
+            l1: { ttlMs: 1_000 },
+          },
+        },
       },
       { inHook: true },
     );
@@ -99,6 +110,74 @@ describe('the echostore CLI against a running service', () => {
     const text = await cli(['inspect', table, 'i1', ...remote]);
     expect(text.stdout).toContain(`L1 (this instance): version ${version}, fresh for`);
     expect(text.stdout).toContain('lease:              none');
+  });
+
+  it('shows an L1 row past its L1 lifetime as absent, as a read would see it', async () => {
+    expect((await fetch(`${service.url}/v1/tables/${shortL1}/items/e1`)).status).toBe(200);
+    // Straight after the read (the route, not the CLI, whose start may take longer than 1 s).
+    const fresh = await fetch(`${service.url}/v1/admin/tables/${shortL1}/items/e1`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    expect(((await fresh.json()) as { l1: unknown }).l1).not.toBeNull();
+    // The row stays in L1's LRU until a read drops it; inspect must stop showing it once expired.
+    await vi.waitFor(
+      async () => {
+        const later = await cli(['inspect', shortL1, 'e1', '--json', ...remote]);
+        expect(JSON.parse(later.stdout)).toMatchObject({ l1: null, l2: { negative: false } });
+      },
+      { timeout: 15_000, interval: 250 },
+    );
+    const text = await cli(['inspect', shortL1, 'e1', ...remote]);
+    expect(text.stdout).toContain('L1 (this instance): none');
+  });
+
+  it('refuses a --timeout beyond a day, or not a positive integer, with exit 64', async () => {
+    for (const timeout of ['99999999999', '86400001', '0', '-5', '1.5', 'soon']) {
+      const r = await cli(['inspect', table, 'x', '--timeout', timeout, ...remote]);
+      expect(r.code, timeout).toBe(64);
+      expect(r.stderr, timeout).toContain('--timeout');
+    }
+    expect((await cli(['stats', '--timeout', '86400000', ...remote])).code).toBe(0);
+  });
+
+  it('sends its requests under the path prefix of --url', async () => {
+    // A proxy that serves the instance under /prefix/ only, and counts what it forwards.
+    const target = new URL(service.url);
+    const seen: string[] = [];
+    const proxy = createServer((req, res) => {
+      seen.push(req.url ?? '');
+      if (!req.url?.startsWith('/prefix/')) {
+        res.writeHead(404, { 'content-type': 'text/plain' }).end('not here');
+        return;
+      }
+      const upstream = httpRequest(
+        {
+          host: target.hostname,
+          port: target.port,
+          method: req.method,
+          path: req.url.slice('/prefix'.length),
+          headers: req.headers,
+        },
+        (answer) => {
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+        },
+      );
+      req.pipe(upstream);
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    try {
+      const { port } = proxy.address() as AddressInfo;
+      for (const url of [`http://127.0.0.1:${port}/prefix/`, `http://127.0.0.1:${port}/prefix`]) {
+        const r = await cli(['stats', '--url', url, '--token', TOKEN]);
+        expect(r.code, `${url}: ${r.stderr}`).toBe(0);
+      }
+      expect(seen).toEqual(['/prefix/v1/tables', '/prefix/v1/tables']);
+      const query = await cli(['stats', '--url', `http://127.0.0.1:${port}/prefix/?a=1`]);
+      expect(query.code).toBe(64);
+    } finally {
+      await new Promise((r) => proxy.close(r));
+    }
   });
 
   it('shows the purge tags a row carries, in L1 and in the L2 value header', async () => {

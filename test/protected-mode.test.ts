@@ -8,7 +8,7 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { request } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
@@ -177,6 +177,49 @@ describe('protected mode (no admin token)', () => {
     for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`]) {
       expect((await deleteWithHost(host)).status, host).toBe(204);
     }
+  });
+
+  it('refuses a malformed Host that starts like loopback: 403, nothing deleted', async () => {
+    await fetch(urlOf(local, item('hostparse')), {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: '{"n":1}',
+    });
+    const { port } = local.server.address() as AddressInfo;
+    // Raw bytes, so that the Host reaches the server exactly as written here.
+    const deleteWithRawHost = (host: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1');
+        let answer = '';
+        socket.setEncoding('utf8').on('data', (c: string) => {
+          answer += c;
+        });
+        socket.on('error', reject).on('close', () => resolve(answer));
+        socket.write(
+          `DELETE ${item('hostparse')} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
+        );
+      });
+    for (const host of [
+      '[::1]evil',
+      'localhost:abc',
+      '127.0.0.1:99999',
+      '[::1',
+      'localhost:80:80',
+    ]) {
+      const answer = await deleteWithRawHost(host);
+      expect(answer.split('\r\n')[0], host).toBe('HTTP/1.1 403 Forbidden');
+      expect(answer, host).toContain('ECC_PROTECTED_MODE');
+    }
+    // A leading space is optional whitespace to HTTP/1.1 (RFC 9110 §5.5), stripped before the
+    // check; one that reaches the check (an injected request) is refused.
+    const spaced = await local.inject({
+      method: 'DELETE',
+      url: item('hostparse'),
+      headers: { host: ' localhost' },
+    });
+    expect(spaced.statusCode).toBe(403);
+    expect(await (await fetch(urlOf(local, item('hostparse')))).json()).toEqual({ n: 1 });
+    expect(await deleteWithRawHost(`localhost:${port}`)).toMatch(/^HTTP\/1\.1 204/);
   });
 
   it('tells loopback addresses from others: 127/8, ::1 and ::ffff:127.x pass; 10.x, ::ffff:10.x do not', async () => {

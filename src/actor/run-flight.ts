@@ -709,12 +709,14 @@ function buildEnvelope(
   const { policy } = ctx;
   let value = result;
   let override: RowPolicy = {};
+  let received: string | undefined;
   if (result instanceof LoadResult) {
     value = result.value;
     override = result.policy;
+    received = result.json;
   }
   const negative = override.negative === true || value === undefined;
-  const json = negative ? 'null' : toJson(value);
+  const json = negative ? 'null' : (received ?? toJson(value));
   if (json === undefined) {
     throw new BadValueError('the loader returned a value that cannot be serialised as JSON', {
       table: ctx.name,

@@ -3,16 +3,17 @@
  * `warm`, `stats`) and `check-config`. Each prints to `out` and returns its
  * exit code (docs/cli.md); errors are thrown to the dispatcher.
  */
-import { readFileSync } from 'node:fs';
+import { readFileUpTo } from '../config/bounded-read.js';
+import { MAX_IDS_FILE_BYTES } from '../warm/startup.js';
 import { call, itemPath, NotEchoStoreError, type Remote, UnreadableFileError } from './remote.js';
 
 /** The text of an ids file; a missing or unreadable one is the caller's mistake (exit 64). */
 function readIds(file: string): string {
   try {
-    return readFileSync(file, 'utf8');
+    return readFileUpTo(file, MAX_IDS_FILE_BYTES);
   } catch (err) {
     throw new UnreadableFileError(
-      `cannot read --file ${file} (${(err as { code?: string }).code ?? 'error'})`,
+      `cannot read --file ${file} (${(err as { code?: string }).code ?? (err as Error).message})`,
     );
   }
 }

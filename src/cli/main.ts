@@ -29,12 +29,16 @@ export const EXIT = {
   usage: 64,
 } as const;
 
+/** The longest `--timeout`: a day. More is a typo, and past 2^31 − 1 ms timers cannot wait. */
+const MAX_TIMEOUT_MS = 86_400_000;
+
 const REMOTE_OPTIONS = `
 
 Options:
-  --url <url>      the instance (default: $ECHOSTORE_URL, else http://127.0.0.1:8080)
+  --url <url>      the instance, with any path prefix it is served under
+                   (default: $ECHOSTORE_URL, else http://127.0.0.1:8080)
   --token <token>  its admin token (default: $ECHOSTORE_ADMIN_TOKEN)
-  --timeout <ms>   longest wait for an answer (default 10000)`;
+  --timeout <ms>   longest wait for an answer (default 10000, at most 86400000)`;
 
 const HELP: Record<string, string> = {
   '': `Usage: echostore <command> [options]
@@ -160,8 +164,10 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
     },
   });
   const timeoutMs = Number(values.timeout ?? 10_000);
-  if (!(Number.isInteger(timeoutMs) && timeoutMs > 0)) {
-    throw new UsageError('--timeout must be a positive integer (milliseconds)');
+  if (!(Number.isInteger(timeoutMs) && timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) {
+    throw new UsageError(
+      `--timeout must be a positive integer of milliseconds, at most ${MAX_TIMEOUT_MS} (a day)`,
+    );
   }
   const url = values.url ?? (process.env.ECHOSTORE_URL || 'http://127.0.0.1:8080');
   if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
@@ -169,6 +175,9 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
   }
   if (new URL(url).username !== '' || new URL(url).password !== '') {
     throw new UsageError('--url must not carry credentials: pass the admin token with --token');
+  }
+  if (new URL(url).search !== '' || new URL(url).hash !== '') {
+    throw new UsageError('--url must not carry a query or a fragment (a path prefix is kept)');
   }
   const remote: Remote = {
     url,

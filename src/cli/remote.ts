@@ -58,7 +58,7 @@ export async function call(
   if (body !== undefined) headers['content-type'] = 'application/json';
   let response: Response;
   try {
-    response = await fetch(new URL(path, remote.url), {
+    response = await fetch(under(remote.url, path), {
       method,
       headers,
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
@@ -100,6 +100,17 @@ export async function call(
     );
   }
   return json;
+}
+
+/**
+ * `path` (absolute, `/v1/…`) under `base`'s path: `http://h/prefix/` and
+ * `/v1/stats` give `http://h/prefix/v1/stats`, for an instance behind a proxy
+ * that serves it under a prefix.
+ */
+export function under(base: string, path: string): URL {
+  const url = new URL(base);
+  url.pathname = url.pathname.replace(/\/+$/, '') + path;
+  return url;
 }
 
 /** `/v1/tables/<table>/items/<id>` with both parts percent-encoded. */

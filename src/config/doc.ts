@@ -67,7 +67,7 @@ export function renderConfigDoc(): string {
     '<!-- Generated from src/config/schema.ts and src/store/policy.ts by `npm run docs:config`; edit those, not this file. -->',
     '',
     'One file, named by `--config <path>` (or `--config=<path>`) or else by `ECHOSTORE_CONFIG`, relative to the working directory.',
-    'It is parsed as YAML 1.2, of which JSON is a subset, whatever its extension, so a syntax error names its line and column.',
+    'It is parsed as YAML 1.2, of which JSON is a subset, whatever its extension, so a syntax error names its line and column. It may hold at most 1 MiB: a larger file, or one that never ends (`/dev/zero`), is refused while it is read.',
     'Without a file the service serves the built-in demo table `products` (SQLite, ids `^[1-9][0-9]{0,9}$`).',
     'The whole configuration is validated at start: a bad field stops the process with exit code 2 and a message naming the file and the field as a dotted path, e.g. `tables.products.ttlMs: must be integer`.',
     '',

@@ -4,7 +4,6 @@
  * environment overrides; validated at start so that a bad field stops the
  * process with a message naming it.
  */
-import { readFileSync } from 'node:fs';
 import { dirname, extname, resolve } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import { Ajv } from 'ajv';
@@ -13,6 +12,7 @@ import { ConfigError } from '../errors.js';
 import { resolvePolicy } from '../store/policy.js';
 import { usesTls } from '../valkey/client.js';
 import { passwordSource, tlsOptions } from '../valkey/credentials.js';
+import { MAX_CONFIG_FILE_BYTES, readFileUpTo } from './bounded-read.js';
 import { resolveTraceExport } from './otlp.js';
 import {
   configSchema,
@@ -249,7 +249,7 @@ function demoConfig(dataDir: string): unknown {
 function readConfigFile(file: string): unknown {
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readFileUpTo(file, MAX_CONFIG_FILE_BYTES);
   } catch (err) {
     throw new ConfigError(`${file}: cannot read the file: ${(err as Error).message}`, {
       cause: err,
@@ -294,6 +294,8 @@ function valkeyUrlProblem(url: string): string | undefined {
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     return `must be a redis:// or rediss:// URL (expected ${expected})`;
   }
+  // `redis://` alone parses, and the client would quietly use 127.0.0.1:6379.
+  if (parsed.hostname === '') return `names no host (expected ${expected})`;
   if (!/^(?:\/(?:[0-9]|1[0-5])?)?$/.test(parsed.pathname)) {
     return 'the database index (the path) must be 0-15';
   }

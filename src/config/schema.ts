@@ -443,7 +443,7 @@ export const WarmSchema = Type.Object(
     file: Type.Optional(
       Type.String({
         minLength: 1,
-        description: `A text file of ids, one per line (UTF-8; a trailing CR is dropped, empty lines are skipped), relative to the config file's directory; at most ${MAX_STARTUP_WARM_IDS.toLocaleString('en')} ids. Read at start: an unreadable file stops the start.`,
+        description: `A text file of ids, one per line (UTF-8; a trailing CR is dropped, empty lines are skipped), relative to the config file's directory; at most ${MAX_STARTUP_WARM_IDS.toLocaleString('en')} ids and ${(MAX_STARTUP_WARM_IDS * 514).toLocaleString('en')} bytes (that many ids of the longest, 512 bytes, with CRLF; read no further, so a file that never ends is refused). Read at start: an unreadable file stops the start.`,
       }),
     ),
     top: Type.Optional(
@@ -504,7 +504,7 @@ function credentialFields(who: string, prefix: string) {
     passwordFile: Type.Optional(
       Type.String({
         minLength: 1,
-        description: `A file holding the password on ${who} (trailing newline trimmed), relative to the config file's directory: a mounted secret. Read at start (unreadable or empty: refused) and again whenever a connection is (re)established, so a rotated password is used without a restart.`,
+        description: `A file holding the password on ${who} (trailing newline trimmed), relative to the config file's directory: a mounted secret. At most 64 KiB (read no further: a larger file, or one that never ends, is refused). Read at start (unreadable or empty: refused) and again whenever a connection is (re)established, so a rotated password is used without a restart.`,
       }),
     ),
   };
@@ -517,7 +517,7 @@ export const ValkeySchema = Type.Object(
       pattern: '^rediss?://',
       default: DEFAULT_VALKEY_URL,
       description:
-        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; port 1–65535, db 0–15. Never repeated in error messages (it may hold a password). A file may name only one of `url`, `cluster` and `sentinel`; the default is ignored when `cluster` or `sentinel` is set.',
+        '`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS; the host is required (a bare `redis://` is refused), port 1–65535, db 0–15. Never repeated in error messages (it may hold a password). A file may name only one of `url`, `cluster` and `sentinel`; the default is ignored when `cluster` or `sentinel` is set.',
     }),
     cluster: Type.Optional(
       Type.Object(
@@ -574,7 +574,7 @@ export const ValkeySchema = Type.Object(
             Type.String({
               minLength: 1,
               description:
-                "PEM file of the CA certificate(s) that signed the server's certificate, relative to the config file's directory; trusted instead of Node's built-in roots.",
+                "PEM file of the CA certificate(s) that signed the server's certificate, relative to the config file's directory; trusted instead of Node's built-in roots. At most 1 MiB (a public CA bundle is about 220 KB); a larger file, or one that never ends, is refused.",
             }),
           ),
           rejectUnauthorized: Type.Boolean({
@@ -593,14 +593,14 @@ export const ValkeySchema = Type.Object(
             Type.String({
               minLength: 1,
               description:
-                "PEM file of a client certificate, for servers that ask for one (`tls-auth-clients yes`), relative to the config file's directory. With `keyFile`.",
+                "PEM file of a client certificate, for servers that ask for one (`tls-auth-clients yes`), relative to the config file's directory. With `keyFile`. At most 1 MiB; a larger file is refused.",
             }),
           ),
           keyFile: Type.Optional(
             Type.String({
               minLength: 1,
               description:
-                "PEM file of the client certificate's private key, relative to the config file's directory. With `certFile`.",
+                "PEM file of the client certificate's private key, relative to the config file's directory. With `certFile`. At most 64 KiB; a larger file is refused.",
             }),
           ),
         },

@@ -78,12 +78,19 @@ export function isLoopback(address: string | undefined): boolean {
   return isIP(v4) === 4 && v4.startsWith('127.');
 }
 
-/** The host of a `Host` header without its port (`[::1]:8080` → `::1`), or undefined. */
+/**
+ * The host of a `Host` header without its port (`[::1]:8080` → `::1`), or
+ * undefined when the header is absent or malformed. Parsed strictly as RFC 9110
+ * §7.2 `uri-host [ ":" port ]`: an IPv6 literal in brackets with nothing after
+ * `]` but an optional port, a port of digits in 0–65535, no whitespace.
+ */
 function hostName(host: string | undefined): string | undefined {
   if (host === undefined) return undefined;
-  if (host.startsWith('[')) return host.slice(1, host.indexOf(']'));
-  const colon = host.lastIndexOf(':');
-  return (colon < 0 ? host : host.slice(0, colon)).toLowerCase();
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:[\]]+))(?::(\d{1,5}))?$/.exec(host);
+  if (match === null) return undefined;
+  if (match[3] !== undefined && Number(match[3]) > 65535) return undefined;
+  if (match[1] !== undefined) return isIP(match[1]) === 6 ? match[1] : undefined;
+  return match[2]?.toLowerCase();
 }
 
 /** The credentials of a `Bearer` Authorization header, or `undefined` for another scheme or none. */

@@ -221,11 +221,10 @@ export function sendError(
 /** Installs the error and not-found handlers: every error is `{ error: { code, message } }`. */
 export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((err, request, reply) => sendError(request, reply, err));
-  app.setNotFoundHandler((request, reply) =>
-    sendError(
-      request,
-      reply,
-      new RouteNotFoundError(`no route for ${request.method} ${clip(request.url)}`),
-    ),
-  );
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, routeNotFound(request)));
+}
+
+/** The 404 `ECC_ROUTE_NOT_FOUND` for a request no route matches. */
+export function routeNotFound(request: FastifyRequest): RouteNotFoundError {
+  return new RouteNotFoundError(`no route for ${request.method} ${clip(request.url)}`);
 }

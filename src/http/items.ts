@@ -7,6 +7,7 @@ import type { ReadResult } from '../store/types.js';
 import type { AdminRouteOptions } from './auth.js';
 import { cachingHeaders } from './cache-control.js';
 import { clip, sendError } from './errors.js';
+import { receivedJson } from './json-body.js';
 import { allowOnly } from './methods.js';
 import { ADMIN_ERRORS, ADMIN_SECURITY, errorResponses, header, RETRY_AFTER } from './openapi.js';
 import { inCallerTrace } from './trace-context.js';
@@ -209,7 +210,7 @@ export function itemRoutes(
         throw new BadRequestError('a JSON body (application/json) is required', { table, id });
       }
       try {
-        const { version, etag } = await t.put(id, request.body);
+        const { version, etag } = await t.put(id, request.body, receivedJson(request));
         return reply.header('etag', etag).send({ version });
       } catch (err) {
         // The body parsed, so only depth can stop JSON.stringify: the client's value, a 400.

@@ -1,5 +1,22 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { BadRequestError, UnsupportedMediaTypeError } from '../errors.js';
+import { routeNotFound } from './errors.js';
+
+/** Methods whose body means nothing to any route here: it is read and dropped, never parsed. */
+const BODY_IGNORED = new Set(['DELETE', 'OPTIONS']);
+
+/** The JSON text of each parsed body, trimmed, as the client sent it. */
+const received = new WeakMap<FastifyRequest, string>();
+
+/**
+ * The request's body as the client sent it (UTF-8 decoded, surrounding
+ * whitespace trimmed) once it parsed as JSON, so that a PUT stores that text
+ * rather than `JSON.stringify` of the parsed value (which rounds an integer
+ * past 2^53); `undefined` when the request had no JSON body.
+ */
+export function receivedJson(request: FastifyRequest): string | undefined {
+  return received.get(request);
+}
 
 /** The `charset` parameter of a Content-Type, lower-cased, or `undefined` when absent. */
 function charsetOf(contentType: string | undefined): string | undefined {
@@ -7,7 +24,16 @@ function charsetOf(contentType: string | undefined): string | undefined {
 }
 
 /**
- * Makes `application/json` the only body type, UTF-8 only: a `charset` other
+ * Decides what happens to a body before fastify parses it (its parsers run
+ * after `onRequest`, before `preValidation`):
+ *
+ * - an unknown route is 404 `ECC_ROUTE_NOT_FOUND` whatever its body (a
+ *   malformed one would otherwise be a 400, and close the connection);
+ * - a DELETE's or an OPTIONS's body is ignored, whatever its type: its
+ *   `content-type` is dropped here, so it reaches the catch-all parser, which
+ *   lets Node read and discard it (bounded by `requestTimeoutMs`).
+ *
+ * Then makes `application/json` the only body type, UTF-8 only: a `charset` other
  * than `utf-8` is 415 `ECC_UNSUPPORTED_MEDIA_TYPE` (RFC 8259 §8.1: JSON
  * between systems is UTF-8; fastify itself ignores the parameter), and bytes
  * that are not valid UTF-8 are 400 `ECC_BAD_REQUEST`. The text
@@ -16,8 +42,24 @@ function charsetOf(contentType: string | undefined): string | undefined {
  * Any other content type is 415.
  */
 export function installJsonBodyParser(app: FastifyInstance): void {
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (request.is404) {
+      done(routeNotFound(request));
+      return;
+    }
+    if (BODY_IGNORED.has(request.method)) delete request.headers['content-type'];
+    done();
+  });
   const parse = app.getDefaultJsonParser('error', 'error');
   app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (request, payload, done) => {
+    if (!BODY_IGNORED.has(request.method)) {
+      done(new UnsupportedMediaTypeError('send the body as application/json'));
+      return;
+    }
+    payload.resume();
+    done(null, undefined);
+  });
   // fatal: bytes that are not UTF-8 are refused, not replaced by U+FFFD (what the client sent is what is stored).
   const utf8 = new TextDecoder('utf-8', { fatal: true });
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
@@ -33,6 +75,9 @@ export function installJsonBodyParser(app: FastifyInstance): void {
       done(new BadRequestError('the body is not valid UTF-8'));
       return;
     }
-    parse(request, text, done);
+    parse(request, text, (err, value) => {
+      if (err === null) received.set(request, text.trim());
+      done(err, value);
+    });
   });
 }

@@ -2,7 +2,7 @@
 import { context, propagation } from '@opentelemetry/api';
 import { Agent, fetch, type Response } from 'undici';
 import { BadIdError, ConfigError, SourceError } from '../errors.js';
-import { withPolicy } from '../store/load-result.js';
+import { LoadResult, withPolicy } from '../store/load-result.js';
 import { splitTags } from '../store/tags.js';
 import type { Source } from './source.js';
 
@@ -57,8 +57,8 @@ const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
  * timeout; with the signal's reason when the flight aborts it.
  *
  * @param field - dotted path of these options in the configuration, used in error messages.
- * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the URL has no `{id}`, is
- *   not http/https or carries credentials, `<field>.timeoutMs` / `<field>.maxBodyBytes` when
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.url` when the URL has no `{id}` (or
+ *   has it in the host or port), is not http/https or carries credentials, `<field>.timeoutMs` / `<field>.maxBodyBytes` when
  *   out of range, or `<field>.headers.<name>` for a header name that is not a token or a value
  *   with CR, LF or NUL.
  */
@@ -67,6 +67,11 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
   const timeoutMs = options.timeoutMs ?? DEFAULT_HTTP_TIMEOUT_MS;
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   if (!url.includes('{id}')) throw new ConfigError(`${field}.url: must contain {id}`);
+  // The id may choose the path or the query, never the host or port: `http://{id}:80/` would let a
+  // client send the loader anywhere.
+  if ((/^[^:/?#]*:\/\/([^/?#]*)/.exec(url)?.[1] ?? '').includes('{id}')) {
+    throw new ConfigError(`${field}.url: {id} must be in the path or query, not the host or port`);
+  }
   let parsed: URL;
   try {
     parsed = new URL(url.replaceAll('{id}', 'id'));
@@ -126,8 +131,16 @@ export function httpSource(options: HttpSourceOptions, field = 'source'): Source
           signal: AbortSignal.any([signal, timeout]),
         });
         if (response.status === 200) {
-          const value = parseJson(await readBody(response, maxBodyBytes, shown), shown);
+          const text = await readBody(response, maxBodyBytes, shown);
+          const value = parseJson(text, shown);
           const tags = tagsOf(response);
+          // A number JSON.parse may change (16 or more digits and dots in a row, a 3-digit
+          // exponent: 12345678901234567890 → 12345678901234567000) is kept by storing the body as
+          // sent (trimmed) instead of re-serialising it; a false positive (in a string) costs nothing.
+          if (MAY_LOSE_NUMBERS.test(text)) {
+            const policy = withPolicy(value, tags.length === 0 ? {} : { tags }).policy;
+            return new LoadResult(value, policy, text.trim());
+          }
           return tags.length === 0 ? value : withPolicy(value, { tags });
         }
       } catch (err) {
@@ -223,11 +236,42 @@ function networkReason(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** Text in which a number may not survive `JSON.parse` then `JSON.stringify` (DBL_DIG is 15). */
+const MAY_LOSE_NUMBERS = /\d[\d.]{15}|[eE][+-]?\d{3}/;
+
+/** A `__proto__` key, or a `constructor` key holding a `prototype`: what a PUT refuses too. */
+class PoisonedKeyError extends Error {}
+
+function refusePoisonedKeys(key: string, value: unknown): unknown {
+  if (
+    key === '__proto__' ||
+    (key === 'constructor' &&
+      typeof value === 'object' &&
+      value !== null &&
+      Object.hasOwn(value, 'prototype'))
+  ) {
+    throw new PoisonedKeyError();
+  }
+  return value;
+}
+
+/**
+ * The body's value. As a PUT body (secure-json-parse), a body with a `__proto__` key or a
+ * `constructor.prototype` is refused: stored, it would reach a client that merges it into an
+ * object. The reviver runs only on a body that could spell one (a `\u` escape included).
+ */
 function parseJson(text: string, url: string): unknown {
   try {
-    return JSON.parse(text);
+    return JSON.parse(
+      text,
+      /__proto__|constructor|\\u/.test(text) ? refusePoisonedKeys : undefined,
+    );
   } catch (err) {
-    throw new SourceError(`GET ${url} answered 200 with a body that is not JSON`, url, {
+    const why =
+      err instanceof PoisonedKeyError
+        ? 'that sets __proto__ or constructor.prototype'
+        : 'that is not JSON';
+    throw new SourceError(`GET ${url} answered 200 with a body ${why}`, url, {
       status: 200,
       cause: err,
     });

@@ -20,10 +20,17 @@ export interface RowPolicy {
 export class LoadResult {
   readonly value: unknown;
   readonly policy: RowPolicy;
+  /**
+   * The value's JSON text as the source sent it (an http source's body), stored as is instead
+   * of `JSON.stringify(value)`, so that what `JSON.parse` would change (an integer past 2^53)
+   * is kept; `JSON.parse(json)` is `value`. Undefined: the value is serialised.
+   */
+  readonly json: string | undefined;
 
-  constructor(value: unknown, policy: RowPolicy) {
+  constructor(value: unknown, policy: RowPolicy, json?: string) {
     this.value = value;
     this.policy = policy;
+    this.json = json;
   }
 }
 

@@ -334,8 +334,11 @@ export class Table {
       }
       throw new LoadFailedError('the source failed', { table: this.name, id, cause: err });
     }
-    if (value instanceof LoadResult)
+    let received: string | undefined;
+    if (value instanceof LoadResult) {
+      received = value.json;
       value = value.policy.negative === true ? undefined : value.value;
+    }
     const base = {
       layer: 'origin',
       coalesced: false,
@@ -344,7 +347,7 @@ export class Table {
       ttlMs: 0,
       stored: false,
     } as const;
-    const json = value === undefined ? undefined : toJson(value);
+    const json = value === undefined ? undefined : (received ?? toJson(value));
     if (json === undefined) return { ...base, found: false };
     return { ...base, found: true, value, json };
   }
@@ -452,17 +455,22 @@ export class Table {
    *
    * @returns the version Valkey ordered the write at, and the entity tag a GET then sends.
    * @param value any JSON-serialisable value.
+   * @param received the value's JSON text as the client sent it (a PUT body), stored as is instead
+   *   of `JSON.stringify(value)` so that an integer past 2^53 comes back unchanged; it must be
+   *   valid JSON that parses to `value`.
    * @throws (rejects) `ECC_BAD_ID`, `ECC_BAD_VALUE` (not serialisable),
    *   `ECC_VALKEY_UNAVAILABLE` (Valkey refused or timed out: L1 is dropped for the id), `ECC_CLOSED`.
    */
-  put(id: string, value: unknown): Promise<WriteResult> {
+  put(id: string, value: unknown, received?: string): Promise<WriteResult> {
     try {
       assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
       this.#assertOpen(id);
     } catch (err) {
       return Promise.reject(err);
     }
-    const json = toJson(value);
+    // Serialised even when received: a value nested beyond the stack is refused either way.
+    const serialised = toJson(value);
+    const json = serialised === undefined ? undefined : (received ?? serialised);
     if (json === undefined) {
       return Promise.reject(
         new BadValueError('value cannot be serialised as JSON', { table: this.name, id }),
@@ -572,8 +580,9 @@ export class Table {
    */
   inspectL1(id: string): L1Inspection | undefined {
     const row = this.#l1.peek(id);
-    if (row === undefined) return undefined;
     const now = this.#ctx.now();
+    // Past its L1 lifetime a read no longer sees the row (it drops it and asks L2): neither does this.
+    if (row === undefined || now >= row.expiresAt) return undefined;
     return {
       version: row.version,
       negative: row.negative,

@@ -10,9 +10,15 @@
  * connection opened from then on authenticates with the new one, and the old
  * connections, already authenticated, go on serving.
  */
-import { readFileSync } from 'node:fs';
+
 import type { ConnectionOptions } from 'node:tls';
 import type { Redis, RedisOptions } from 'ioredis';
+import {
+  MAX_CERT_FILE_BYTES,
+  MAX_KEY_FILE_BYTES,
+  MAX_SECRET_FILE_BYTES,
+  readFileUpTo,
+} from '../config/bounded-read.js';
 import { ConfigError } from '../errors.js';
 
 /** An ACL user and its password: `password` inline, or `passwordFile`, read on every (re)connect. */
@@ -93,7 +99,7 @@ export function passwordSource(credentials: Credentials, field: string): Passwor
 function readSecret(file: string, field: string): string {
   let text: string;
   try {
-    text = readFileSync(file, 'utf8').replace(/[\r\n]+$/, '');
+    text = readFileUpTo(file, MAX_SECRET_FILE_BYTES).replace(/[\r\n]+$/, '');
   } catch (err) {
     throw new ConfigError(`${field}: cannot read the file: ${(err as Error).message}`, {
       field,
@@ -181,7 +187,7 @@ export function readCaFile(file: string): string {
 function readPem(file: string, field: string, label: string): string {
   let pem: string;
   try {
-    pem = readFileSync(file, 'utf8');
+    pem = readFileUpTo(file, label === 'PRIVATE KEY' ? MAX_KEY_FILE_BYTES : MAX_CERT_FILE_BYTES);
   } catch (err) {
     throw new ConfigError(`${field}: cannot read the file: ${(err as Error).message}`, {
       field,

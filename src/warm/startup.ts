@@ -7,14 +7,15 @@
  * `Retry-After`, and gives up after `warm.timeoutMs`. Progress is logged
  * (done/total, failures) and exported as metrics.
  */
-import { readFileSync } from 'node:fs';
+
 import type { Static } from '@sinclair/typebox';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { readFileUpTo } from '../config/bounded-read.js';
 import { MAX_STARTUP_WARM_IDS, type WarmSchema } from '../config/schema.js';
 import { ConfigError } from '../errors.js';
 import type { Source } from '../sources/source.js';
-import type { Table } from '../store/table.js';
+import { MAX_ID_BYTES, type Table } from '../store/table.js';
 import { readIds, type WarmOutcome } from './read-ids.js';
 
 /** A table's `warm` section as written: exactly one of `ids`, `file`, `top`. */
@@ -94,6 +95,12 @@ export function cannotListIds(table: string): ConfigError {
 }
 
 /**
+ * A warm-up ids file: {@link MAX_STARTUP_WARM_IDS} ids of the longest id
+ * ({@link MAX_ID_BYTES}) with CRLF each; a larger file breaks one of those two limits.
+ */
+export const MAX_IDS_FILE_BYTES = MAX_STARTUP_WARM_IDS * (MAX_ID_BYTES + 2);
+
+/**
  * The ids of a file: one per line, a trailing CR dropped, empty lines skipped.
  *
  * @throws {ConfigError} naming `field` when it cannot be read or holds more than {@link MAX_STARTUP_WARM_IDS} ids.
@@ -101,7 +108,7 @@ export function cannotListIds(table: string): ConfigError {
 export function idsFile(file: string, field: string): string[] {
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readFileUpTo(file, MAX_IDS_FILE_BYTES);
   } catch (err) {
     throw new ConfigError(`${field}: cannot read ${file}: ${(err as Error).message}`, {
       field,
