@@ -919,6 +919,7 @@ describe('table policy defaults', () => {
       maxOverdueLoads: 64,
       confirmNotFoundMs: 0,
       errorTtlMs: 1_000,
+      fillEventMaxBytes: 16_384,
       maxErrorTtlMs: 30_000,
       maxWaitersPerFlight: 1_000_000,
       coalescing: 'fleet',
