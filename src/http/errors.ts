@@ -218,10 +218,29 @@ export function sendError(
   return reply.code(e.statusCode).type('application/json; charset=utf-8').send(errorBody(e));
 }
 
-/** Installs the error and not-found handlers: every error is `{ error: { code, message } }`. */
-export function installErrorHandlers(app: FastifyInstance): void {
-  app.setErrorHandler((err, request, reply) => sendError(request, reply, err));
-  app.setNotFoundHandler((request, reply) => sendError(request, reply, routeNotFound(request)));
+/**
+ * Installs the error and not-found handlers: every error is `{ error: { code, message } }`.
+ * `onUnmatched` is called once each answer to a request no route matched has been sent,
+ * whether the not-found handler or an earlier hook answered it (request metrics: routes
+ * have their own hooks, see request-metrics.ts).
+ */
+export function installErrorHandlers(
+  app: FastifyInstance,
+  onUnmatched?: (request: FastifyRequest, reply: FastifyReply) => void,
+): void {
+  const watch = (request: FastifyRequest, reply: FastifyReply) => {
+    if (onUnmatched !== undefined && request.is404) {
+      reply.raw.once('finish', () => onUnmatched(request, reply));
+    }
+  };
+  app.setErrorHandler((err, request, reply) => {
+    watch(request, reply);
+    return sendError(request, reply, err);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    watch(request, reply);
+    return sendError(request, reply, routeNotFound(request));
+  });
 }
 
 /** The 404 `ECC_ROUTE_NOT_FOUND` for a request no route matches. */

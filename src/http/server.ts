@@ -2,7 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Logger } from 'pino';
 import type { ReadAfter } from '../changes/read-your-writes.js';
 import type { Store } from '../store/store.js';
-import { installAccessLog } from './access-log.js';
+import { installAccessLog, requestLoggerFactory } from './access-log.js';
 import { adminOnly } from './auth.js';
 import { batchRoutes } from './batch.js';
 import {
@@ -87,6 +87,7 @@ export function buildServer(options: ServerOptions): FastifyInstance {
     loggerInstance: log,
     // Per-request logs would cost more than an L1 hit; errors are logged by the error handler.
     logController: new LogController({ disableRequestLogging: true }),
+    childLoggerFactory: requestLoggerFactory(options.accessLogSampleRate ?? 0),
     bodyLimit: options.bodyLimitBytes ?? 1024 * 1024,
     // Node's own request timeout (headers and body); its 408 is answered as coded JSON
     // (client-errors.ts). Given to the server at construction too: Node enforces only that one.
@@ -112,7 +113,8 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   orderPipelined(app.server);
   app.server.on('connect', (_request, socket) => answerConnect(socket, log));
   app.server.on('checkExpectation', (_request, response) => answerExpectation(response, log));
-  installErrorHandlers(app);
+  // Before the routes: it gives each its own hook from onRoute.
+  installErrorHandlers(app, installRequestMetrics(app, options.store.registry));
   installJsonBodyParser(app);
   app.addHook('onClose', async () => {
     lifecycle.closing = true;
@@ -120,14 +122,13 @@ export function buildServer(options: ServerOptions): FastifyInstance {
   app.addHook('preClose', async () => {
     lifecycle.closing = true;
   });
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    if (lifecycle.closing) reply.header('connection', 'close');
-    done(null, payload);
+  // On the raw response before any route runs (fastify keeps it when it writes its headers):
+  // an onSend hook would run on every answer of every route.
+  app.server.prependListener('request', (_request, response) => {
+    if (lifecycle.closing) response.setHeader('connection', 'close');
   });
   installAccessLog(app, { sampleRate: options.accessLogSampleRate ?? 0 });
   installOpenApi(app);
-  // Before the routes: it learns them from onRoute.
-  installRequestMetrics(app, options.store.registry);
   app.register(async (api) => {
     itemRoutes(api, options.store, admin, options.readAfter ?? (() => undefined));
     batchRoutes(api, options.store, options.maxBatchBytes);
