@@ -74,6 +74,25 @@ describe('error logging and client messages', () => {
     expect(s.lines.some((l) => l.level >= ERROR)).toBe(false);
   });
 
+  it('binds each error line to its request id, though no line is made for a request that logs nothing', async () => {
+    const table = uniqueTable('log-reqid');
+    const store = await openStore({
+      [table]: {
+        load: (id: string) =>
+          id === 'bad' ? Promise.reject(new Error('source down')) : Promise.resolve({ id }),
+      },
+    });
+    const s = serverWithLog(store);
+    app = s.app;
+    expect((await app.inject(`/v1/tables/${table}/items/good`)).statusCode).toBe(200);
+    expect(s.lines.filter((l) => l.reqId !== undefined)).toEqual([]);
+    const r = await app.inject(`/v1/tables/${table}/items/bad`);
+    expect(r.statusCode).toBe(502);
+    const line = s.lines.find((l) => l.code === 'ECC_LOAD_FAILED');
+    expect(typeof line?.reqId).toBe('string');
+    expect(line?.reqId).not.toBe('');
+  });
+
   it('of repeated 5xx answers of one kind (code, table, kind of cause), warns once a window; the rest at debug', async () => {
     const [a, b] = [uniqueTable('log-repeat-a'), uniqueTable('log-repeat-b')];
     const failing = {
