@@ -13,6 +13,8 @@ import { deferred } from '../helpers/store.js';
 function writingOwner(policy: TablePolicyInput = {}) {
   const sent: Array<{ id: string; kind: WriteKind; ack(version: number): void }> = [];
   const t = fakeOwner(policy, {
+    // A close waits no longer for a write in flight than it is asked to (the real L2: up to 5 s).
+    writeDeadlineMs: 0,
     write(id, _envelope, _now, _pxMs, kind) {
       const answer = deferred<WriteAck>();
       sent.push({
@@ -517,13 +519,14 @@ describe('table owner: writes of an id', () => {
     expect(t.l1.peek('k')).toBeUndefined();
   });
 
-  it('a forced close fails the messages parked behind a write with ECC_CLOSED', async () => {
+  it('a forced close fails the write still unanswered and the messages parked behind it with ECC_CLOSED', async () => {
     const t = writingOwner();
-    void t.put('k', 1);
+    const write = errorOf(t.put('k', 1));
     await settle();
     const read = errorOf(t.fill('k'));
     await settle();
     await t.owner.close(0);
+    expect(await write).toMatchObject({ code: 'ECC_CLOSED', id: 'k' });
     expect(await read).toMatchObject({ code: 'ECC_CLOSED', id: 'k' });
   });
 
