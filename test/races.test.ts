@@ -16,6 +16,23 @@ import {
 import { spawnServer } from './helpers/server.js';
 import { countingLoader, deferred, uniqueTable } from './helpers/store.js';
 
+/** A store whose table loads without the lease (`coalescing: process`), each load held at `gate` once `started`. */
+async function heldProcessStore(table: string, value: unknown) {
+  const gate = deferred<void>();
+  const started = deferred<void>();
+  const a = await openStore({
+    [table]: {
+      coalescing: 'process',
+      load: async () => {
+        started.resolve();
+        await gate.promise;
+        return value;
+      },
+    },
+  });
+  return { a, started, gate };
+}
+
 describe('writes win races', () => {
   it('a PUT on one instance refuses the fill of a load in flight on another (fleet)', async () => {
     const table = uniqueTable('put-race');
@@ -48,18 +65,7 @@ describe('writes win races', () => {
   it('a fill without the lease (coalescing: process) never overwrites a PUT made meanwhile', async () => {
     const table = uniqueTable('cas');
     const raw = scopedValkey();
-    const gate = deferred<void>();
-    const started = deferred<void>();
-    const a = await openStore({
-      [table]: {
-        coalescing: 'process',
-        load: async () => {
-          started.resolve();
-          await gate.promise;
-          return { from: 'source' };
-        },
-      },
-    });
+    const { a, started, gate } = await heldProcessStore(table, { from: 'source' });
     const b = await openStore({ [table]: { coalescing: 'process', load: () => ({}) } });
     const loading = a.table(table).get('k');
     await started.promise;
@@ -74,18 +80,7 @@ describe('writes win races', () => {
   it('a fill without the lease is not sent after a DELETE superseded it, even once the tombstone is gone', async () => {
     const table = uniqueTable('cas-del');
     const raw = scopedValkey();
-    const gate = deferred<void>();
-    const started = deferred<void>();
-    const a = await openStore({
-      [table]: {
-        coalescing: 'process',
-        load: async () => {
-          started.resolve();
-          await gate.promise;
-          return { from: 'read before the delete' };
-        },
-      },
-    });
+    const { a, started, gate } = await heldProcessStore(table, { from: 'read before the delete' });
     const loading = a.table(table).get('k');
     await started.promise;
     await a.table(table).invalidate('k');

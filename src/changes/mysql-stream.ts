@@ -129,6 +129,15 @@ async function run(
       draining = false;
     }
   };
+  /** A commit (or a TRUNCATE, committed on its own) ends at `next` in `file`: queue what it changed. */
+  const commit = (truncated: boolean, next: number, commitTimeMs: number) => {
+    queue.push({
+      batch: { ids, truncated, position: binlogPosition(file, next), commitTimeMs },
+      resume: `${file}:${next}`,
+    });
+    ids = new Set();
+    void drain();
+  };
   const idsOf = (e: AnyBinlogEvent) => {
     const { tableId, tableMap } = e as unknown as {
       tableId: number;
@@ -160,33 +169,12 @@ async function run(
         // TRUNCATE has no row event: the binlog carries it as a statement, committed on its own.
         const truncated = truncatedTable(e as unknown as { query: string; schema: string });
         if (truncated === undefined || !watched.has(truncated)) break;
-        queue.push({
-          batch: {
-            ids,
-            truncated: true,
-            position: binlogPosition(file, e.nextPosition),
-            commitTimeMs: e.timestamp,
-          },
-          resume: `${file}:${e.nextPosition}`,
-        });
-        ids = new Set();
-        void drain();
+        commit(true, e.nextPosition, e.timestamp);
         break;
       }
-      case 'xid': {
-        queue.push({
-          batch: {
-            ids,
-            truncated: false,
-            position: binlogPosition(file, e.nextPosition),
-            commitTimeMs: e.timestamp,
-          },
-          resume: `${file}:${e.nextPosition}`,
-        });
-        ids = new Set();
-        void drain();
+      case 'xid':
+        commit(false, e.nextPosition, e.timestamp);
         break;
-      }
     }
   });
   zongji.on('error', (err: Error) => fail(err));
