@@ -54,6 +54,7 @@ function follow(store: Store, table: string, name: string, stream: string): Chan
       valkey: store.valkey,
       metrics: changeMetrics(new Registry()),
       log: pino({ level: 'silent' }),
+      namespace: store.namespace,
     },
   );
   onTestFinished(() => follower.close());

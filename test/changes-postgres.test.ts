@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'v
 import { type PrivatePostgres, startPostgres } from '../harness/postgres-server.js';
 import { startService } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
-import { followPostgres, tableTarget } from '../src/changes/follow.js';
+import { defaultSlot, followPostgres, tableTarget } from '../src/changes/follow.js';
 import type { ChangeFollower, ChangeTarget } from '../src/changes/follower.js';
 import { formatLsn, parseLsn } from '../src/changes/lsn.js';
 import { changeMetrics } from '../src/changes/metrics.js';
@@ -78,13 +78,25 @@ async function follow(
   name: string,
   target: ChangeTarget = tableTarget(store.table(table)),
   registry = new Registry(),
+  /** The slot; null: the store's namespace's default. */
+  slot: string | null = name,
 ): Promise<ChangeFollower> {
   const follower = await followPostgres(
     table,
     { url: db.url, idColumn: 'id' },
-    { slot: name, tables: [{ table: name, idColumn: 'id' }], leaseMs: 600, statusIntervalMs: 50 },
+    {
+      slot: slot ?? undefined,
+      tables: [{ table: name, idColumn: 'id' }],
+      leaseMs: 600,
+      statusIntervalMs: 50,
+    },
     target,
-    { valkey: store.valkey, metrics: changeMetrics(registry), log: pino({ level: 'silent' }) },
+    {
+      valkey: store.valkey,
+      metrics: changeMetrics(registry),
+      log: pino({ level: 'silent' }),
+      namespace: store.namespace,
+    },
     'source.follow',
   );
   onTestFinished(() => follower.close());
@@ -124,6 +136,46 @@ describe("invalidation from Postgres's change stream", () => {
     );
     // One reader per slot: Postgres would refuse a second, and the lease never lets one try.
     expect(fa.reading && fb.reading).toBe(false);
+  });
+
+  it('deployments in two namespaces follow with slots, leases and positions of their own', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-ns');
+    const hex = randomBytes(3).toString('hex');
+    const [nsA, nsB] = [`ns-a-${hex}`, `ns-b-${hex}`];
+    const a = await openStore(
+      { [table]: { load: loaderOf(name), ttlMs: 600_000 } },
+      { namespace: nsA },
+    );
+    const b = await openStore(
+      { [table]: { load: loaderOf(name), ttlMs: 600_000 } },
+      { namespace: nsB },
+    );
+    // No slot named: each takes its namespace's default.
+    const fa = await follow(a, table, name, undefined, undefined, null);
+    const fb = await follow(b, table, name, undefined, undefined, null);
+    onTestFinished(async () => {
+      await Promise.all([fa.close(), fb.close()]);
+      await admin.query(
+        'SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ANY($1) AND NOT active',
+        [[defaultSlot(table, nsA), defaultSlot(table, nsB)]],
+      );
+    });
+    // Had they shared the lease (one key for both), only one would ever read.
+    await vi.waitFor(() => expect(fa.reading && fb.reading).toBe(true), { timeout: 10_000 });
+    const raw = scopedValkey();
+    expect(await raw.exists(streamKeys(defaultSlot(table, nsA), nsA).lease)).toBe(1);
+    expect(await raw.exists(streamKeys(defaultSlot(table, nsB), nsB).lease)).toBe(1);
+    expect(await versionOf(a, table, '1')).toBe(1);
+    expect(await versionOf(b, table, '1')).toBe(1);
+    await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 1`);
+    await vi.waitFor(
+      async () => {
+        expect(await versionOf(a, table, '1')).toBe(2);
+        expect(await versionOf(b, table, '1')).toBe(2);
+      },
+      { timeout: 10_000, interval: 20 },
+    );
   });
 
   it('a DELETE and an INSERT invalidate too, and an UPDATE of the id invalidates the old and the new id', async () => {
@@ -390,6 +442,7 @@ describe('configuration', () => {
           valkey: a.valkey,
           metrics: changeMetrics(new Registry()),
           log: pino({ level: 'silent' }),
+          namespace: '',
         },
         'source.follow',
       ),

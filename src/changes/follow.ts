@@ -1,4 +1,5 @@
 /** Builds the follower of a `postgres` table whose source has `follow` on. */
+import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Table } from '../store/table.js';
@@ -60,10 +61,25 @@ export interface FollowDeps {
   valkey: Redis | Cluster;
   metrics: ChangeMetrics;
   log: Logger;
+  /** The store's namespace (`''`: the unnamed one): the stream's keys live in it. */
+  namespace: string;
 }
 
-/** A table's default stream name: `echostore_<table>` (`-` as `_`: slot names are `[a-z0-9_]`). */
-export const defaultSlot = (table: string) => `echostore_${table.replaceAll('-', '_')}`;
+/** Postgres's longest slot name, bytes (NAMEDATALEN − 1). */
+const MAX_SLOT_NAME = 63;
+
+/**
+ * A table's default stream name (the replication slot and publication, or the binlog
+ * stream): `echostore_<table>`, in a namespace `echostore_<namespace>_<table>`, `-` as `_`
+ * (slot names are `[a-z0-9_]`), so two deployments on one database or one Valkey never share
+ * a slot, a lease or a position. One longer than a slot name may be is
+ * `echostore_<16 hex digits of SHA-256 of namespace/table>`.
+ */
+export const defaultSlot = (table: string, namespace = '') => {
+  const name = `echostore_${namespace === '' ? '' : `${namespace}_`}${table}`.replaceAll('-', '_');
+  if (name.length <= MAX_SLOT_NAME) return name;
+  return `echostore_${createHash('sha256').update(`${namespace}/${table}`).digest('hex').slice(0, 16)}`;
+};
 
 /**
  * Checks the database, then starts following: every instance competes for the
@@ -80,7 +96,7 @@ export async function followPostgres(
   deps: FollowDeps,
   field: string,
 ): Promise<ChangeFollower> {
-  const slot = follow.slot ?? defaultSlot(table);
+  const slot = follow.slot ?? defaultSlot(table, deps.namespace);
   const stream = await postgresStream({
     url: follow.url ?? source.url,
     slot,
@@ -126,13 +142,14 @@ export function followMysql(
   target: ChangeTarget,
   deps: FollowDeps,
 ): ChangeFollower {
-  const name = follow.stream ?? defaultSlot(table);
+  const name = follow.stream ?? defaultSlot(table, deps.namespace);
   const stream = mysqlStream({
     url: follow.url ?? source.url,
     name,
     tables: follow.tables ?? [{ table, idColumn: source.idColumn }],
     serverId: follow.serverId ?? defaultServerId(name),
     valkey: deps.valkey,
+    resumeKey: streamKeys(name, deps.namespace).binlog,
   });
   return followerOf(name, stream, follow.leaseMs, target, deps);
 }
@@ -145,7 +162,7 @@ function followerOf(
   target: ChangeTarget,
   deps: FollowDeps,
 ): ChangeFollower {
-  const keys = streamKeys(name);
+  const keys = streamKeys(name, deps.namespace);
   const leaseMs = leaseMsOption ?? DEFAULT_FOLLOW_LEASE_MS;
   return new ChangeFollower({
     stream,

@@ -25,6 +25,8 @@ export interface MysqlStreamOptions {
   serverId: number;
   /** Where the resume position (`file:position`) is kept. */
   valkey: Redis | Cluster;
+  /** The key it is kept under (`streamKeys(name, namespace).binlog`). */
+  resumeKey: string;
 }
 
 const BINLOG_FILE = /^(.*)\.(\d+)$/;
@@ -80,7 +82,7 @@ export function mysqlStream(options: MysqlStreamOptions): ChangeStream {
       t.idColumn,
     ]),
   );
-  const resumeKey = `ecc:changes:{${options.name}}:binlog`;
+  const { resumeKey } = options;
   return {
     name: options.name,
     run: (sink, signal) => run(options, watched, resumeKey, sink, signal),

@@ -42,7 +42,15 @@ export class StreamPosition {
   }
 }
 
-/** The keys of stream `name` (one hash tag: one cluster slot). */
-export function streamKeys(name: string): { lease: string; position: string } {
-  return { lease: `ecc:changes:{${name}}:lease`, position: `ecc:changes:{${name}}:position` };
+/**
+ * The keys of stream `name` in `namespace` (one hash tag: one cluster slot):
+ * `ecc:<namespace>:changes:{<name>}:…`, or `ecc:changes:{<name>}:…` in the unnamed one.
+ * `binlog` is a MySQL stream's resume position (`file:offset`).
+ */
+export function streamKeys(
+  name: string,
+  namespace = '',
+): { lease: string; position: string; binlog: string } {
+  const prefix = `ecc:${namespace === '' ? '' : `${namespace}:`}changes:{${name}}`;
+  return { lease: `${prefix}:lease`, position: `${prefix}:position`, binlog: `${prefix}:binlog` };
 }

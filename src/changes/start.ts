@@ -51,7 +51,8 @@ export async function startFollowers(
   // Registered even when no table follows, so dashboards and alert rules always find the families.
   const metrics = changeMetrics(registry);
   if (followed.length + binlogs.length === 0) return { followers: [], readAfter };
-  const deps = { valkey: store.valkey, metrics, log };
+  const { namespace } = store;
+  const deps = { valkey: store.valkey, metrics, log, namespace };
   const followers: ChangeFollower[] = [];
   // Per cache table: its stream's applied position, and how its clients name a position.
   const readAfterOf = (
@@ -63,14 +64,14 @@ export async function startFollowers(
     readAfter.set(
       table,
       new ReadAfter(
-        new StreamPosition(store.valkey, streamKeys(stream).position),
+        new StreamPosition(store.valkey, streamKeys(stream, namespace).position),
         waitMs ?? DEFAULT_READ_YOUR_WRITES_WAIT_MS,
         format,
       ),
     );
   try {
     for (const { name, source, follow } of followed) {
-      const slot = follow.slot ?? defaultSlot(name);
+      const slot = follow.slot ?? defaultSlot(name, namespace);
       readAfterOf(name, slot, follow.readYourWritesWaitMs, {
         header: MIN_LSN_HEADER,
         parse: parseLsn,
@@ -88,7 +89,7 @@ export async function startFollowers(
     }
     // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off).
     for (const { name, source, follow } of binlogs) {
-      const stream = follow.stream ?? defaultSlot(name);
+      const stream = follow.stream ?? defaultSlot(name, namespace);
       readAfterOf(name, stream, follow.readYourWritesWaitMs, {
         header: MIN_BINLOG_HEADER,
         parse: parseBinlogPosition,

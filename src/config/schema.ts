@@ -254,7 +254,7 @@ export const PostgresFollowSchema = Type.Object(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
         description:
-          'The logical replication slot the fleet reads (one instance at a time, under a lease in Valkey). Default `echostore_<table>` (`-` as `_`).',
+          'The logical replication slot the fleet reads (one instance at a time, under a lease in Valkey). Default `echostore_<table>`, with a `namespace` `echostore_<namespace>_<table>` (`-` as `_`; a name longer than 63 characters is `echostore_` and 16 hex digits of its SHA-256), so deployments in two namespaces never share a slot.',
       }),
     ),
     publication: Type.Optional(
@@ -314,7 +314,7 @@ export const MysqlFollowSchema = Type.Object(
       Type.String({
         pattern: SLOT_NAME_PATTERN,
         description:
-          "The stream's name: it names its lease and its saved binlog position in Valkey. Default `echostore_<table>` (`-` as `_`).",
+          "The stream's name: it names its lease and its saved binlog position in Valkey. Default `echostore_<table>`, with a `namespace` `echostore_<namespace>_<table>` (`-` as `_`), so deployments in two namespaces never share a lease or a position.",
       }),
     ),
     tables: watchedTables(
