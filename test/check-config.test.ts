@@ -75,6 +75,11 @@ const REFUSED: Array<{
     field: 'tables.t.warm.top',
   },
   {
+    name: 'a bad query on a seeded sqlite file that exists',
+    config: { tables: { t: sqlite({ seed: 'demo', query: 'SELEC id FROM items WHERE id = ?' }) } },
+    field: 'tables.t.source.query',
+  },
+  {
     name: 'warm.top on an sqlite source without idsQuery',
     config: { tables: { t: { ...sqlite(), warm: { top: 10 } } } },
     field: 'tables.t.warm.top',

@@ -4,6 +4,7 @@
  * a configuration `check-config` passes starts, or fails only on what needs a
  * server to tell (Valkey, a database, a change stream) or the listen address.
  */
+import { existsSync } from 'node:fs';
 import { ConfigError } from '../errors.js';
 import { httpSource } from '../sources/http.js';
 import { MYSQL_SCHEMES, splitAtPlaceholder } from '../sources/mysql.js';
@@ -69,10 +70,16 @@ async function checkSource(source: FileSourceConfig, field: string): Promise<voi
       return;
     }
     case 'sqlite': {
-      // A seeded file is created (or completed) at start: it may not hold the table yet.
-      if (source.seed !== undefined) return;
-      const { kind: _, tagsColumn: _t, ...options } = source;
-      await sqliteSource(options, field).close();
+      const { kind: _, tagsColumn: _t, seed, ...options } = source;
+      // A seeded file is created (or completed) at start: without it, or without its table yet,
+      // there is nothing to check; with both, its queries are checked like any file's (never seeded here).
+      if (seed !== undefined && !existsSync(options.file)) return;
+      try {
+        await sqliteSource(options, field).close();
+      } catch (err) {
+        if (seed !== undefined && /no such table/i.test((err as Error).message)) return;
+        throw err;
+      }
       return;
     }
     case 'postgres':
