@@ -115,6 +115,20 @@ const versionOf = async (store: Store, table: string, id: string) => {
   return r.found ? (r.value as { version: number }).version : undefined;
 };
 
+/** Row 1 reads version 1 on `a` and `b`; an UPDATE in Postgres makes both read version 2. */
+async function updateReachesBoth(name: string, table: string, a: Store, b: Store) {
+  expect(await versionOf(a, table, '1')).toBe(1);
+  expect(await versionOf(b, table, '1')).toBe(1);
+  await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 1`);
+  await vi.waitFor(
+    async () => {
+      expect(await versionOf(a, table, '1')).toBe(2);
+      expect(await versionOf(b, table, '1')).toBe(2);
+    },
+    { timeout: 10_000, interval: 20 },
+  );
+}
+
 describe("invalidation from Postgres's change stream", () => {
   it('an UPDATE made in Postgres reaches the L1 of every instance', async () => {
     const name = await itemsTable();
@@ -124,16 +138,7 @@ describe("invalidation from Postgres's change stream", () => {
     const fa = await follow(a, table, name);
     const fb = await follow(b, table, name);
     await vi.waitFor(() => expect(fa.reading || fb.reading).toBe(true), { timeout: 10_000 });
-    expect(await versionOf(a, table, '1')).toBe(1);
-    expect(await versionOf(b, table, '1')).toBe(1);
-    await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 1`);
-    await vi.waitFor(
-      async () => {
-        expect(await versionOf(a, table, '1')).toBe(2);
-        expect(await versionOf(b, table, '1')).toBe(2);
-      },
-      { timeout: 10_000, interval: 20 },
-    );
+    await updateReachesBoth(name, table, a, b);
     // One reader per slot: Postgres would refuse a second, and the lease never lets one try.
     expect(fa.reading && fb.reading).toBe(false);
   });
@@ -166,16 +171,7 @@ describe("invalidation from Postgres's change stream", () => {
     const raw = scopedValkey();
     expect(await raw.exists(streamKeys(defaultSlot(table, nsA), nsA).lease)).toBe(1);
     expect(await raw.exists(streamKeys(defaultSlot(table, nsB), nsB).lease)).toBe(1);
-    expect(await versionOf(a, table, '1')).toBe(1);
-    expect(await versionOf(b, table, '1')).toBe(1);
-    await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 1`);
-    await vi.waitFor(
-      async () => {
-        expect(await versionOf(a, table, '1')).toBe(2);
-        expect(await versionOf(b, table, '1')).toBe(2);
-      },
-      { timeout: 10_000, interval: 20 },
-    );
+    await updateReachesBoth(name, table, a, b);
   });
 
   it('a DELETE and an INSERT invalidate too, and an UPDATE of the id invalidates the old and the new id', async () => {

@@ -11,6 +11,7 @@ import mysql from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type PrivateMariadb, startMariadb } from '../harness/mariadb-server.js';
 import { type Service, startService } from '../harness/service.js';
+import { readItem } from './helpers/service.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 let db: PrivateMariadb;
@@ -78,19 +79,13 @@ async function commit(sql: string, values: unknown[] = []): Promise<string> {
   return `${row?.File}:${row?.Position}`;
 }
 
-async function get(table: string, id: number, position?: string) {
-  const r = await fetch(`${service.url}/v1/tables/${table}/items/${id}`, {
-    headers: position === undefined ? {} : { 'echostore-min-binlog': position },
-  });
-  const body = (await r.json()) as { version?: number; error?: { code: string } };
-  return {
-    status: r.status,
-    body,
-    cacheStatus: r.headers.get('cache-status') ?? '',
-    cacheControl: r.headers.get('cache-control'),
-    vary: r.headers.get('vary'),
-  };
-}
+const get = (table: string, id: number, position?: string) =>
+  readItem(
+    service.url,
+    table,
+    id,
+    position === undefined ? {} : { 'echostore-min-binlog': position },
+  );
 
 describe('read-your-writes (MySQL/MariaDB binlog position)', () => {
   it('every read after a commit, given its binlog position, returns the written version or newer', async () => {

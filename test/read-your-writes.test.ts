@@ -10,6 +10,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PrivatePostgres, startPostgres } from '../harness/postgres-server.js';
 import { type Service, startService } from '../harness/service.js';
+import { readItem } from './helpers/service.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
 let db: PrivatePostgres;
@@ -73,19 +74,8 @@ async function commit(sql: string, values: unknown[] = []): Promise<string> {
   return rows[0]?.lsn as string;
 }
 
-async function get(table: string, id: number, lsn?: string) {
-  const r = await fetch(`${service.url}/v1/tables/${table}/items/${id}`, {
-    headers: lsn === undefined ? {} : { 'echostore-min-lsn': lsn },
-  });
-  const body = (await r.json()) as { version?: number; error?: { code: string } };
-  return {
-    status: r.status,
-    body,
-    cacheStatus: r.headers.get('cache-status') ?? '',
-    cacheControl: r.headers.get('cache-control'),
-    vary: r.headers.get('vary'),
-  };
-}
+const get = (table: string, id: number, lsn?: string) =>
+  readItem(service.url, table, id, lsn === undefined ? {} : { 'echostore-min-lsn': lsn });
 
 describe('read-your-writes', () => {
   it('every read after a commit, given its position, returns the written version or newer', async () => {

@@ -88,3 +88,24 @@ export async function startServiceProcess(
       }),
   };
 }
+
+/**
+ * GETs an item of a running service with `headers` and returns what the read-your-writes tests
+ * judge: status, the JSON body, and the caching headers.
+ */
+export async function readItem(
+  url: string,
+  table: string,
+  id: number | string,
+  headers: Record<string, string> = {},
+) {
+  const r = await fetch(`${url}/v1/tables/${table}/items/${id}`, { headers });
+  const body = (await r.json()) as { version?: number; error?: { code: string } };
+  return {
+    status: r.status,
+    body,
+    cacheStatus: r.headers.get('cache-status') ?? '',
+    cacheControl: r.headers.get('cache-control'),
+    vary: r.headers.get('vary'),
+  };
+}
