@@ -87,3 +87,14 @@ describe('every doc', () => {
     expect(absent).toEqual([]);
   });
 });
+
+describe('docs/testing.md', () => {
+  it('names every test file in its table of test files', () => {
+    const rows = tableAfter(readFileSync(join(ROOT, 'docs/testing.md'), 'utf8'), '## Test files');
+    const named = new Set(rows.map((r) => unquote(r[0])));
+    const files = readdirSync(join(ROOT, 'test'))
+      .filter((f) => f.endsWith('.test.ts'))
+      .map((f) => f.replace(/\.test\.ts$/, ''));
+    expect(files.filter((f) => !named.has(f))).toEqual([]);
+  });
+});
