@@ -6,6 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { Agent, request } from 'undici';
+import { metric, scrape } from '../harness/metrics.js';
 import { startPostgres } from '../harness/postgres-server.js';
 import { type Service, startService, startServices } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
@@ -18,7 +19,6 @@ import {
   nines,
   renderConsistency,
 } from './lib/consistency-report.js';
-import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 
 const args = drillArgs({

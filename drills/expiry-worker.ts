@@ -7,10 +7,10 @@
  * {@link WorkerResult} summary.
  */
 import { setTimeout as sleep, setImmediate as yieldTurn } from 'node:timers/promises';
+import { byLabels, type MetricSample, parseMetrics } from '../harness/metrics.js';
 import type { Table } from '../src/store/table.js';
 import { ReadLog, type ReadSummary } from './lib/expiry-reads.js';
 import { errorCode } from './lib/http.js';
-import { byLabels, type MetricSample, parseMetrics } from './lib/metrics.js';
 import { loadFetch, originStore } from './lib/store.js';
 import { type Go, runWorker } from './lib/workers.js';
 

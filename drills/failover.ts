@@ -5,6 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { metric, scrape } from '../harness/metrics.js';
 import type { Origin } from '../harness/origin.js';
 import { drillArgs, flag, int, oneOf, runDrill } from './lib/cli.js';
 import {
@@ -24,7 +25,6 @@ import { FAULT_BOUND_MS as BOUND_MS, type FaultPair, startFaultPair } from './li
 import type { Check } from './lib/fault-report.js';
 import { answer, itemUrl, timed } from './lib/http.js';
 import { inLanes, Loops, pick } from './lib/load.js';
-import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 
 const args = drillArgs({

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import { metric, scrape } from '../harness/metrics.js';
 import { HOLD_PREFIX, type Origin } from '../harness/origin.js';
 import type { Service } from '../harness/service.js';
 import { startTcpProxy, type TcpProxy } from '../harness/tcp-proxy.js';
@@ -28,7 +29,6 @@ import {
 } from './lib/fault-report.js';
 import { itemUrl, timedGet } from './lib/http.js';
 import { Loops, pick } from './lib/load.js';
-import { metric, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 import { readyAgain, recovery } from './lib/recovery.js';
 import {

@@ -5,11 +5,11 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { metric, scrape } from '../harness/metrics.js';
 import { HOLD_PREFIX, type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, SKEW_CLOCK, startService, withServices } from '../harness/service.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
-import { metric, scrape } from './lib/metrics.js';
 import { columns, median, p50p99 } from './lib/report.js';
 
 const args = drillArgs({

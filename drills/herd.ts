@@ -3,12 +3,12 @@
  * (counted by the origin), N−1 coalesced, 1 distinct answer. Usage and laws: drills/README.md#herd.
  */
 import { randomBytes } from 'node:crypto';
+import { metric, scrape } from '../harness/metrics.js';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService, withServices } from '../harness/service.js';
 import { burst, httpRead, storeRead } from './lib/burst.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl } from './lib/http.js';
-import { metric, scrape } from './lib/metrics.js';
 import { columns, p50p99 } from './lib/report.js';
 import { dropId, originStore } from './lib/store.js';
 import { type DrillValkey, drillValkey } from './lib/valkey-target.js';

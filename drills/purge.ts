@@ -5,12 +5,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { byLabels, scrape } from '../harness/metrics.js';
 import { HOLD_PREFIX, type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startService, withServices } from '../harness/service.js';
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
 import { inLanes, Loops, pick } from './lib/load.js';
-import { byLabels, scrape } from './lib/metrics.js';
 import { columns } from './lib/report.js';
 
 const args = drillArgs({

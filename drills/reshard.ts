@@ -16,6 +16,7 @@ import {
   livePrimaries,
   spawnCluster,
 } from '../harness/cluster.js';
+import { byLabels, scrape } from '../harness/metrics.js';
 import { ask } from '../harness/valkey-server.js';
 import { valueKey } from '../src/l2/keys.js';
 import { keySlot } from '../src/valkey/slots.js';
@@ -29,7 +30,6 @@ import {
 import type { Check } from './lib/fault-report.js';
 import { answer, itemUrl, readyz, type Timed, timed } from './lib/http.js';
 import { inLanes, Loops, pick } from './lib/load.js';
-import { byLabels, scrape } from './lib/metrics.js';
 import { Reaper } from './lib/reaper.js';
 import { addCounts, bump, columns, listCounts, p50p99 } from './lib/report.js';
 

@@ -2,7 +2,7 @@
 // stored value (up to `fillEventMaxBytes`), so a waiter answers from it without reading L2 again.
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
-import { metric, scrape } from '../drills/lib/metrics.js';
+import { metric, scrape } from '../harness/metrics.js';
 import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
 import { startServices } from '../harness/service.js';
 import type { Store } from '../src/index.js';

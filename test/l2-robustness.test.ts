@@ -5,6 +5,7 @@ import { freePort } from '../harness/free-port.js';
 import { serverBinary } from '../harness/valkey-server.js';
 import { createStore } from '../src/index.js';
 import {
+  heldProcessStore,
   isTombstone,
   metricValue,
   openStore,
@@ -13,7 +14,7 @@ import {
   scopedValkey,
   storedValue,
 } from './helpers/probe.js';
-import { deferred, delay, uniqueTable } from './helpers/store.js';
+import { delay, uniqueTable } from './helpers/store.js';
 
 describe('foreign and broken data in L2', () => {
   it('a planted version beyond 2^53 is garbage: one load overwrites it, no flight is left spinning', async () => {
@@ -95,18 +96,7 @@ describe('ordered writes', () => {
   it('a DELETE during a load without the lease (coalescing: process) is not undone by the fill', async () => {
     const table = uniqueTable('del-cas');
     const raw = scopedValkey();
-    const gate = deferred<void>();
-    const started = deferred<void>();
-    const a = await openStore({
-      [table]: {
-        coalescing: 'process',
-        load: async () => {
-          started.resolve();
-          await gate.promise;
-          return { gen: 1 };
-        },
-      },
-    });
+    const { a, started, gate } = await heldProcessStore(table, { gen: 1 });
     const b = await openStore({ [table]: { coalescing: 'process', load: () => ({ gen: 2 }) } });
     const loading = a.table(table).get('k');
     await started.promise;

@@ -3,6 +3,7 @@ import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { valueKey } from '../src/l2/keys.js';
 import {
   errorOf,
+  heldProcessStore,
   isTombstone,
   openStore,
   plantEnvelope,
@@ -15,23 +16,6 @@ import {
 } from './helpers/probe.js';
 import { spawnServer } from './helpers/server.js';
 import { countingLoader, deferred, uniqueTable } from './helpers/store.js';
-
-/** A store whose table loads without the lease (`coalescing: process`), each load held at `gate` once `started`. */
-async function heldProcessStore(table: string, value: unknown) {
-  const gate = deferred<void>();
-  const started = deferred<void>();
-  const a = await openStore({
-    [table]: {
-      coalescing: 'process',
-      load: async () => {
-        started.resolve();
-        await gate.promise;
-        return value;
-      },
-    },
-  });
-  return { a, started, gate };
-}
 
 describe('writes win races', () => {
   it('a PUT on one instance refuses the fill of a load in flight on another (fleet)', async () => {

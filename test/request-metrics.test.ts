@@ -1,21 +1,15 @@
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { metric, parseMetrics } from '../harness/metrics.js';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { packageVersion } from '../src/process-metrics.js';
 import { requirePromtool } from './helpers/promtool.js';
 import { type ServiceProcess, startServiceProcess } from './helpers/service.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
-/** The value of the first sample of `/metrics` text matching `series` (a name and `{…}` labels), else undefined. */
-function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`)) continue;
-    const body = line.slice(name.length + 1, line.lastIndexOf('}'));
-    const has = Object.entries(labels).every(([k, v]) => body.includes(`${k}="${v}"`));
-    if (has) return Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return undefined;
-}
+/** The value of the first sample of `/metrics` text named `name` whose labels include `labels`, else undefined. */
+const sample = (text: string, name: string, labels: Record<string, string>) =>
+  metric(parseMetrics(text), name, labels);
 
 /** Requests, errors and durations of the real service (RED), its build info, and its access log. */
 describe('request metrics and access log', () => {

@@ -113,12 +113,13 @@ export function itemRoutes(
     const t = store.table(table);
     const minLsn = request.headers[MIN_LSN_HEADER];
     const minBinlog = request.headers[MIN_BINLOG_HEADER];
+    const readYourWrites = minLsn !== undefined || minBinlog !== undefined;
+    const ryw = readAfter(table);
     let result: ReadResult;
-    if (minLsn === undefined && minBinlog === undefined) {
+    if (!readYourWrites) {
       result = await (store.traced ? inCallerTrace(request.headers, () => t.get(id)) : t.get(id));
       reply.header('cache-status', cacheStatus(result));
     } else {
-      const ryw = readAfter(table);
       if (ryw === undefined) {
         throw new BadRequestError(
           `${MIN_LSN_HEADER} or ${MIN_BINLOG_HEADER} needs a table that follows a change stream (source.follow); ${table} does not`,
@@ -143,15 +144,11 @@ export function itemRoutes(
     if (caching !== undefined) {
       // One client's read-your-writes answer is not for a shared cache to reuse (RFC 9111 §5.2.2.5).
       reply
-        .header(
-          'cache-control',
-          minLsn === undefined && minBinlog === undefined ? caching['cache-control'] : 'no-store',
-        )
+        .header('cache-control', readYourWrites ? 'no-store' : caching['cache-control'])
         .header('age', caching.age);
     }
     // A cache in front must not answer a read-your-writes request with a copy of a plain read.
-    const following = readAfter(table);
-    if (following !== undefined) reply.header('vary', following.format.header);
+    if (ryw !== undefined) reply.header('vary', ryw.format.header);
     if (!result.found) {
       return sendError(
         request,

@@ -14,7 +14,7 @@ import {
 } from '../../src/index.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/l2/format.js';
 import { valueKey } from '../../src/l2/keys.js';
-import { adminConnection, valkeyCluster, valkeyTarget } from './store.js';
+import { adminConnection, deferred, valkeyCluster, valkeyTarget } from './store.js';
 
 /** Creates a store on the shared test server or cluster (unless `options.valkey` says otherwise), closed when the test ends. */
 export async function openStore(
@@ -24,6 +24,23 @@ export async function openStore(
   const store = await createStore({ valkey: valkeyTarget(), ...options, tables });
   onTestFinished(() => store.close(100));
   return store;
+}
+
+/** A store whose table loads without the lease (`coalescing: process`), each load held at `gate` once `started`. */
+export async function heldProcessStore(table: string, value: unknown) {
+  const gate = deferred<void>();
+  const started = deferred<void>();
+  const a = await openStore({
+    [table]: {
+      coalescing: 'process',
+      load: async () => {
+        started.resolve();
+        await gate.promise;
+        return value;
+      },
+    },
+  });
+  return { a, started, gate };
 }
 
 /**
