@@ -58,11 +58,18 @@ function scaledRules(text: string, scale: number): string {
     .replace(/for: (\d+)([ms])/g, (_, n, u) => `for: ${Math.max(1, seconds(Number(n), u))}s`);
 }
 
-/** An origin whose answers the drill switches: ok, failing (500) or slow. */
+/**
+ * An origin whose answers the drill switches: ok, failing (500) or slow. The first read of an id
+ * starting `held-` takes 3 s whatever the mode (the drill kills an instance inside it); `held`
+ * counts those ids' reads at the source.
+ */
 async function switchableOrigin() {
-  const state = { mode: 'ok' as 'ok' | 'fail' | 'slow', reads: 0 };
+  const state = { mode: 'ok' as 'ok' | 'fail' | 'slow', reads: 0, held: new Map<string, number>() };
   const server = createServer((request, response) => {
     state.reads++;
+    const id = request.url?.split('/').pop() ?? '';
+    const heldReads = id.startsWith('held-') ? (state.held.get(id) ?? 0) + 1 : 0;
+    if (heldReads > 0) state.held.set(id, heldReads);
     const answer = () => {
       if (state.mode === 'fail') {
         response.statusCode = 500;
@@ -70,9 +77,9 @@ async function switchableOrigin() {
         return;
       }
       response.setHeader('content-type', 'application/json');
-      response.end(JSON.stringify({ id: request.url?.split('/').pop() }));
+      response.end(JSON.stringify({ id }));
     };
-    setTimeout(answer, state.mode === 'slow' ? 1_500 : 5);
+    setTimeout(answer, heldReads === 1 ? 3_000 : state.mode === 'slow' ? 1_500 : 5);
   });
   await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
   const { port } = server.address() as AddressInfo;
@@ -255,15 +262,55 @@ async function main(): Promise<AlertsReport> {
   );
   origin.state.mode = 'ok';
   await phase('recovered again', 'nothing fires', quiet);
+  // B dies holding leases: it reads ids only it has asked for, and is SIGKILLed while the source
+  // takes 3 s over each; then A reads them, waits out B's unrenewed leases and takes them over.
+  const held = ['held-0', 'held-1', 'held-2'];
+  for (const id of held) {
+    void fetch(`${b.url}/v1/tables/${table}/items/${id}`).then(
+      (r) => r.arrayBuffer(),
+      () => undefined,
+    );
+  }
+  for (let i = 0; held.some((id) => !origin.state.held.has(id)); i++) {
+    if (i > 100) throw new Error('B did not read the held ids within 5 s');
+    await sleep(50);
+  }
   b.process.kill('SIGKILL');
+  const takenOver = Promise.all(
+    held.map((id) =>
+      fetch(`${a.url}/v1/tables/${table}/items/${id}`).then(
+        (r) => r.status,
+        () => 0,
+      ),
+    ),
+  );
   const bHost = new URL(b.url).host;
-  await phase('down', `EchoStoreDown@${bHost} only`, (f) => sliceOf(f, `EchoStoreDown@${bHost}`));
+  await phase(
+    'down',
+    `EchoStoreDown@${bHost} and EchoStoreLeaseTakeovers (B died holding leases)`,
+    (f) =>
+      f.firing.length === 2 &&
+      f.firing.includes(`EchoStoreDown@${bHost}`) &&
+      f.firing.includes('EchoStoreLeaseTakeovers'),
+  );
+  const statuses = await takenOver;
+  const sourceReads = held.map((id) => origin.state.held.get(id) ?? 0);
+  phases.push({
+    phase: 'taken over',
+    firing: [
+      `A answered ${statuses.join(', ')}; source reads per held id ${sourceReads.join(', ')}`,
+    ],
+    pending: [],
+    expect: 'A answers 200 for each held id, each read twice at the source (B, then A)',
+    ok: statuses.every((s) => s === 200) && sourceReads.every((n) => n === 2),
+  });
+  const before = takeovers.filter((p) => p !== 'down');
   phases.push({
     phase: 'all',
-    firing: [...new Set(takeovers)].map((p) => `EchoStoreLeaseTakeovers during ${p}`),
+    firing: [...new Set(before)].map((p) => `EchoStoreLeaseTakeovers during ${p}`),
     pending: [],
-    expect: 'EchoStoreLeaseTakeovers never fires',
-    ok: takeovers.length === 0,
+    expect: 'EchoStoreLeaseTakeovers never fires before an instance dies',
+    ok: before.length === 0,
   });
 
   await traffic.stop();
