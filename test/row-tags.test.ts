@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { buildSource, sourceFingerprint } from '../src/sources/index.js';
+import { withTagsColumn } from '../src/sources/tags-column.js';
 import { serveApp } from './helpers/http.js';
 import { openStore } from './helpers/probe.js';
 import { uniqueTable } from './helpers/store.js';
@@ -118,6 +119,65 @@ describe('tags from a SQL column', () => {
     await s2.table(brands).purge({ tags: ['1'] });
     for (const id of ['a', 'b', 'c']) await s2.table(brands).get(id);
     expect(brandReads).toBe(5);
+  });
+
+  it('a tagsColumn the rows lack fails each load with ECC_BAD_ROW_TAGS and caches nothing', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'echostore-tags-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'tags.sqlite');
+    const db = new Database(file);
+    db.exec(
+      "CREATE TABLE items (id TEXT PRIMARY KEY, tags TEXT); INSERT INTO items VALUES ('a', 'red')",
+    );
+    db.close();
+    const source = await buildSource(
+      {
+        kind: 'sqlite',
+        file,
+        query: 'SELECT id, tags FROM items WHERE id = ?',
+        tagsColumn: 'tag',
+      },
+      { loadTimeoutMs: 5_000 },
+    );
+    onTestFinished(() => source.close());
+    let reads = 0;
+    const table = uniqueTable('sql-misnamed-tags');
+    const store = await openStore({
+      [table]: {
+        load: (id, ctx) => {
+          reads++;
+          return source.load(id, ctx);
+        },
+      },
+    });
+    for (let i = 0; i < 2; i++) {
+      await expect(store.table(table).get('a')).rejects.toMatchObject({
+        code: 'ECC_BAD_ROW_TAGS',
+        message: expect.stringContaining('no column "tag"'),
+      });
+    }
+    // Nothing was cached: each get asked the source again.
+    expect(reads).toBe(2);
+    // A batched load (Postgres, MySQL) fails that row alone; a tagged row and a missing id pass.
+    const batched = withTagsColumn(
+      {
+        load: async () => undefined,
+        loadMany: async () =>
+          new Map<string, unknown>([
+            ['a', { id: 'a' }],
+            ['b', { id: 'b', tag: 'red' }],
+          ]),
+        close: () => undefined,
+      },
+      'tag',
+    );
+    const many = await batched.loadMany?.(['a', 'b', 'zz'], { signal: AbortSignal.timeout(5_000) });
+    expect(many?.get('a')).toMatchObject({ code: 'ECC_BAD_ROW_TAGS' });
+    expect(many?.get('b')).toMatchObject({
+      value: { id: 'b', tag: 'red' },
+      policy: { tags: ['red'] },
+    });
+    expect(many?.get('zz')).toBeUndefined();
   });
 
   it('a source fingerprint names where rows come from, not the credentials or the directory', () => {

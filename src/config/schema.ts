@@ -87,7 +87,7 @@ export const SqliteSourceSchema = Type.Object(
         minLength: 1,
         maxLength: 64,
         description:
-          "A column of the query's rows holding the row's purge tags: text of tags separated by spaces or commas, an array of tags, or a number; `null` for none. The column stays in the value. At most 64 tags of 1–128 visible ASCII characters but `|`, else the load fails (`ECC_BAD_ROW_TAGS`).",
+          "A column of the query's rows holding the row's purge tags: text of tags separated by spaces or commas, an array of tags, or a number; `null` for none; a row without the column fails its load. The column stays in the value. At most 64 tags of 1–128 visible ASCII characters but `|`, else the load fails (`ECC_BAD_ROW_TAGS`).",
       }),
     ),
     idsQuery: Type.Optional(
@@ -163,7 +163,7 @@ function sqlFields(listExample: string, limitExample: string) {
         minLength: 1,
         maxLength: 64,
         description:
-          "A column of the query's rows holding the row's purge tags: text of tags separated by spaces or commas, an array of tags, or a number; `null` for none. The column stays in the value. At most 64 tags of 1–128 visible ASCII characters but `|`, else the load fails (`ECC_BAD_ROW_TAGS`).",
+          "A column of the query's rows holding the row's purge tags: text of tags separated by spaces or commas, an array of tags, or a number; `null` for none; a row without the column fails its load. The column stays in the value. At most 64 tags of 1–128 visible ASCII characters but `|`, else the load fails (`ECC_BAD_ROW_TAGS`).",
       }),
     ),
     poolSize: Type.Optional(
