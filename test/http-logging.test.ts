@@ -120,6 +120,7 @@ describe('error logging and client messages', () => {
   it('logs a bug (ECC_INTERNAL) at error level with its stack and answers a bare message', async () => {
     const broken = {
       registry: new Registry(),
+      tables: () => [],
       table: () => ({
         get: () => {
           throw new TypeError('cannot read properties of undefined (secret internals)');

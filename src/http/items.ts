@@ -30,7 +30,10 @@ const params = {
   },
 } as const;
 
-const ITEM_PATH = '/v1/tables/:table/items/:id';
+/** The item routes' path (and their `route` label in the request metrics). */
+export const ITEM_PATH = '/v1/tables/:table/items/:id';
+/** The `Content-Type` of a found item. */
+export const JSON_TYPE = 'application/json; charset=utf-8';
 const ITEMS = ['items'];
 
 const CACHE_STATUS = header('RFC 9211: which layer answered (docs/http-api.md, Cache-Status).');
@@ -160,7 +163,7 @@ export function itemRoutes(
     reply.header('etag', etag);
     // RFC 9110 §13.1.2: a matching If-None-Match on a GET or HEAD answers 304 without a body.
     if (noneMatch(request.headers['if-none-match'], etag)) return reply.code(304).send();
-    return reply.type('application/json; charset=utf-8').send(result.json);
+    return reply.type(JSON_TYPE).send(result.json);
   };
   // HEAD runs GET's handler and sends GET's answer: Node's HTTP server writes
   // the headers (Content-Length included) and drops the body. fastify's own

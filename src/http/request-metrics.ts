@@ -152,18 +152,22 @@ function observing(histogram: RequestHistogram, route: string): onResponseHookHa
   };
 }
 
+/** How the server's own code reports requests that no route's hook sees. */
+export interface RequestMetrics {
+  /** Observes a request no route matched (under {@link UNMATCHED_ROUTE}); the not-found handler calls it once its answer is sent. */
+  unmatched(request: FastifyRequest, reply: FastifyReply): void;
+  /** The observer of `route`'s requests answered before fastify (`l1-hits.ts`): a method, a status code, seconds. */
+  observerOf(route: string): (method: string, statusCode: number, seconds: number) => void;
+}
+
 /**
  * Registers the request histogram on `registry` (never prom-client's global
  * one, so two servers can live in one process) and gives every route added
  * after this call its own observing `onResponse` hook.
  *
- * @returns the observer of requests no route matched (under {@link UNMATCHED_ROUTE}),
- *   for the not-found handler to call once its answer is sent.
+ * @returns the observers of the requests no route's hook sees.
  */
-export function installRequestMetrics(
-  app: FastifyInstance,
-  registry: Registry,
-): (request: FastifyRequest, reply: FastifyReply) => void {
+export function installRequestMetrics(app: FastifyInstance, registry: Registry): RequestMetrics {
   // Several servers over one store (one per listen address) share the store's histogram.
   const registered = registry.getSingleMetric(REQUEST_METRIC);
   let histogram: RequestHistogram;
@@ -179,5 +183,9 @@ export function installRequestMetrics(
     route.onResponse = own === undefined ? [hook] : [...(Array.isArray(own) ? own : [own]), hook];
   });
   const unmatched = histogram.observerOf(UNMATCHED_ROUTE);
-  return (request, reply) => unmatched(request.method, reply.statusCode, reply.elapsedTime / 1000);
+  return {
+    unmatched: (request, reply) =>
+      unmatched(request.method, reply.statusCode, reply.elapsedTime / 1000),
+    observerOf: (route) => histogram.observerOf(route),
+  };
 }

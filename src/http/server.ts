@@ -13,8 +13,9 @@ import {
 } from './client-errors.js';
 import { installErrorHandlers, sendError } from './errors.js';
 import { inspectRoutes } from './inspect.js';
-import { itemRoutes } from './items.js';
+import { ITEM_PATH, itemRoutes } from './items.js';
 import { installJsonBodyParser } from './json-body.js';
+import { answerL1Hits } from './l1-hits.js';
 import { installOpenApi, openApiRoute } from './openapi.js';
 import { type Lifecycle, opsRoutes } from './ops.js';
 import { orderPipelined } from './pipeline.js';
@@ -109,12 +110,22 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       connectionsCheckingInterval: 1_000,
     },
   });
+  // Before the routes: it gives each its own hook from onRoute.
+  const metrics = installRequestMetrics(app, options.store.registry);
+  // Inside the Host check and the pipelining order (they wrap it below), before fastify.
+  if (!options.store.traced && (options.accessLogSampleRate ?? 0) === 0) {
+    answerL1Hits(app.server, {
+      store: options.store,
+      readAfter: options.readAfter ?? (() => undefined),
+      observe: metrics.observerOf(ITEM_PATH),
+      log,
+    });
+  }
   requireHost(app.server, log);
   orderPipelined(app.server);
   app.server.on('connect', (_request, socket) => answerConnect(socket, log));
   app.server.on('checkExpectation', (_request, response) => answerExpectation(response, log));
-  // Before the routes: it gives each its own hook from onRoute.
-  installErrorHandlers(app, installRequestMetrics(app, options.store.registry));
+  installErrorHandlers(app, metrics.unmatched);
   installJsonBodyParser(app);
   app.addHook('onClose', async () => {
     lifecycle.closing = true;

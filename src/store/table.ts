@@ -32,6 +32,7 @@ import { purgeTags } from './tags.js';
 import type { TableTracer } from './tracing.js';
 import type {
   BatchEntry,
+  FoundResult,
   PurgeInput,
   PurgeResult,
   ReadResult,
@@ -209,6 +210,25 @@ export class Table {
       const purged = this.#purgedHit(id, row, now);
       if (purged !== undefined) return purged;
     }
+    return Promise.resolve(this.#hit(id, row, now));
+  }
+
+  /**
+   * @internal The HTTP hit path's read (`l1-hits.ts`): {@link get}'s answer
+   * when a found L1 row no known purge can cover answers it, counted and
+   * refreshed as `get` does, at once; `undefined`, with nothing counted, when
+   * `get` must decide (no row, a cached "not found", a row born before a
+   * purge). Untraced: not for a store with `tracing`.
+   */
+  hit(id: string): FoundResult | undefined {
+    const now = this.#hitNow();
+    const row = this.#l1.get(id, now);
+    if (row === undefined || row.negative || row.born <= this.#epochs.newest) return undefined;
+    return this.#hit(id, row, now) as FoundResult;
+  }
+
+  /** The answer of an L1 hit on `row` no purge covers: counted, and a refresh asked for when due. */
+  #hit(id: string, row: L1Row, now: number): ReadResult {
     const counters = this.#counters;
     counters.hits++;
     // Loaded while Valkey was unusable: once it is usable again, the first read re-validates it.
@@ -225,7 +245,7 @@ export class Table {
       counters.reads.stale++;
       this.#refresh(id, 'stale', now);
     }
-    return Promise.resolve(rowAnswer(row, now));
+    return rowAnswer(row, now);
   }
 
   /**

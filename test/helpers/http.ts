@@ -1,7 +1,7 @@
 /**
  * Raw HTTP/1.1 over a TCP socket, for requests `app.inject` cannot express:
  * a bogus method, a malformed Content-Length, a request line over Node's
- * header limit, a missing Host.
+ * header limit, a missing Host, requests pipelined in one write.
  */
 import { connect } from 'node:net';
 import type { FastifyInstance } from 'fastify';
@@ -27,7 +27,21 @@ export interface RawAnswer {
  * until the server closes it, or `timeoutMs` passes. Send `Connection: close`
  * for requests the server answers normally.
  */
-export function rawExchange(port: number, text: string, timeoutMs = 3_000): Promise<RawAnswer> {
+export async function rawExchange(
+  port: number,
+  text: string,
+  timeoutMs = 3_000,
+): Promise<RawAnswer> {
+  const { raw, closed } = await exchange(port, text, timeoutMs);
+  return parseAnswer(raw.toString('utf8'), closed);
+}
+
+/** Sends `text` on a fresh connection and collects every byte until the server closes it or `timeoutMs` passes. */
+function exchange(
+  port: number,
+  text: string,
+  timeoutMs: number,
+): Promise<{ raw: Buffer; closed: boolean }> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let closed = false;
@@ -40,9 +54,50 @@ export function rawExchange(port: number, text: string, timeoutMs = 3_000): Prom
     });
     socket.on('close', () => {
       clearTimeout(timer);
-      resolve(parseAnswer(Buffer.concat(chunks).toString('utf8'), closed));
+      resolve({ raw: Buffer.concat(chunks), closed });
     });
   });
+}
+
+/** One request of {@link pipelinedExchange}. */
+export interface RawRequest {
+  method: string;
+  path: string;
+  /** Header lines besides `Host` (and the last request's `Connection: close`). */
+  headers?: Record<string, string>;
+}
+
+/**
+ * Sends `requests` pipelined, in one write on one connection (the last with
+ * `Connection: close`), so the server parses and handles them in one tick, and
+ * reads every answer. Answers are split by `Content-Length`; a HEAD's and a
+ * 304's have no body.
+ */
+export async function pipelinedExchange(
+  port: number,
+  requests: readonly RawRequest[],
+): Promise<RawAnswer[]> {
+  const text = requests
+    .map(({ method, path, headers = {} }, i) => {
+      const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
+      const close = i === requests.length - 1 ? 'Connection: close\r\n' : '';
+      return `${method} ${path} HTTP/1.1\r\nHost: test\r\n${lines.join('')}${close}\r\n`;
+    })
+    .join('');
+  const { raw, closed } = await exchange(port, text, 3_000);
+  const answers: RawAnswer[] = [];
+  let rest = raw;
+  for (const { method } of requests) {
+    const split = rest.indexOf('\r\n\r\n');
+    if (split < 0) break;
+    const head = parseAnswer(rest.subarray(0, split + 4).toString('latin1'), closed);
+    const bodyless = method === 'HEAD' || head.status === 304 || head.status === 204;
+    const length = bodyless ? 0 : Number(head.headers['content-length'] ?? 0);
+    const body = rest.subarray(split + 4, split + 4 + length).toString('utf8');
+    answers.push({ ...head, body });
+    rest = rest.subarray(split + 4 + length);
+  }
+  return answers;
 }
 
 function parseAnswer(raw: string, closed: boolean): RawAnswer {
