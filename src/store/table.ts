@@ -21,7 +21,7 @@ import {
 } from '../errors.js';
 import { toJson } from '../l2/format.js';
 import { type PendingRead, WaitDeadlines } from '../protection/deadlines.js';
-import { rowAnswer } from './answers.js';
+import { freshAnswer, rowAnswer } from './answers.js';
 import { type Epochs, HARD_PURGED, NOT_PURGED } from './epochs.js';
 import { entityTag } from './etag.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
@@ -209,6 +209,22 @@ export class Table {
       const purged = this.#purgedHit(id, row, now);
       if (purged !== undefined) return purged;
     }
+    const ttlMs = row.softExpiresAt - now;
+    // The usual hit (fresh, found, confirmed) stays small: the others are #otherHit.
+    if (ttlMs <= 0 || row.negative || this.#owner.unconfirmed(id))
+      return this.#otherHit(id, row, now);
+    const counters = this.#counters;
+    counters.hits++;
+    counters.reads.l1++;
+    const beta = this.#beta;
+    if (beta > 0 && xfetchPossible(row, now, beta) && xfetchDue(row, now, beta)) {
+      this.#refresh(id, 'early', now);
+    }
+    return Promise.resolve(freshAnswer(row, ttlMs));
+  }
+
+  /** An L1 hit on a row that is stale, negative, or loaded while Valkey was unusable. */
+  #otherHit(id: string, row: L1Row, now: number): Promise<ReadResult> {
     const counters = this.#counters;
     counters.hits++;
     // Loaded while Valkey was unusable: once it is usable again, the first read re-validates it.
