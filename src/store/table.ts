@@ -200,6 +200,14 @@ export class Table {
    *   when this caller waited `waitTimeoutMs` (each caller its own).
    */
   get(id: string): Promise<ReadResult> {
+    const open = this.#open;
+    if (open !== undefined) {
+      // While a miss waits in the mailbox, L1 holds no row of its id: only the owner's handlers
+      // fill L1, and no caller runs between a handler and the end of its drain, which takes the
+      // miss. A reader of that id joins it without looking.
+      if (!open.open) this.#open = undefined;
+      else if (open.id === id && this.#ctx.coalesces) return this.#join(open);
+    }
     const now = this.#hitNow();
     // Only ids that passed assertId are ever stored, so a hit needs no id check.
     const row = typeof id === 'string' ? this.#l1.get(id, now) : undefined;
@@ -273,26 +281,13 @@ export class Table {
   }
 
   /**
-   * A miss: the id rules, then a `miss` message; a miss of the id whose
-   * message still waits in the mailbox coalesces onto it instead (one shared
-   * read: a herd in one tick costs one message and two answers). No caller
-   * waits longer than waitTimeoutMs, whatever its flight is doing (one timer
-   * per table keeps that bound); the flight itself goes on and fills the
-   * cache for the next caller.
+   * A miss: the id rules, then a `miss` message, left open for readers of the
+   * id to join ({@link #join}) until the owner handles it. No caller waits
+   * longer than waitTimeoutMs, whatever its flight is doing (one timer per
+   * table keeps that bound); the flight itself goes on and fills the cache
+   * for the next caller.
    */
   #miss(id: string): Promise<ReadResult> {
-    const open = this.#open;
-    if (open?.open === true && open.id === id && this.#ctx.coalesces) {
-      this.#ctx.counters.misses++;
-      let coalesced = open.coalesced as PendingRead | undefined;
-      if (coalesced === undefined) {
-        coalesced = this.#deadlines.add(id);
-        open.coalesced = coalesced;
-      } else {
-        coalesced.count++;
-      }
-      return coalesced.promise;
-    }
     try {
       assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
     } catch (err) {
@@ -304,6 +299,23 @@ export class Table {
     this.#open = miss;
     this.#owner.post(miss);
     return read.promise;
+  }
+
+  /**
+   * A reader of the id whose miss message still waits in the mailbox: it
+   * shares that read (a herd in one tick costs one message, two answers and
+   * one extra pending read, whatever its size).
+   */
+  #join(open: Miss): Promise<ReadResult> {
+    this.#ctx.counters.misses++;
+    let coalesced = open.coalesced as PendingRead | undefined;
+    if (coalesced === undefined) {
+      coalesced = this.#deadlines.add(open.id);
+      open.coalesced = coalesced;
+    } else {
+      coalesced.count++;
+    }
+    return coalesced.promise;
   }
 
   /**
