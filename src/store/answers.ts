@@ -10,27 +10,36 @@ import type { FoundResult, NotFoundResult, ReadLayer, ReadResult } from './types
 
 const UNDECODED: unique symbol = Symbol('undecoded');
 
-/** A found answer from L1: `value` is `JSON.parse(json)`, decoded when first read. */
+/**
+ * A found answer from L1: `value` is `JSON.parse(json)`, decoded when first read.
+ *
+ * Its fields are `declare`d and set once, in the constructor: a class field
+ * with or without an initializer is defined on every instance before the
+ * constructor body runs, so each answer (one per L1 hit) would pay its stores twice.
+ */
 class RowAnswer implements FoundResult {
-  readonly found = true as const;
-  readonly layer: ReadLayer;
-  readonly coalesced: boolean;
-  readonly stale: boolean;
-  readonly version: number;
-  readonly ttlMs: number;
-  readonly stored = false;
-  readonly json: string;
+  declare readonly found: true;
+  declare readonly layer: ReadLayer;
+  declare readonly coalesced: boolean;
+  declare readonly stale: boolean;
+  declare readonly version: number;
+  declare readonly ttlMs: number;
+  declare readonly stored: false;
+  declare readonly json: string;
   readonly #row: L1Row;
-  #value: unknown = UNDECODED;
+  #value: unknown;
 
   constructor(row: L1Row, coalesced: boolean, ttlMs: number) {
-    this.#row = row;
+    this.found = true;
     this.layer = 'l1';
     this.coalesced = coalesced;
     this.stale = ttlMs <= 0;
     this.version = row.version;
     this.ttlMs = ttlMs;
+    this.stored = false;
     this.json = row.json;
+    this.#row = row;
+    this.#value = UNDECODED;
   }
 
   /** The value, decoded from `json` on first access. */
@@ -57,6 +66,11 @@ class RowAnswer implements FoundResult {
  */
 export function entityTagOf(result: FoundResult): string {
   return result instanceof RowAnswer ? result.etag : entityTag(result.json);
+}
+
+/** The answer of a plain L1 hit on a found `row` with `ttlMs` (> 0) of its soft TTL left. */
+export function freshAnswer(row: L1Row, ttlMs: number): FoundResult {
+  return new RowAnswer(row, false, ttlMs);
 }
 
 /**

@@ -21,7 +21,7 @@ import {
 } from '../errors.js';
 import { toJson } from '../l2/format.js';
 import { type PendingRead, WaitDeadlines } from '../protection/deadlines.js';
-import { rowAnswer } from './answers.js';
+import { freshAnswer, rowAnswer } from './answers.js';
 import { type Epochs, HARD_PURGED, NOT_PURGED } from './epochs.js';
 import { entityTag } from './etag.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
@@ -201,6 +201,14 @@ export class Table {
    *   when this caller waited `waitTimeoutMs` (each caller its own).
    */
   get(id: string): Promise<ReadResult> {
+    const open = this.#open;
+    if (open !== undefined) {
+      // While a miss waits in the mailbox, L1 holds no row of its id: only the owner's handlers
+      // fill L1, and no caller runs between a handler and the end of its drain, which takes the
+      // miss. A reader of that id joins it without looking.
+      if (!open.open) this.#open = undefined;
+      else if (open.id === id && this.#ctx.coalesces) return this.#join(open);
+    }
     const now = this.#hitNow();
     // Only ids that passed assertId are ever stored, so a hit needs no id check.
     const row = typeof id === 'string' ? this.#l1.get(id, now) : undefined;
@@ -229,6 +237,23 @@ export class Table {
 
   /** The answer of an L1 hit on `row` no purge covers: counted, and a refresh asked for when due. */
   #hit(id: string, row: L1Row, now: number): ReadResult {
+    const ttlMs = row.softExpiresAt - now;
+    // The usual hit (fresh, found, confirmed) stays small: the others are #otherHit.
+    if (ttlMs <= 0 || row.negative || this.#owner.unconfirmed(id)) {
+      return this.#otherHit(id, row, now);
+    }
+    const counters = this.#counters;
+    counters.hits++;
+    counters.reads.l1++;
+    const beta = this.#beta;
+    if (beta > 0 && xfetchPossible(row, now, beta) && xfetchDue(row, now, beta)) {
+      this.#refresh(id, 'early', now);
+    }
+    return freshAnswer(row, ttlMs);
+  }
+
+  /** An L1 hit on a row that is stale, negative, or loaded while Valkey was unusable. */
+  #otherHit(id: string, row: L1Row, now: number): ReadResult {
     const counters = this.#counters;
     counters.hits++;
     // Loaded while Valkey was unusable: once it is usable again, the first read re-validates it.
@@ -277,26 +302,13 @@ export class Table {
   }
 
   /**
-   * A miss: the id rules, then a `miss` message; a miss of the id whose
-   * message still waits in the mailbox coalesces onto it instead (one shared
-   * read: a herd in one tick costs one message and two answers). No caller
-   * waits longer than waitTimeoutMs, whatever its flight is doing (one timer
-   * per table keeps that bound); the flight itself goes on and fills the
-   * cache for the next caller.
+   * A miss: the id rules, then a `miss` message, left open for readers of the
+   * id to join ({@link #join}) until the owner handles it. No caller waits
+   * longer than waitTimeoutMs, whatever its flight is doing (one timer per
+   * table keeps that bound); the flight itself goes on and fills the cache
+   * for the next caller.
    */
   #miss(id: string): Promise<ReadResult> {
-    const open = this.#open;
-    if (open?.open === true && open.id === id && this.#ctx.coalesces) {
-      this.#ctx.counters.misses++;
-      let coalesced = open.coalesced as PendingRead | undefined;
-      if (coalesced === undefined) {
-        coalesced = this.#deadlines.add(id);
-        open.coalesced = coalesced;
-      } else {
-        coalesced.count++;
-      }
-      return coalesced.promise;
-    }
     try {
       assertId(this.name, id, this.policy.idPattern, this.#ctx.checkId);
     } catch (err) {
@@ -308,6 +320,23 @@ export class Table {
     this.#open = miss;
     this.#owner.post(miss);
     return read.promise;
+  }
+
+  /**
+   * A reader of the id whose miss message still waits in the mailbox: it
+   * shares that read (a herd in one tick costs one message, two answers and
+   * one extra pending read, whatever its size).
+   */
+  #join(open: Miss): Promise<ReadResult> {
+    this.#ctx.counters.misses++;
+    let coalesced = open.coalesced as PendingRead | undefined;
+    if (coalesced === undefined) {
+      coalesced = this.#deadlines.add(open.id);
+      open.coalesced = coalesced;
+    } else {
+      coalesced.count++;
+    }
+    return coalesced.promise;
   }
 
   /**
