@@ -4,7 +4,9 @@
  * source"):
  *
  * 1. an adaptive concurrency limit (Netflix concurrency-limits' Gradient2):
- *    at most `limit` loads at once, shrinking when loads slow down or fail;
+ *    at most `limit` loads at once; it starts at `initialConcurrentLoads`, grows
+ *    toward `maxConcurrentLoads` while loads stay as fast as usual with at least
+ *    half of it in use, and shrinks when loads slow down or fail;
  * 2. shedding by predicted queueing delay, not by count (CoDel, as in "Fail at
  *    Scale", Maurer, ACM Queue 2015): a load that would wait longer than
  *    `maxQueueDelayMs` for a slot is shed at once with `ECC_SHED`;
@@ -20,6 +22,8 @@ import type { ShedError } from '../errors.js';
 export interface AdmissionOptions {
   /** Ceiling of the limit (`maxConcurrentLoads`). */
   maxLimit: number;
+  /** Where the limit starts (`initialConcurrentLoads`), at most `maxLimit`. Default `maxLimit`. */
+  initialLimit?: number;
   /** Longest a load may wait for a slot, predicted or actual (`maxQueueDelayMs`). */
   maxQueueDelayMs: number;
   /** Most loads queued at once, a memory bound (`maxQueuedLoads`). */
@@ -55,6 +59,13 @@ const MIN_LIMIT = 1;
 const SHORT_WEIGHT = 0.1;
 const LONG_WEIGHT = 0.01;
 /**
+ * How fast the no-load latency follows loads slower than it (exponential weight per sample:
+ * about a thousand loads). Ten times slower than the long-term average: a burst that queues
+ * (at the source, or in this busy process) raises every load's latency as the limit grows,
+ * and must not carry the no-load latency up with it.
+ */
+const NO_LOAD_WEIGHT = 0.001;
+/**
  * A failure of an id that already failed within this window (ms) does not halve
  * the limit again: one id the source keeps refusing (a poison row, a client
  * looping on it) is not the source failing, and must not shed every other id.
@@ -64,6 +75,12 @@ const REPEAT_WINDOW_MS = 10_000;
 const MAX_REMEMBERED_FAILURES = 1_000;
 /** Loads may take up to this many times their long-term latency before the limit shrinks. */
 const TOLERANCE = 2;
+/**
+ * The limit grows only after a load that started with at least this share of
+ * it in use (Gradient2's "app-limited" rule): a limit the traffic never used
+ * was never shown to be fast, so it is not raised on its account.
+ */
+const GROW_MIN_USE = 0.5;
 /**
  * A load running this many times the long-term latency is overdue: hanging on
  * its id. Ten: a healthy load with exponentially distributed latency runs that
@@ -82,16 +99,21 @@ const MIN_STALL_MS = 1_000;
 /** An id whose load went overdue is admitted straight to the overdue partition for this long, ms. */
 const HANGING_MEMORY_MS = 30_000;
 
-/** A load holding a slot: when it started, for which id, the pool's loads done by then, and whether it is overdue. */
+/**
+ * A load holding a slot: when it started, for which id, the pool's loads done
+ * by then, the pool's loads running then (itself included), and whether it is overdue.
+ */
 interface Running {
   startedAt: number;
   id: string | undefined;
   doneAtStart: number;
+  activeAtStart: number;
   overdue: boolean;
 }
 
 export class Admission {
   readonly #maxLimit: number;
+  readonly #initialLimit: number;
   readonly #maxQueueDelayMs: number;
   readonly #maxQueued: number;
   readonly #maxOverdue: number;
@@ -112,6 +134,12 @@ export class Admission {
   readonly #queue: Queued[] = [];
   #shortMs = 0;
   #longMs = 0;
+  /**
+   * The no-load latency (Vegas's `rtt_noload`): the lowest short-term average seen, drifting
+   * up toward later loads at {@link NO_LOAD_WEIGHT}, so that a lasting slowdown becomes the
+   * new no-load latency after a few thousand loads.
+   */
+  #noLoadMs = 0;
   /** True during a busy period: from a load finding every slot taken until the queue drains. */
   #busy = false;
   /** Loads finished in the current busy period, and when the first of them did. */
@@ -128,7 +156,11 @@ export class Admission {
     this.#maxQueued = options.maxQueued;
     this.#maxOverdue = options.maxOverdue ?? 0;
     this.#now = options.now ?? (() => performance.now());
-    this.#limit = options.maxLimit;
+    this.#initialLimit = Math.max(
+      MIN_LIMIT,
+      Math.min(options.maxLimit, options.initialLimit ?? options.maxLimit),
+    );
+    this.#limit = this.#initialLimit;
     this.#lastPoolDoneAt = this.#now();
     const now = this.#now;
     this.#recentlyFailed = new LRUCache<string, true>({
@@ -147,7 +179,7 @@ export class Admission {
     });
   }
 
-  /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`). */
+  /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`; `initialConcurrentLoads` at first). */
   get limit(): number {
     return Math.floor(this.#limit);
   }
@@ -207,16 +239,18 @@ export class Admission {
    * the queue. The prediction is a rate; the loads running now are at some
    * phase of theirs, so the wait may exceed it by up to one load's latency
    * (a burst starts its loads together, and they free their slots together).
-   * While the source is steady — the limit at its ceiling and the recent loads
-   * within {@link TOLERANCE} of the long-term latency, so the rate measured is
-   * the rate to come — the prediction plus one recent load latency must fit
-   * in `maxQueueDelayMs`. While the limit is moving it may shrink under the
-   * queued loads: then the prediction must fit in half of it, the other half
-   * being the headroom for that error. Either way what is queued is served in
-   * time rather than shed late.
+   * While the source is steady — the limit at least its initial value (what
+   * moves above it is headroom a burst earned, measured in the drain rate as
+   * it moves) and the recent loads within {@link TOLERANCE} of the long-term
+   * latency, so the rate measured is the rate to come — the prediction plus
+   * one recent load latency must fit in `maxQueueDelayMs`. While the limit is
+   * cut below its initial value it may shrink further under the queued loads:
+   * then the prediction must fit in half of it, the other half being the
+   * headroom for that error. Either way what is queued is served in time
+   * rather than shed late.
    */
   admits(predictedMs: number): boolean {
-    const steady = this.limit >= this.#maxLimit && this.#shortMs <= TOLERANCE * this.#longMs;
+    const steady = this.#limit >= this.#initialLimit && this.#shortMs <= TOLERANCE * this.#longMs;
     return steady
       ? predictedMs + this.#shortMs <= this.#maxQueueDelayMs
       : predictedMs <= this.#maxQueueDelayMs / 2;
@@ -274,12 +308,16 @@ export class Admission {
 
   #take(id: string | undefined, overdue = false): Permit {
     const started = this.#now();
-    const running: Running = { startedAt: started, id, doneAtStart: this.#poolDone, overdue };
     if (overdue) this.#overdue++;
-    else {
-      this.#active++;
-      this.#running.add(running);
-    }
+    else this.#active++;
+    const running: Running = {
+      startedAt: started,
+      id,
+      doneAtStart: this.#poolDone,
+      activeAtStart: this.#active,
+      overdue,
+    };
+    if (!overdue) this.#running.add(running);
     let released = false;
     return {
       release: (end) => {
@@ -311,7 +349,7 @@ export class Admission {
         }
         if (!overtaken) {
           const repeated = end === 'failed' && id !== undefined && this.#failedAgain(id);
-          this.#learn(latencyMs, repeated ? 'repeated' : end);
+          this.#learn(latencyMs, repeated ? 'repeated' : end, running.activeAtStart);
         }
         this.#grant();
       },
@@ -393,27 +431,65 @@ export class Admission {
   }
 
   /**
-   * Moves the limit after a load (Gradient2: long-term vs short-term latency);
-   * a failure halves it, a repeated failure of one id leaves it where it is.
+   * Moves the limit after a load, as Netflix concurrency-limits' Gradient2
+   * does (`Gradient2Limit`): the gradient is the long-term latency (about a
+   * hundred loads) times {@link TOLERANCE} over the short-term one (about ten
+   * loads), within [0.5, 1]; the new limit is the limit times the gradient
+   * plus its square root (the queue it may add). So while loads stay as fast
+   * as usual the limit grows by its square root per load, and once they take
+   * more than twice as long it shrinks in proportion (by at most half per
+   * load). It grows only after a load that started with at least
+   * {@link GROW_MIN_USE} of the limit in use, as in Gradient2; unlike
+   * Gradient2 it shrinks whatever the use, so a source slowed by others' load
+   * sees less of ours too.
+   *
+   * Up to `initialConcurrentLoads` that is all. Above it the limit is headroom
+   * a source must keep earning, judged against its no-load latency as TCP
+   * Vegas and Gradient (v1) do rather than against the long-term average (which
+   * a long burst drags up with it): it grows only while the short-term latency
+   * is within {@link TOLERANCE} of the no-load one, and shrinks in proportion,
+   * back toward the initial limit, once it is not.
+   *
+   * A failure halves it; a repeated failure of one id leaves it where it is
+   * (Gradient2 has no failures: this is AIMD's multiplicative decrease).
+   *
+   * @param activeAtStart the pool's loads running when this one started, itself included.
    */
-  #learn(latencyMs: number, end: LoadEnd | 'repeated'): void {
+  #learn(latencyMs: number, end: LoadEnd | 'repeated', activeAtStart: number): void {
     if (this.#longMs === 0) {
       this.#shortMs = latencyMs;
       this.#longMs = latencyMs;
+      this.#noLoadMs = latencyMs;
     } else {
       this.#shortMs += SHORT_WEIGHT * (latencyMs - this.#shortMs);
       this.#longMs += LONG_WEIGHT * (latencyMs - this.#longMs);
-    }
-    if (end === 'failed') {
-      this.#limit = Math.max(MIN_LIMIT, this.#limit / 2);
-      return;
+      // A failure's latency (a refused connection answers at once) says nothing of the no-load one.
+      if (end === 'ok') {
+        this.#noLoadMs = Math.min(
+          this.#shortMs,
+          this.#noLoadMs + NO_LOAD_WEIGHT * (latencyMs - this.#noLoadMs),
+        );
+      }
     }
     if (end === 'repeated') return;
-    const gradient = Math.max(
-      0.5,
-      Math.min(1, (TOLERANCE * this.#longMs) / Math.max(this.#shortMs, 0.001)),
-    );
-    const next = this.#limit * gradient + Math.sqrt(this.#limit);
+    const limit = this.#limit;
+    let next: number;
+    if (end === 'failed') next = limit / 2;
+    else {
+      const ratio = (TOLERANCE * this.#longMs) / Math.max(this.#shortMs, 0.001);
+      next = limit * Math.max(0.5, Math.min(1, ratio)) + Math.sqrt(limit);
+      if (this.#shortMs > TOLERANCE * this.#noLoadMs) {
+        // Not near the no-load latency: no growth past the initial limit, and headroom above
+        // it withdrawn in proportion (by at most half per load), never below it.
+        const noLoadGradient = Math.max(0.5, (TOLERANCE * this.#noLoadMs) / this.#shortMs);
+        const ceiling =
+          limit > this.#initialLimit
+            ? Math.max(this.#initialLimit, limit * noLoadGradient)
+            : this.#initialLimit;
+        next = Math.min(next, ceiling);
+      }
+      if (next > limit && activeAtStart < GROW_MIN_USE * limit) return;
+    }
     this.#limit = Math.min(this.#maxLimit, Math.max(MIN_LIMIT, next));
   }
 
