@@ -3,7 +3,7 @@
  * Three rules, each in full in docs/operations.md ("Admission: protecting the
  * source"):
  *
- * 1. an adaptive concurrency limit (Netflix concurrency-limits' Gradient2):
+ * 1. an adaptive concurrency limit (Netflix concurrency-limits' Gradient2, load-limit.ts):
  *    at most `limit` loads at once; it starts at `initialConcurrentLoads`, grows
  *    toward `maxConcurrentLoads` while loads stay as fast as usual with at least
  *    half of it in use, and shrinks when loads slow down or fail;
@@ -17,6 +17,7 @@
  */
 import { LRUCache } from 'lru-cache';
 import type { ShedError } from '../errors.js';
+import { LoadLimit } from './load-limit.js';
 
 /** Tuning of {@link Admission}. Durations are milliseconds. */
 export interface AdmissionOptions {
@@ -48,23 +49,6 @@ interface Queued {
   timer: NodeJS.Timeout;
 }
 
-/** The lowest the limit goes: one load at a time still probes a sick source. */
-const MIN_LIMIT = 1;
-/**
- * Short- and long-term averages of load latency (exponential weights per
- * sample: the short one spans about ten loads, so one tail sample of a source
- * whose latency varies is not a slowdown; the long one about a hundred, so a
- * slowdown shrinks the limit before it becomes the new normal).
- */
-const SHORT_WEIGHT = 0.1;
-const LONG_WEIGHT = 0.01;
-/**
- * How fast the no-load latency follows loads slower than it (exponential weight per sample:
- * about a thousand loads). Ten times slower than the long-term average: a burst that queues
- * (at the source, or in this busy process) raises every load's latency as the limit grows,
- * and must not carry the no-load latency up with it.
- */
-const NO_LOAD_WEIGHT = 0.001;
 /**
  * A failure of an id that already failed within this window (ms) does not halve
  * the limit again: one id the source keeps refusing (a poison row, a client
@@ -73,14 +57,6 @@ const NO_LOAD_WEIGHT = 0.001;
 const REPEAT_WINDOW_MS = 10_000;
 /** Most failed ids remembered for that (the least recently failed forgotten first). */
 const MAX_REMEMBERED_FAILURES = 1_000;
-/** Loads may take up to this many times their long-term latency before the limit shrinks. */
-const TOLERANCE = 2;
-/**
- * The limit grows only after a load that started with at least this share of
- * it in use (Gradient2's "app-limited" rule): a limit the traffic never used
- * was never shown to be fast, so it is not raised on its account.
- */
-const GROW_MIN_USE = 0.5;
 /**
  * A load running this many times the long-term latency is overdue: hanging on
  * its id. Ten: a healthy load with exponentially distributed latency runs that
@@ -112,13 +88,12 @@ interface Running {
 }
 
 export class Admission {
-  readonly #maxLimit: number;
-  readonly #initialLimit: number;
   readonly #maxQueueDelayMs: number;
   readonly #maxQueued: number;
   readonly #maxOverdue: number;
   readonly #now: () => number;
-  #limit: number;
+  /** The adaptive limit and the latency averages it learns from. */
+  readonly #limit: LoadLimit;
   /** Loads in the pool (not overdue), oldest first. */
   readonly #running = new Set<Running>();
   #active = 0;
@@ -132,14 +107,6 @@ export class Admission {
   /** Moves overdue loads out while loads are queued (none while nothing waits). */
   #sweepTimer: NodeJS.Timeout | undefined;
   readonly #queue: Queued[] = [];
-  #shortMs = 0;
-  #longMs = 0;
-  /**
-   * The no-load latency (Vegas's `rtt_noload`): the lowest short-term average seen, drifting
-   * up toward later loads at {@link NO_LOAD_WEIGHT}, so that a lasting slowdown becomes the
-   * new no-load latency after a few thousand loads.
-   */
-  #noLoadMs = 0;
   /** True during a busy period: from a load finding every slot taken until the queue drains. */
   #busy = false;
   /** Loads finished in the current busy period, and when the first of them did. */
@@ -151,16 +118,11 @@ export class Admission {
   readonly #recentlyFailed: LRUCache<string, true>;
 
   constructor(options: AdmissionOptions) {
-    this.#maxLimit = options.maxLimit;
     this.#maxQueueDelayMs = options.maxQueueDelayMs;
     this.#maxQueued = options.maxQueued;
     this.#maxOverdue = options.maxOverdue ?? 0;
     this.#now = options.now ?? (() => performance.now());
-    this.#initialLimit = Math.max(
-      MIN_LIMIT,
-      Math.min(options.maxLimit, options.initialLimit ?? options.maxLimit),
-    );
-    this.#limit = this.#initialLimit;
+    this.#limit = new LoadLimit(options.maxLimit, options.initialLimit ?? options.maxLimit);
     this.#lastPoolDoneAt = this.#now();
     const now = this.#now;
     this.#recentlyFailed = new LRUCache<string, true>({
@@ -181,7 +143,7 @@ export class Admission {
 
   /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`; `initialConcurrentLoads` at first). */
   get limit(): number {
-    return Math.floor(this.#limit);
+    return Math.floor(this.#limit.value);
   }
 
   /** Loader calls running now, overdue ones included. */
@@ -200,7 +162,10 @@ export class Admission {
    * down, or a busy process, raises it at once), at least {@link MIN_OVERDUE_MS}.
    */
   get overdueAfterMs(): number {
-    return Math.max(MIN_OVERDUE_MS, OVERDUE_FACTOR * Math.max(this.#longMs, this.#shortMs));
+    return Math.max(
+      MIN_OVERDUE_MS,
+      OVERDUE_FACTOR * Math.max(this.#limit.longMs, this.#limit.shortMs),
+    );
   }
 
   /** Loads waiting for a slot now. */
@@ -241,8 +206,8 @@ export class Admission {
    * (a burst starts its loads together, and they free their slots together).
    * While the source is steady — the limit at least its initial value (what
    * moves above it is headroom a burst earned, measured in the drain rate as
-   * it moves) and the recent loads within {@link TOLERANCE} of the long-term
-   * latency, so the rate measured is the rate to come — the prediction plus
+   * it moves) and the recent loads within twice the long-term latency
+   * ({@link LoadLimit.steady}), so the rate measured is the rate to come — the prediction plus
    * one recent load latency must fit in `maxQueueDelayMs`. While the limit is
    * cut below its initial value it may shrink further under the queued loads:
    * then the prediction must fit in half of it, the other half being the
@@ -250,14 +215,14 @@ export class Admission {
    * rather than shed late.
    */
   admits(predictedMs: number): boolean {
-    const steady = this.#limit >= this.#initialLimit && this.#shortMs <= TOLERANCE * this.#longMs;
-    return steady
-      ? predictedMs + this.#shortMs <= this.#maxQueueDelayMs
+    return this.#limit.steady
+      ? predictedMs + this.#limit.shortMs <= this.#maxQueueDelayMs
       : predictedMs <= this.#maxQueueDelayMs / 2;
   }
 
   #historyMsPerLoad(): number {
-    return this.#shortMs === 0 ? 0 : this.#shortMs / this.limit;
+    const { shortMs } = this.#limit;
+    return shortMs === 0 ? 0 : shortMs / this.limit;
   }
 
   /**
@@ -349,7 +314,7 @@ export class Admission {
         }
         if (!overtaken) {
           const repeated = end === 'failed' && id !== undefined && this.#failedAgain(id);
-          this.#learn(latencyMs, repeated ? 'repeated' : end, running.activeAtStart);
+          this.#limit.learn(latencyMs, repeated ? 'repeated' : end, running.activeAtStart);
         }
         this.#grant();
       },
@@ -428,69 +393,6 @@ export class Admission {
     const before = this.#recentlyFailed.has(id);
     this.#recentlyFailed.set(id, true);
     return before;
-  }
-
-  /**
-   * Moves the limit after a load, as Netflix concurrency-limits' Gradient2
-   * does (`Gradient2Limit`): the gradient is the long-term latency (about a
-   * hundred loads) times {@link TOLERANCE} over the short-term one (about ten
-   * loads), within [0.5, 1]; the new limit is the limit times the gradient
-   * plus its square root (the queue it may add). So while loads stay as fast
-   * as usual the limit grows by its square root per load, and once they take
-   * more than twice as long it shrinks in proportion (by at most half per
-   * load). It grows only after a load that started with at least
-   * {@link GROW_MIN_USE} of the limit in use, as in Gradient2; unlike
-   * Gradient2 it shrinks whatever the use, so a source slowed by others' load
-   * sees less of ours too.
-   *
-   * Up to `initialConcurrentLoads` that is all. Above it the limit is headroom
-   * a source must keep earning, judged against its no-load latency as TCP
-   * Vegas and Gradient (v1) do rather than against the long-term average (which
-   * a long burst drags up with it): it grows only while the short-term latency
-   * is within {@link TOLERANCE} of the no-load one, and shrinks in proportion,
-   * back toward the initial limit, once it is not.
-   *
-   * A failure halves it; a repeated failure of one id leaves it where it is
-   * (Gradient2 has no failures: this is AIMD's multiplicative decrease).
-   *
-   * @param activeAtStart the pool's loads running when this one started, itself included.
-   */
-  #learn(latencyMs: number, end: LoadEnd | 'repeated', activeAtStart: number): void {
-    if (this.#longMs === 0) {
-      this.#shortMs = latencyMs;
-      this.#longMs = latencyMs;
-      this.#noLoadMs = latencyMs;
-    } else {
-      this.#shortMs += SHORT_WEIGHT * (latencyMs - this.#shortMs);
-      this.#longMs += LONG_WEIGHT * (latencyMs - this.#longMs);
-      // A failure's latency (a refused connection answers at once) says nothing of the no-load one.
-      if (end === 'ok') {
-        this.#noLoadMs = Math.min(
-          this.#shortMs,
-          this.#noLoadMs + NO_LOAD_WEIGHT * (latencyMs - this.#noLoadMs),
-        );
-      }
-    }
-    if (end === 'repeated') return;
-    const limit = this.#limit;
-    let next: number;
-    if (end === 'failed') next = limit / 2;
-    else {
-      const ratio = (TOLERANCE * this.#longMs) / Math.max(this.#shortMs, 0.001);
-      next = limit * Math.max(0.5, Math.min(1, ratio)) + Math.sqrt(limit);
-      if (this.#shortMs > TOLERANCE * this.#noLoadMs) {
-        // Not near the no-load latency: no growth past the initial limit, and headroom above
-        // it withdrawn in proportion (by at most half per load), never below it.
-        const noLoadGradient = Math.max(0.5, (TOLERANCE * this.#noLoadMs) / this.#shortMs);
-        const ceiling =
-          limit > this.#initialLimit
-            ? Math.max(this.#initialLimit, limit * noLoadGradient)
-            : this.#initialLimit;
-        next = Math.min(next, ceiling);
-      }
-      if (next > limit && activeAtStart < GROW_MIN_USE * limit) return;
-    }
-    this.#limit = Math.min(this.#maxLimit, Math.max(MIN_LIMIT, next));
   }
 
   /** Hands free slots to the longest-waiting loads. */
