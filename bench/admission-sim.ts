@@ -17,6 +17,8 @@ interface Scenario {
   /** A load's duration, ms, given the virtual time and a uniform draw in [0, 1). */
   durationMs: (nowMs: number, u: number, runMs: number) => number;
   limit: number;
+  /** Where the limit starts (`initialConcurrentLoads`); default `limit`, a fixed ceiling. */
+  initial?: number;
   boundMs: number;
   burst: number;
   everyMs: number;
@@ -55,6 +57,15 @@ const SCENARIOS: Scenario[] = [
     burst: 100,
     everyMs: 500,
   },
+  {
+    name: '20 ms, then 500 ms half-way, 16 growing to 256 slots, 100 every 500 ms',
+    durationMs: (now, _, runMs) => (now < runMs / 2 ? 20 : 500),
+    limit: 256,
+    initial: 16,
+    boundMs: 2_000,
+    burst: 100,
+    everyMs: 500,
+  },
 ];
 
 /** Runs one scenario on a virtual clock, one event at a time (promises settle between events). */
@@ -63,6 +74,7 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
   let now = 0;
   const admission = new Admission({
     maxLimit: s.limit,
+    ...(s.initial === undefined ? {} : { initialLimit: s.initial }),
     maxQueueDelayMs: s.boundMs,
     maxQueued: 1_000_000,
     now: () => now,
@@ -76,6 +88,8 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
   let shed = 0;
   let late = 0;
   let longestWaitMs = 0;
+  let highestLimit = 0;
+  let slowPeak = 0;
   const shedError = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
   const start = (id: string) => {
     asked++;
@@ -85,6 +99,8 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
         const waited = now - askedAt;
         longestWaitMs = Math.max(longestWaitMs, waited);
         if (waited > s.boundMs) late++;
+        highestLimit = Math.max(highestLimit, admission.limit);
+        if (now >= runMs / 2) slowPeak = Math.max(slowPeak, admission.active);
         at(now + s.durationMs(now, random(), runMs), () => permit.release('ok'));
       },
       () => {
@@ -109,6 +125,8 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
     shedPct: Number(((100 * shed) / asked).toFixed(1)),
     late,
     longestWaitMs: Math.round(longestWaitMs),
+    highestLimit,
+    secondHalfPeak: slowPeak,
   };
 }
 
@@ -117,8 +135,24 @@ const results = [];
 for (const s of SCENARIOS) results.push(await simulate(s, runMs, args.seed));
 process.stdout.write(
   `admission on a virtual clock, ${args.seconds} s per scenario (seed ${args.seed})\n${columns(
-    results.map((r) => [r.scenario, r.asked, `${r.shedPct} %`, r.late, r.longestWaitMs]),
-    ['scenario', 'loads', 'shed', 'waited past the bound', 'longest wait ms'],
+    results.map((r) => [
+      r.scenario,
+      r.asked,
+      `${r.shedPct} %`,
+      r.late,
+      r.longestWaitMs,
+      r.highestLimit,
+      r.secondHalfPeak,
+    ]),
+    [
+      'scenario',
+      'loads',
+      'shed',
+      'waited past the bound',
+      'longest wait ms',
+      'highest limit',
+      'loads at once, 2nd half',
+    ],
   )}\n`,
 );
 if (args.json !== undefined) writeFileSync(args.json, JSON.stringify(results, null, 2));

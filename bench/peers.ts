@@ -260,18 +260,19 @@ async function storm(): Promise<void> {
     undefined,
     Math.max(1, Math.ceil(rounds / 2)),
   );
-  // What the default 16-load ceiling costs here: echostore once more with 128 (the storm's concurrency).
-  const wide = (
+  // What growing the load limit buys here: echostore once more with it fixed at 16 (a ceiling of
+  // 16, where it starts), as it was before the limit could grow past its start.
+  const fixed = (
     await coldRounds(
-      'storm128',
+      'storm16',
       () =>
         sequences.map((seq) => ({ kind: 'storm', ids: seq.map((k) => `k${k}`), concurrency: 128 })),
-      { maxConcurrentLoads: 128 },
-      1,
+      { maxConcurrentLoads: 16 },
+      Math.max(1, Math.ceil(rounds / 2)),
       ['echostore'],
     )
   ).echostore;
-  report.storm = { distinct, ...f, echostoreCeiling128: wide };
+  report.storm = { distinct, ...f, echostoreFixed16: fixed };
   const es = f.echostore;
   const acd = f['async-cache-dedupe'];
   const rows = PEERS.map((p) => [
@@ -282,22 +283,22 @@ async function storm(): Promise<void> {
     p === 'echostore' ? '' : fmt(es.p99 / f[p].p99, 2),
   ]);
   rows.push([
-    'echostore, maxConcurrentLoads 128 (not the default)',
-    fmt(wide.reads / distinct, 2),
-    wide.failed,
-    fmt(wide.p99),
-    '',
+    'echostore, maxConcurrentLoads 16 (the limit fixed at its start)',
+    fmt(fixed.reads / distinct, 2),
+    fixed.failed,
+    fmt(fixed.p99),
+    fmt(es.p99 / fixed.p99, 2),
   ]);
   print(
     `cold storm: ${PROCS} processes × ${READS} reads, 128 at a time, Zipf 1.2 over ${KEYS} keys (${distinct} distinct read)`,
     [
       ...rows,
       [
-        'target: reads ÷ distinct = 1.00, p99 ≤ 1.5 × async-cache-dedupe',
+        'target: reads ÷ distinct = 1.00, p99 ≤ 1.2 × async-cache-dedupe',
         fmt(es.reads / distinct, 2),
         '',
         fmt(es.p99),
-        verdict(es.reads === distinct && es.p99 <= 1.5 * acd.p99),
+        verdict(es.reads === distinct && es.p99 <= 1.2 * acd.p99),
       ],
     ],
     ['peer', 'reads ÷ distinct', 'failed', 'p99 ms', 'echostore ÷ peer'],

@@ -105,8 +105,9 @@ async function main() {
         [table]: {
           load: source.load,
           ...(source.loadMany === undefined ? {} : { loadMany: source.loadMany }),
-          // Each id of a batch holds an admission slot: enough for all of them.
-          maxConcurrentLoads: Math.max(16, ids),
+          // Each id of a batch holds an admission slot: enough for all of them from the start.
+          maxConcurrentLoads: Math.max(256, ids),
+          initialConcurrentLoads: Math.max(16, ids),
           maxBatchSize: ids,
         },
       },

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { metric, scrape } from '../harness/metrics.js';
 import { HOLD_PREFIX, type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, SKEW_CLOCK, startService, withServices } from '../harness/service.js';
+import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timedGet } from './lib/http.js';
 import { columns, median, p50p99 } from './lib/report.js';
@@ -223,7 +224,7 @@ async function admission() {
       }
       const slowPeak = origin.peakInFlight();
       const medianOverMs = median(rounds.map((r) => r.overMs));
-      const maxConcurrentLoads = 16;
+      const { maxConcurrentLoads, initialConcurrentLoads } = DEFAULT_POLICY;
       return {
         healthy: { ...healthy, sourcePeak: healthyPeak },
         trickle,
@@ -232,6 +233,7 @@ async function admission() {
         lowestLimit,
         medianOverMs,
         maxConcurrentLoads,
+        initialConcurrentLoads,
         pass:
           healthy.shed === 0 &&
           healthy.other === 0 &&
@@ -239,7 +241,7 @@ async function admission() {
           healthyPeak <= maxConcurrentLoads &&
           rounds.every((r) => r.l2Ok && r.shed > 0 && r.other === 0 && r.ok + r.shed === COLD) &&
           medianOverMs <= 50 &&
-          slowPeak <= maxConcurrentLoads,
+          slowPeak <= initialConcurrentLoads,
       };
     });
   });
@@ -296,7 +298,7 @@ function render(r: Awaited<ReturnType<typeof main>>): string {
   if (r.admission !== undefined) {
     const a = r.admission;
     out.push(
-      `admission: 1 instance under test (a second one only fills L2), default policy (maxConcurrentLoads ${a.maxConcurrentLoads}); each row: 400 concurrent GETs of distinct cold ids`,
+      `admission: 1 instance under test (a second one only fills L2), default policy (the load limit starts at ${a.initialConcurrentLoads}, at most ${a.maxConcurrentLoads}); each row: 400 concurrent GETs of distinct cold ids`,
       `  between the healthy row and the slowed ones, a trickle of 32 GETs (16 at a time, twice) on the 500 ms source: limit ${a.trickle.limitBefore} → ${a.trickle.limitAfter}`,
       columns(
         [
@@ -333,7 +335,7 @@ function render(r: Awaited<ReturnType<typeof main>>): string {
         ],
       ),
       `  with each slowed burst, 200 GETs of ids in L2 only (HTTP + one Valkey round trip, the source not read: ${a.rounds.every((r) => r.l2Ok) ? 'yes' : 'NO'}): p99 ${a.rounds.map((r) => r.l2P99Ms).join(' / ')} ms; the shed p99 exceeds it by ${a.rounds.map((r) => r.overMs).join(' / ')} ms (median ${a.medianOverMs})`,
-      `  laws: healthy → 0 shed; slowed → every round sheds, the median shed p99 ≤ the L2 hits' p99 + 50 ms; source peak ≤ ${a.maxConcurrentLoads} (counted by the source)`,
+      `  laws: healthy → 0 shed, source peak ≤ ${a.maxConcurrentLoads}; slowed → every round sheds, the median shed p99 ≤ the L2 hits' p99 + 50 ms, source peak ≤ ${a.initialConcurrentLoads} (counted by the source)`,
       `${verdict(a.pass)}: a healthy source is never shed, a slow one sheds the excess fast`,
     );
   }

@@ -60,6 +60,7 @@ function config(origin: Origin, namespace: string) {
         earlyRefreshBeta: 0,
         l1: { ttlMs: 600_000 },
         maxConcurrentLoads: 256,
+        initialConcurrentLoads: 256,
         // A table purge reloads every row at once: queued, not shed.
         maxQueueDelayMs: 10_000,
         maxQueuedLoads: 10_000,

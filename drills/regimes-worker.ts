@@ -36,6 +36,7 @@ export interface RegimePolicy {
   leaseMs: number;
   waitTimeoutMs: number;
   maxConcurrentLoads: number;
+  initialConcurrentLoads: number;
 }
 
 runWorker<Setup>(async (setup) => {

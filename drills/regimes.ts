@@ -39,6 +39,7 @@ const POLICY: RegimePolicy = {
   leaseMs: 5_000,
   waitTimeoutMs: 5_000,
   maxConcurrentLoads: args.readers,
+  initialConcurrentLoads: args.readers,
 };
 
 /** Fires one burst per instance at one fresh id in the regime's table and judges it. */

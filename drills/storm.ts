@@ -34,6 +34,7 @@ const POLICY = {
   leaseMs: 5_000,
   waitTimeoutMs: 10_000,
   maxConcurrentLoads: 1_000,
+  initialConcurrentLoads: 1_000,
   maxQueueDelayMs: 10_000,
 };
 

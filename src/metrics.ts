@@ -326,7 +326,7 @@ const GAUGES: Array<{ name: string; help: string; pick(s: TableStats): number }>
   },
   {
     name: 'echostore_load_limit',
-    help: 'Loader calls allowed at once now: the adaptive limit (1 to maxConcurrentLoads), lower while the source is slow or failing.',
+    help: 'Loader calls allowed at once now: the adaptive limit (1 to maxConcurrentLoads, initialConcurrentLoads at first), higher while the source keeps up with bursts, lower while it is slow or failing.',
     pick: (s) => s.load_limit,
   },
   {

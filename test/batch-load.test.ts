@@ -140,7 +140,8 @@ describe('batched loading', () => {
   it('herd: 200 readers over 50 cold ids → at most 2 source calls for 50 ids, every reader its own row', async () => {
     const table = uniqueTable('batch-herd');
     const { loadMany, calls } = recordingLoadMany(() => true, 20);
-    const store = await openStore({ [table]: { loadMany, maxConcurrentLoads: 64 } });
+    // Each id holds an admission slot from the start: 50 ids need 50.
+    const store = await openStore({ [table]: { loadMany, initialConcurrentLoads: 64 } });
     const t = store.table(table);
     const wanted = Array.from({ length: 200 }, (_, i) => `h${i % 50}`);
     const results = await Promise.all(wanted.map((id) => t.get(id)));

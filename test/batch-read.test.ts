@@ -95,8 +95,8 @@ describe('Table.getMany', () => {
             calls.push([...batch]);
             return new Map(batch.map((id) => [id, { id }]));
           },
-          // Each id of a batch holds an admission slot: 20 ids need 20.
-          maxConcurrentLoads: 32,
+          // Each id of a batch holds an admission slot from the start: 20 ids need 20.
+          initialConcurrentLoads: 32,
         },
       },
       { valkey: proxy.url, readyTimeoutMs: 5_000 },

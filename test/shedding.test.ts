@@ -177,6 +177,34 @@ describe('shedding and bounded waiting', () => {
     expect(answers.every((a) => a.found)).toBe(true);
   });
 
+  it('gives a healthy source more than initialConcurrentLoads under a burst: the limit grows while loads stay fast, none is shed', async () => {
+    const table = uniqueTable('grow');
+    let running = 0;
+    let peak = 0;
+    const store = await openStore({
+      [table]: {
+        initialConcurrentLoads: 4,
+        maxConcurrentLoads: 64,
+        load: async (id) => {
+          running++;
+          peak = Math.max(peak, running);
+          await delay(5);
+          running--;
+          return { id };
+        },
+      },
+    });
+    const t = store.table(table);
+    expect(t.stats().load_limit).toBe(4);
+    const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => t.get(`g-${i}`)));
+    expect(answers.every((a) => a.found)).toBe(true);
+    // Counted at the source: more than the limit it started at, never more than the ceiling.
+    expect(peak).toBeGreaterThan(4);
+    expect(peak).toBeLessThanOrEqual(64);
+    expect(t.stats().load_limit).toBeGreaterThan(4);
+    expect(await metricValue(store, 'echostore_shed_total', table)).toBe(0);
+  });
+
   it('caps the callers waiting on one flight at maxWaitersPerFlight', async () => {
     const table = uniqueTable('waiters');
     const gate = deferred<void>();

@@ -169,7 +169,7 @@ describe.each([postgres, mysqlKind])('$name source', (kind) => {
     const { s, counted } = await source();
     const table = uniqueTable(`sql-${kind.name}`);
     const store = await openStore({
-      [table]: { load: s.load, loadMany: s.loadMany, maxConcurrentLoads: 64 },
+      [table]: { load: s.load, loadMany: s.loadMany, initialConcurrentLoads: 64 },
     });
     const t = store.table(table);
     const wanted = Array.from({ length: 200 }, (_, i) => String((i % 50) + 1));

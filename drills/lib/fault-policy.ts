@@ -19,6 +19,7 @@ export const FAULT_POLICY = {
   leaseMs: 3_000,
   waitTimeoutMs: 4_000,
   maxConcurrentLoads: 64,
+  initialConcurrentLoads: 64,
 };
 
 /** The longest a request may lawfully take: wait, then load, then one timed-out command, plus 1 s margin. */

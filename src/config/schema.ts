@@ -460,7 +460,7 @@ export const WarmSchema = Type.Object(
         maximum: 64,
         default: DEFAULT_WARM_CONCURRENCY,
         description:
-          "Reads the warm-up keeps in flight at once: a small share of the table's `maxConcurrentLoads`, so that warm-up does not crowd out (or shed) itself or live traffic. A read shed with `ECC_SHED` is retried after its `Retry-After`, up to 3 times.",
+          "Reads the warm-up keeps in flight at once: a small share of the table's load limit (it starts at `initialConcurrentLoads`), so that warm-up does not crowd out (or shed) itself or live traffic. A read shed with `ECC_SHED` is retried after its `Retry-After`, up to 3 times.",
       }),
     ),
     timeoutMs: Type.Optional(

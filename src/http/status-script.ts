@@ -73,7 +73,7 @@ function showTables(tables, delta) {
     const ratio = reads === 0 ? null : s.hits / reads;
     cell(row, ratio === null ? '-' : (100 * ratio).toFixed(1) + ' %', ratio === null ? '' : ratio > 0.8 ? 'ok' : ratio > 0.5 ? 'warn' : 'bad');
     for (const k of ['hits', 'misses', 'loads', 'l2_hits', 'coalesced', 'flights']) cell(row, String(s[k]));
-    cell(row, s.loads_active + ' / ' + s.load_limit, s.load_limit < t.policy.maxConcurrentLoads ? 'warn' : '');
+    cell(row, s.loads_active + ' / ' + s.load_limit, s.load_limit < Math.min(t.policy.initialConcurrentLoads, t.policy.maxConcurrentLoads) ? 'warn' : '');
     cell(row, String(s.loads_queued));
     cell(row, s.queue_delay_ms + ' ms', s.queue_delay_ms > t.policy.maxQueueDelayMs / 2 ? 'bad' : '');
     cell(row, String(s.l1_entries));

@@ -3,8 +3,10 @@
  * Three rules, each in full in docs/operations.md ("Admission: protecting the
  * source"):
  *
- * 1. an adaptive concurrency limit (Netflix concurrency-limits' Gradient2):
- *    at most `limit` loads at once, shrinking when loads slow down or fail;
+ * 1. an adaptive concurrency limit (Netflix concurrency-limits' Gradient2, load-limit.ts):
+ *    at most `limit` loads at once; it starts at `initialConcurrentLoads`, grows
+ *    toward `maxConcurrentLoads` while loads stay as fast as usual with at least
+ *    half of it in use, and shrinks when loads slow down or fail;
  * 2. shedding by predicted queueing delay, not by count (CoDel, as in "Fail at
  *    Scale", Maurer, ACM Queue 2015): a load that would wait longer than
  *    `maxQueueDelayMs` for a slot is shed at once with `ECC_SHED`;
@@ -15,11 +17,14 @@
  */
 import { LRUCache } from 'lru-cache';
 import type { ShedError } from '../errors.js';
+import { LoadLimit } from './load-limit.js';
 
 /** Tuning of {@link Admission}. Durations are milliseconds. */
 export interface AdmissionOptions {
   /** Ceiling of the limit (`maxConcurrentLoads`). */
   maxLimit: number;
+  /** Where the limit starts (`initialConcurrentLoads`), at most `maxLimit`. Default `maxLimit`. */
+  initialLimit?: number;
   /** Longest a load may wait for a slot, predicted or actual (`maxQueueDelayMs`). */
   maxQueueDelayMs: number;
   /** Most loads queued at once, a memory bound (`maxQueuedLoads`). */
@@ -44,16 +49,6 @@ interface Queued {
   timer: NodeJS.Timeout;
 }
 
-/** The lowest the limit goes: one load at a time still probes a sick source. */
-const MIN_LIMIT = 1;
-/**
- * Short- and long-term averages of load latency (exponential weights per
- * sample: the short one spans about ten loads, so one tail sample of a source
- * whose latency varies is not a slowdown; the long one about a hundred, so a
- * slowdown shrinks the limit before it becomes the new normal).
- */
-const SHORT_WEIGHT = 0.1;
-const LONG_WEIGHT = 0.01;
 /**
  * A failure of an id that already failed within this window (ms) does not halve
  * the limit again: one id the source keeps refusing (a poison row, a client
@@ -62,8 +57,6 @@ const LONG_WEIGHT = 0.01;
 const REPEAT_WINDOW_MS = 10_000;
 /** Most failed ids remembered for that (the least recently failed forgotten first). */
 const MAX_REMEMBERED_FAILURES = 1_000;
-/** Loads may take up to this many times their long-term latency before the limit shrinks. */
-const TOLERANCE = 2;
 /**
  * A load running this many times the long-term latency is overdue: hanging on
  * its id. Ten: a healthy load with exponentially distributed latency runs that
@@ -82,21 +75,25 @@ const MIN_STALL_MS = 1_000;
 /** An id whose load went overdue is admitted straight to the overdue partition for this long, ms. */
 const HANGING_MEMORY_MS = 30_000;
 
-/** A load holding a slot: when it started, for which id, the pool's loads done by then, and whether it is overdue. */
+/**
+ * A load holding a slot: when it started, for which id, the pool's loads done
+ * by then, the pool's loads running then (itself included), and whether it is overdue.
+ */
 interface Running {
   startedAt: number;
   id: string | undefined;
   doneAtStart: number;
+  activeAtStart: number;
   overdue: boolean;
 }
 
 export class Admission {
-  readonly #maxLimit: number;
   readonly #maxQueueDelayMs: number;
   readonly #maxQueued: number;
   readonly #maxOverdue: number;
   readonly #now: () => number;
-  #limit: number;
+  /** The adaptive limit and the latency averages it learns from. */
+  readonly #limit: LoadLimit;
   /** Loads in the pool (not overdue), oldest first. */
   readonly #running = new Set<Running>();
   #active = 0;
@@ -110,8 +107,6 @@ export class Admission {
   /** Moves overdue loads out while loads are queued (none while nothing waits). */
   #sweepTimer: NodeJS.Timeout | undefined;
   readonly #queue: Queued[] = [];
-  #shortMs = 0;
-  #longMs = 0;
   /** True during a busy period: from a load finding every slot taken until the queue drains. */
   #busy = false;
   /** Loads finished in the current busy period, and when the first of them did. */
@@ -123,12 +118,11 @@ export class Admission {
   readonly #recentlyFailed: LRUCache<string, true>;
 
   constructor(options: AdmissionOptions) {
-    this.#maxLimit = options.maxLimit;
     this.#maxQueueDelayMs = options.maxQueueDelayMs;
     this.#maxQueued = options.maxQueued;
     this.#maxOverdue = options.maxOverdue ?? 0;
     this.#now = options.now ?? (() => performance.now());
-    this.#limit = options.maxLimit;
+    this.#limit = new LoadLimit(options.maxLimit, options.initialLimit ?? options.maxLimit);
     this.#lastPoolDoneAt = this.#now();
     const now = this.#now;
     this.#recentlyFailed = new LRUCache<string, true>({
@@ -147,9 +141,9 @@ export class Admission {
     });
   }
 
-  /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`). */
+  /** Loader calls allowed at once now (between 1 and `maxConcurrentLoads`; `initialConcurrentLoads` at first). */
   get limit(): number {
-    return Math.floor(this.#limit);
+    return Math.floor(this.#limit.value);
   }
 
   /** Loader calls running now, overdue ones included. */
@@ -168,7 +162,10 @@ export class Admission {
    * down, or a busy process, raises it at once), at least {@link MIN_OVERDUE_MS}.
    */
   get overdueAfterMs(): number {
-    return Math.max(MIN_OVERDUE_MS, OVERDUE_FACTOR * Math.max(this.#longMs, this.#shortMs));
+    return Math.max(
+      MIN_OVERDUE_MS,
+      OVERDUE_FACTOR * Math.max(this.#limit.longMs, this.#limit.shortMs),
+    );
   }
 
   /** Loads waiting for a slot now. */
@@ -207,23 +204,25 @@ export class Admission {
    * the queue. The prediction is a rate; the loads running now are at some
    * phase of theirs, so the wait may exceed it by up to one load's latency
    * (a burst starts its loads together, and they free their slots together).
-   * While the source is steady — the limit at its ceiling and the recent loads
-   * within {@link TOLERANCE} of the long-term latency, so the rate measured is
-   * the rate to come — the prediction plus one recent load latency must fit
-   * in `maxQueueDelayMs`. While the limit is moving it may shrink under the
-   * queued loads: then the prediction must fit in half of it, the other half
-   * being the headroom for that error. Either way what is queued is served in
-   * time rather than shed late.
+   * While the source is steady — the limit at least its initial value (what
+   * moves above it is headroom a burst earned, measured in the drain rate as
+   * it moves) and the recent loads within twice the long-term latency
+   * ({@link LoadLimit.steady}), so the rate measured is the rate to come — the prediction plus
+   * one recent load latency must fit in `maxQueueDelayMs`. While the limit is
+   * cut below its initial value it may shrink further under the queued loads:
+   * then the prediction must fit in half of it, the other half being the
+   * headroom for that error. Either way what is queued is served in time
+   * rather than shed late.
    */
   admits(predictedMs: number): boolean {
-    const steady = this.limit >= this.#maxLimit && this.#shortMs <= TOLERANCE * this.#longMs;
-    return steady
-      ? predictedMs + this.#shortMs <= this.#maxQueueDelayMs
+    return this.#limit.steady
+      ? predictedMs + this.#limit.shortMs <= this.#maxQueueDelayMs
       : predictedMs <= this.#maxQueueDelayMs / 2;
   }
 
   #historyMsPerLoad(): number {
-    return this.#shortMs === 0 ? 0 : this.#shortMs / this.limit;
+    const { shortMs } = this.#limit;
+    return shortMs === 0 ? 0 : shortMs / this.limit;
   }
 
   /**
@@ -274,12 +273,16 @@ export class Admission {
 
   #take(id: string | undefined, overdue = false): Permit {
     const started = this.#now();
-    const running: Running = { startedAt: started, id, doneAtStart: this.#poolDone, overdue };
     if (overdue) this.#overdue++;
-    else {
-      this.#active++;
-      this.#running.add(running);
-    }
+    else this.#active++;
+    const running: Running = {
+      startedAt: started,
+      id,
+      doneAtStart: this.#poolDone,
+      activeAtStart: this.#active,
+      overdue,
+    };
+    if (!overdue) this.#running.add(running);
     let released = false;
     return {
       release: (end) => {
@@ -311,7 +314,7 @@ export class Admission {
         }
         if (!overtaken) {
           const repeated = end === 'failed' && id !== undefined && this.#failedAgain(id);
-          this.#learn(latencyMs, repeated ? 'repeated' : end);
+          this.#limit.learn(latencyMs, repeated ? 'repeated' : end, running.activeAtStart);
         }
         this.#grant();
       },
@@ -390,31 +393,6 @@ export class Admission {
     const before = this.#recentlyFailed.has(id);
     this.#recentlyFailed.set(id, true);
     return before;
-  }
-
-  /**
-   * Moves the limit after a load (Gradient2: long-term vs short-term latency);
-   * a failure halves it, a repeated failure of one id leaves it where it is.
-   */
-  #learn(latencyMs: number, end: LoadEnd | 'repeated'): void {
-    if (this.#longMs === 0) {
-      this.#shortMs = latencyMs;
-      this.#longMs = latencyMs;
-    } else {
-      this.#shortMs += SHORT_WEIGHT * (latencyMs - this.#shortMs);
-      this.#longMs += LONG_WEIGHT * (latencyMs - this.#longMs);
-    }
-    if (end === 'failed') {
-      this.#limit = Math.max(MIN_LIMIT, this.#limit / 2);
-      return;
-    }
-    if (end === 'repeated') return;
-    const gradient = Math.max(
-      0.5,
-      Math.min(1, (TOLERANCE * this.#longMs) / Math.max(this.#shortMs, 0.001)),
-    );
-    const next = this.#limit * gradient + Math.sqrt(this.#limit);
-    this.#limit = Math.min(this.#maxLimit, Math.max(MIN_LIMIT, next));
   }
 
   /** Hands free slots to the longest-waiting loads. */

@@ -133,9 +133,18 @@ export const TablePolicySchema = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: 100_000,
+        default: 256,
+        description:
+          'Ceiling of the loader calls at once for this table, per process. The limit in force adapts below it to the source (Gradient2, see docs/operations.md, admission): it starts at `initialConcurrentLoads`, grows while loads stay as fast as usual (above `initialConcurrentLoads`: within twice the no-load latency) and at least half of it is in use, and shrinks when loads slow down or fail.',
+      }),
+    ),
+    initialConcurrentLoads: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100_000,
         default: 16,
         description:
-          'Ceiling of the loader calls at once for this table, per process. The limit in force adapts below it to the source: it shrinks when loads slow down or fail, and grows back while they are fast (see docs/operations.md, admission).',
+          'Where the adaptive load limit starts, per process (at most `maxConcurrentLoads`): what a source is trusted with before it has shown how much it takes. A table that batches (`loadMany`) fills a batch only within the limit: give it at least `maxBatchSize` to fill its first batches.',
       }),
     ),
     maxQueueDelayMs: Type.Optional(
@@ -144,7 +153,7 @@ export const TablePolicySchema = Type.Object(
         maximum: MAX_MS,
         default: 2_000,
         description:
-          'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) plus one load exceeds it — whose predicted wait exceeds half of it while the load limit is moving — is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',
+          'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) plus one load exceeds it — whose predicted wait exceeds half of it while the load limit is cut below `initialConcurrentLoads` — is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',
       }),
     ),
     maxOverdueLoads: Type.Optional(
@@ -223,7 +232,7 @@ export const TablePolicySchema = Type.Object(
         maximum: 10_000,
         default: 100,
         description:
-          'Tables with `loadMany`: most ids in one source call; a full batch goes at once. Each id of a batch holds its own admission slot, so a batch is also at most the adaptive limit (`maxConcurrentLoads`).',
+          'Tables with `loadMany`: most ids in one source call; a full batch goes at once. Each id of a batch holds its own admission slot, so a batch is also at most the adaptive limit (it starts at `initialConcurrentLoads`, at most `maxConcurrentLoads`).',
       }),
     ),
     cacheHeaders: Type.Optional(

@@ -473,6 +473,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
     clock: deps.clock,
     admission: new Admission({
       maxLimit: policy.maxConcurrentLoads,
+      initialLimit: policy.initialConcurrentLoads,
       maxQueueDelayMs: policy.maxQueueDelayMs,
       maxQueued: policy.maxQueuedLoads,
       maxOverdue: policy.maxOverdueLoads,

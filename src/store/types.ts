@@ -135,7 +135,7 @@ export interface TableStats {
   loads_active: number;
   /** Loads waiting for a slot now. */
   loads_queued: number;
-  /** Loader calls allowed at once now: the adaptive limit, between 1 and `maxConcurrentLoads`. */
+  /** Loader calls allowed at once now: the adaptive limit, between 1 and `maxConcurrentLoads` (`initialConcurrentLoads` at first). */
   load_limit: number;
   /** How long the oldest queued load has waited, ms (0 when none waits). */
   queue_delay_ms: number;

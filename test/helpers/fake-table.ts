@@ -61,6 +61,7 @@ export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {})
     clock: new VersionClock(),
     admission: new Admission({
       maxLimit: resolved.maxConcurrentLoads,
+      initialLimit: resolved.initialConcurrentLoads,
       maxQueueDelayMs: resolved.maxQueueDelayMs,
       maxQueued: resolved.maxQueuedLoads,
       maxOverdue: resolved.maxOverdueLoads,

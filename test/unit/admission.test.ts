@@ -3,10 +3,21 @@ import { ShedError } from '../../src/errors.js';
 import { Admission, type Permit } from '../../src/protection/admission.js';
 import { delay } from '../helpers/store.js';
 
-function admission(maxLimit: number, maxQueueDelayMs = 1_000, maxQueued = 100) {
+function admission(
+  maxLimit: number,
+  maxQueueDelayMs = 1_000,
+  maxQueued = 100,
+  initialLimit?: number,
+) {
   // Not 0: a clock reading must never be mistaken for a duration.
   let now = 10_000;
-  const a = new Admission({ maxLimit, maxQueueDelayMs, maxQueued, now: () => now });
+  const a = new Admission({
+    maxLimit,
+    maxQueueDelayMs,
+    maxQueued,
+    now: () => now,
+    ...(initialLimit === undefined ? {} : { initialLimit }),
+  });
   const shed = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
   return {
     a,
@@ -32,12 +43,21 @@ async function loads(
   }
 }
 
+/** Runs `n` waves of loads, each as many at once as the limit allows, each load taking `ms`. */
+async function waves(t: ReturnType<typeof admission>, n: number, ms: number) {
+  for (let i = 0; i < n; i++) {
+    const permits = await Promise.all(Array.from({ length: t.a.limit }, () => t.take()));
+    t.advance(ms);
+    for (const p of permits) p.release('ok');
+  }
+}
+
 describe('admission: adaptive limit, shedding by queueing delay', () => {
   afterEach(() => {
     vi.useRealTimers();
   });
 
-  it('starts at maxConcurrentLoads and queues the next load FIFO; a release hands the slot on', async () => {
+  it('without an initial limit starts at maxConcurrentLoads and queues the next load FIFO; a release hands the slot on', async () => {
     const t = admission(2);
     const p1 = await t.take();
     await t.take();
@@ -64,15 +84,75 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(t.a.limit).toBe(16);
   });
 
-  it('when loads get much slower the limit shrinks, and grows back once they are fast again', async () => {
+  it('when loads get much slower the limit shrinks, and grows back once they are fast again under load', async () => {
     const t = admission(16);
     await loads(t, 50, 20);
     await loads(t, 6, 500);
     const slowLimit = t.a.limit;
     expect(slowLimit).toBeLessThan(16);
     expect(slowLimit).toBeGreaterThanOrEqual(1);
-    await loads(t, 50, 20);
+    await waves(t, 10, 20);
     expect(t.a.limit).toBe(16);
+  });
+
+  it('starts at the initial limit and, while loads stay as fast as usual with the limit in use, grows to maxConcurrentLoads', async () => {
+    const t = admission(256, 1_000, 100, 16);
+    expect(t.a.limit).toBe(16);
+    await waves(t, 1, 20);
+    // Loads that started with half the limit in use or more grow it by its square root: at
+    // most about twice the loads that ran at once (a wave of 16), like TCP's slow start.
+    expect(t.a.limit).toBeGreaterThan(24);
+    expect(t.a.limit).toBeLessThanOrEqual(2 * 16 + Math.sqrt(2 * 16));
+    await waves(t, 5, 20);
+    expect(t.a.limit).toBe(256);
+  });
+
+  it('a limit the traffic does not use does not grow: one load at a time on a fast source leaves it where it starts', async () => {
+    const t = admission(256, 1_000, 100, 16);
+    await loads(t, 200, 20);
+    expect(t.a.limit).toBe(16);
+    // With half of it in use it grows: 8 at once is half of 16.
+    const permits = await Promise.all(Array.from({ length: 8 }, () => t.take()));
+    t.advance(20);
+    for (const p of permits) p.release('ok');
+    expect(t.a.limit).toBeGreaterThan(16);
+  });
+
+  it('a slowed source shrinks a grown limit even while little of it is in use, back toward the initial one and below', async () => {
+    const t = admission(256, 1_000, 100, 16);
+    await waves(t, 6, 20);
+    expect(t.a.limit).toBe(256);
+    await loads(t, 30, 500); // one at a time: far from half the limit in use
+    expect(t.a.limit).toBeLessThan(16);
+  });
+
+  it('latency that rises with the limit (a burst queueing at the source or in this process) stops the growth above the initial limit', async () => {
+    const t = admission(256, 1_000, 100, 16);
+    // Each load takes 20 ms per 16 loads running at once: no headroom is free.
+    let highest = 0;
+    for (let i = 0; i < 40; i++) {
+      await waves(t, 1, (20 * t.a.limit) / 16);
+      highest = Math.max(highest, t.a.limit);
+    }
+    // Judged against the long-term average alone (which follows the latency up) it reached 256.
+    // (The short-term average takes about ten loads to see the rise: it overshoots a little.)
+    expect(highest).toBeLessThan(100);
+    expect(t.a.limit).toBeLessThan(48);
+    expect(t.a.limit).toBeGreaterThanOrEqual(16);
+  });
+
+  it('after a burst that queued, a slowed source gets the initial limit back, not the headroom', async () => {
+    const t = admission(256, 1_000, 100, 16);
+    await waves(t, 1, 20);
+    // The burst's own queueing: latency climbs while the limit is at its highest.
+    for (let i = 0; i < 10; i++) await waves(t, 1, 20 + 20 * i);
+    await loads(t, 16, 500);
+    expect(t.a.limit).toBeLessThanOrEqual(16);
+  });
+
+  it('the initial limit is at most maxConcurrentLoads and at least 1', () => {
+    expect(admission(4, 1_000, 100, 16).a.limit).toBe(4);
+    expect(admission(4, 1_000, 100, 0).a.limit).toBe(1);
   });
 
   it('a failure of an id that failed within ten seconds does not halve the limit again; other ids do, and so does the same id later', async () => {
@@ -110,6 +190,29 @@ describe('admission: adaptive limit, shedding by queueing delay', () => {
     expect(shed).toBeInstanceOf(ShedError);
     expect((shed as ShedError).retryAfterMs).toBeGreaterThanOrEqual(2_000);
     expect(t.a.queued).toBe(4);
+  });
+
+  it('a limit growing from its initial value is steady: a load is queued within the whole bound less one load', async () => {
+    const t = admission(256, 2_000, 100, 16);
+    await waves(t, 1, 20);
+    expect(t.a.limit).toBeGreaterThan(16);
+    expect(t.a.limit).toBeLessThan(256);
+    expect(t.a.admits(1_980)).toBe(true);
+    expect(t.a.admits(1_981)).toBe(false);
+  });
+
+  it('a limit cut below its initial value keeps the half headroom until it has grown back to it; headroom above it moving does not', async () => {
+    const t = admission(256, 2_000, 100, 16);
+    await waves(t, 1, 20);
+    const grown = t.a.limit;
+    await loads(t, 1, 20, 'failed');
+    expect(t.a.limit).toBe(Math.floor(grown / 2)); // still at least 16
+    expect(t.a.admits(1_980)).toBe(true);
+    await loads(t, 2, 20, 'failed');
+    expect(t.a.limit).toBeLessThan(16);
+    expect(t.a.admits(1_001)).toBe(false);
+    while (t.a.limit < 16) await waves(t, 1, 20);
+    expect(t.a.admits(1_980)).toBe(true);
   });
 
   it('a source whose limit has shrunk keeps half of maxQueueDelayMs as headroom: the limit may shrink further under the queued loads', async () => {
