@@ -136,6 +136,19 @@ export class RowTagsError extends EchoStoreError {
   static override readonly code = 'ECC_BAD_ROW_TAGS';
   static override readonly statusCode = 502;
   static override readonly publicMessage = 'the source returned tags that cannot be stored';
+  /** True when the row has no `tagsColumn` at all (the query does not return it for this row). */
+  readonly missingColumn: boolean;
+
+  constructor(message: string, options: EchoStoreErrorOptions & { missingColumn?: boolean } = {}) {
+    super(message, options);
+    this.missingColumn = options.missingColumn ?? false;
+  }
+
+  override get publicMessage(): string {
+    return this.missingColumn
+      ? "the source's row has no tags column (source.tagsColumn): check that the table's query returns it"
+      : RowTagsError.publicMessage;
+  }
 }
 
 /**

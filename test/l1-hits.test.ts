@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -22,6 +23,7 @@ describe('the L1 hit answered before fastify', () => {
   const fresh = uniqueTable('hit');
   const bare = uniqueTable('hit-bare');
   const stale = uniqueTable('hit-stale');
+  const slow = uniqueTable('hit-slow');
   const policy = { ttlMs: 100_000, staleMs: 60_000, jitter: 0, earlyRefreshBeta: 0 };
   let store: Store;
   let app: FastifyInstance;
@@ -39,6 +41,7 @@ describe('the L1 hit answered before fastify', () => {
         [fresh]: { load, ...policy, l1: { ttlMs: 600_000 } },
         [bare]: { load, ...policy, cacheHeaders: false, l1: { ttlMs: 600_000 } },
         [stale]: { load, ...policy, l1: { ttlMs: 600_000 } },
+        [slow]: { load: (id) => sleep(300).then(() => load(id)), ...policy },
       },
     });
     app = await listening(store);
@@ -155,6 +158,29 @@ describe('the L1 hit answered before fastify', () => {
     expect(store.table(fresh).stats().hits - hits).toBe(3);
     expect((await count('GET')) - gets).toBe(2);
     expect((await count('HEAD')) - heads).toBe(1);
+  });
+
+  it('times a hit pipelined behind a slow answer until it is sent, as fastify would', async () => {
+    await send([{ method: 'GET', path: item(fresh, 'q1') }]);
+    const bucket = async (le: string) =>
+      metric(parseMetrics(await store.registry.metrics()), 'http_request_duration_seconds_bucket', {
+        method: 'GET',
+        route: ITEM_PATH,
+        code: '2xx',
+        le,
+      }) ?? 0;
+    const [fast, all] = [await bucket('0.25'), await bucket('+Inf')];
+    // A miss whose load takes 300 ms, then a hit: the hit cannot be sent before the miss is.
+    const { answers, fastify } = await send([
+      { method: 'GET', path: item(slow, 'q1') },
+      { method: 'GET', path: item(fresh, 'q1') },
+    ]);
+    expect(answers.map((a) => a.status)).toEqual([200, 200]);
+    expect(answers[1]?.headers['cache-status']).toMatch(/detail=l1$/);
+    expect(fastify).toEqual([`GET ${item(slow, 'q1')}`]);
+    expect((await bucket('+Inf')) - all).toBe(2);
+    // Both took longer than 250 ms, the hit too: none of the two is in the 0.25 s bucket.
+    expect((await bucket('0.25')) - fast).toBe(0);
   });
 
   it('hands fastify every request it does not answer, and fastify answers it as before', async () => {

@@ -121,7 +121,31 @@ describe('tags from a SQL column', () => {
     expect(brandReads).toBe(5);
   });
 
-  it('a tagsColumn the rows lack fails each load with ECC_BAD_ROW_TAGS and caches nothing', async () => {
+  it('a tagsColumn the query does not return is refused at start-up, naming the field', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'echostore-tags-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'tags.sqlite');
+    const db = new Database(file);
+    db.exec('CREATE TABLE items (id TEXT PRIMARY KEY, tags TEXT)');
+    db.close();
+    await expect(
+      buildSource(
+        {
+          kind: 'sqlite',
+          file,
+          query: 'SELECT id, tags FROM items WHERE id = ?',
+          tagsColumn: 'tag',
+        },
+        { field: 'tables.t.source', loadTimeoutMs: 5_000 },
+      ),
+    ).rejects.toMatchObject({
+      code: 'ECC_BAD_CONFIG',
+      field: 'tables.t.source.tagsColumn',
+      message: 'tables.t.source.tagsColumn: the query returns no column "tag"; it returns id, tags',
+    });
+  });
+
+  it('a row without the tagsColumn fails its load with ECC_BAD_ROW_TAGS naming it, caching nothing', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'echostore-tags-'));
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'tags.sqlite');
@@ -130,16 +154,13 @@ describe('tags from a SQL column', () => {
       "CREATE TABLE items (id TEXT PRIMARY KEY, tags TEXT); INSERT INTO items VALUES ('a', 'red')",
     );
     db.close();
-    const source = await buildSource(
-      {
-        kind: 'sqlite',
-        file,
-        query: 'SELECT id, tags FROM items WHERE id = ?',
-        tagsColumn: 'tag',
-      },
+    // The start-up check (above) is passed by: a row the query's columns promised lacks it.
+    const plain = await buildSource(
+      { kind: 'sqlite', file, query: 'SELECT id, tags FROM items WHERE id = ?' },
       { loadTimeoutMs: 5_000 },
     );
-    onTestFinished(() => source.close());
+    onTestFinished(() => plain.close());
+    const source = withTagsColumn(plain, 'tag');
     let reads = 0;
     const table = uniqueTable('sql-misnamed-tags');
     const store = await openStore({
@@ -151,10 +172,14 @@ describe('tags from a SQL column', () => {
       },
     });
     for (let i = 0; i < 2; i++) {
-      await expect(store.table(table).get('a')).rejects.toMatchObject({
-        code: 'ECC_BAD_ROW_TAGS',
-        message: expect.stringContaining('no column "tag"'),
-      });
+      const err = await store
+        .table(table)
+        .get('a')
+        .catch((e) => e);
+      expect(err).toMatchObject({ code: 'ECC_BAD_ROW_TAGS', table, id: 'a' });
+      expect(err.message).toContain('no column "tag"');
+      // What a client is told names the column too, never the driver's words.
+      expect(err.publicMessage).toContain('source.tagsColumn');
     }
     // Nothing was cached: each get asked the source again.
     expect(reads).toBe(2);

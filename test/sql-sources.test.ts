@@ -229,6 +229,24 @@ describe.each([postgres, mysqlKind])('$name source', (kind) => {
     expect(await s.load('item 7', ctx())).toEqual({ label: 'item 7', code: 7 });
   });
 
+  it('refuses a tagsColumn the query does not return at start-up, naming source.tagsColumn', async () => {
+    const f = await fixture();
+    const err = await kind
+      .build({ url: f.url, query: kind.query(f.items), tagsColumn: 'tags' }, 1_000)
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe('tables.items.source.tagsColumn');
+    expect((err as Error).message).toBe(
+      'tables.items.source.tagsColumn: the query returns no column "tags"; it returns id, name, big',
+    );
+    // A column it returns is accepted.
+    const s = await kind.build(
+      { url: f.url, query: kind.query(f.items), tagsColumn: 'name' },
+      1_000,
+    );
+    onTestFinished(() => s.close());
+  });
+
   describe('refuses a misconfigured query at start-up, naming tables.<name>.source.query', () => {
     const cases: Array<[string, (items: string) => string]> = [
       ['a syntax error', (items) => `SELEC id FROM ${items} WHERE id IN (1)`],

@@ -743,7 +743,12 @@ function buildEnvelope(
 /** Maps anything thrown by a loader to the coded error every waiter receives. */
 export function asStoreError(err: unknown, table: string, id: string): EchoStoreError {
   // A source's own failure is a cause, not an answer: it is wrapped like any other.
-  if (err instanceof EchoStoreError && !(err instanceof SourceError)) return err;
+  if (err instanceof EchoStoreError && !(err instanceof SourceError)) {
+    // A source's coded error may not know its table (a wrapper of the source, as tagsColumn's):
+    // the logs and the answer name it.
+    if (err.table === undefined) (err as { table: string | undefined }).table = table;
+    return err;
+  }
   // The detail (an origin URL, a driver message) stays in `cause` for the logs;
   // clients only ever see this sentence.
   return new LoadFailedError('the source failed to load the item', { table, id, cause: err });

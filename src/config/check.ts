@@ -70,7 +70,7 @@ async function checkSource(source: FileSourceConfig, field: string): Promise<voi
       return;
     }
     case 'sqlite': {
-      const { kind: _, tagsColumn: _t, seed, ...options } = source;
+      const { kind: _, seed, ...options } = source;
       // A seeded file is created (or completed) at start: without it, or without its table yet,
       // there is nothing to check; with both, its queries are checked like any file's (never seeded here).
       if (seed !== undefined && !existsSync(options.file)) return;

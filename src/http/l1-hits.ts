@@ -60,7 +60,7 @@ export interface L1HitOptions {
  * an item that is a found L1 row no purge covers is answered here, in the
  * listener, with the item route's status, headers and body, and counted in
  * `http_request_duration_seconds` under the item route (its time: until the
- * answer is handed to the socket). Handed on to fastify instead: any other
+ * answer is handed to the socket, or, pipelined behind an earlier answer, until it is sent). Handed on to fastify instead: any other
  * method or URL (percent-escapes, queries), `If-None-Match`, read-your-writes
  * headers, an unknown table, a miss, a cached "not found", a row born before a
  * purge. Install it only without tracing and without the access log, which
@@ -116,10 +116,17 @@ export function answerL1Hits(server: Server, options: L1HitOptions): void {
       'content-length',
       String(Buffer.byteLength(json)),
     );
+    // Without a socket the answer waits behind an earlier one of its connection (pipelined):
+    // its time runs until it is sent, as fastify's does. Else it is sent now, and its time ends.
+    const queued = response.socket === null;
     response.writeHead(200, out);
     // Node drops the body of a HEAD answer and keeps its Content-Length, as for the item route.
     response.end(json);
-    observe(method, 200, (performance.now() - startedMs) / 1000);
+    if (queued) {
+      response.once('finish', () => observe(method, 200, (performance.now() - startedMs) / 1000));
+    } else {
+      observe(method, 200, (performance.now() - startedMs) / 1000);
+    }
     return true;
   };
   server.on('request', (request: IncomingMessage, response: ServerResponse) => {

@@ -33,12 +33,13 @@ export type BuildContext = SqlSourceContext;
  *   set up (see {@link sqliteSource}, {@link httpSource}, {@link postgresSource}, {@link mysqlSource}).
  */
 export async function buildSource(config: SourceConfig, context: BuildContext): Promise<Source> {
-  if (config.kind === 'http' || config.tagsColumn === undefined) return buildKind(config, context);
-  const { tagsColumn, ...rest } = config;
-  return withTagsColumn(await buildKind(rest as SourceConfig, context), tagsColumn);
+  // The SQL kinds check at start that their query returns the tags column.
+  const source = await buildKind(config, context);
+  if (config.kind === 'http' || config.tagsColumn === undefined) return source;
+  return withTagsColumn(source, config.tagsColumn);
 }
 
-/** The source of one kind, without its tags column. */
+/** The source of one kind, without its tags read (the SQL kinds check the column exists). */
 async function buildKind(config: SourceConfig, context: BuildContext): Promise<Source> {
   const field = context.field ?? 'source';
   switch (config.kind) {

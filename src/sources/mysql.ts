@@ -11,7 +11,7 @@ import { DEMO_COUNT, demoProduct } from './demo.js';
 import type { Source } from './source.js';
 import {
   batchSource,
-  checkIdColumn,
+  checkColumns,
   checkSqlOptions,
   connectFailed,
   DEFAULT_CONNECT_TIMEOUT_MS,
@@ -148,7 +148,7 @@ async function check(
         cause: err,
       });
     }
-    checkIdColumn(columns, idColumn, field);
+    checkColumns(columns, idColumn, options.tagsColumn, field);
     if (options.idsQuery !== undefined) {
       // The server ignores a surplus parameter: count them on the prepared statement.
       let params = 0;

@@ -10,7 +10,7 @@ import { DEMO_COUNT, demoProduct } from './demo.js';
 import type { Source } from './source.js';
 import {
   batchSource,
-  checkIdColumn,
+  checkColumns,
   checkSqlOptions,
   connectFailed,
   DEFAULT_CONNECT_TIMEOUT_MS,
@@ -143,9 +143,10 @@ async function check(
     } catch (err) {
       throw queryProblem(reason(err), err);
     }
-    checkIdColumn(
+    checkColumns(
       result.fields.map((f) => f.name),
       idColumn,
+      options.tagsColumn,
       field,
     );
     if (options.idsQuery !== undefined) {

@@ -20,6 +20,11 @@ export interface SqlSourceOptions {
   query: string;
   /** The column whose value (as text) is the row's id. Default `id`. */
   idColumn?: string;
+  /**
+   * The column holding the row's purge tags: checked at start (the query must return it);
+   * the tags themselves are read by `withTagsColumn`.
+   */
+  tagsColumn?: string;
   /** Most connections open at once. Default 4. */
   poolSize?: number;
   /** A connection not established within this fails. Default 2,000 ms. */
@@ -186,16 +191,31 @@ export function seedFailed(field: string, err: unknown): ConfigError {
 }
 
 /**
- * Checks that the query's result `columns` include `idColumn`, by which rows are matched to ids.
+ * Checks that the query's result `columns` include `idColumn`, by which rows are matched to ids,
+ * and `tagsColumn` when one is set (a row without it could not be purged by its tags).
  *
- * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.query`, listing the columns it returns.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.query` (`<field>.tagsColumn`), listing
+ *   the columns it returns.
  */
-export function checkIdColumn(columns: readonly string[], idColumn: string, field: string): void {
-  if (columns.includes(idColumn)) return;
-  throw new ConfigError(
-    `${field}.query: returns no column "${idColumn}" (idColumn), by which rows are matched to ids; it returns ${columns.length === 0 ? 'no rows' : columns.join(', ')}`,
-    { field: `${field}.query` },
-  );
+export function checkColumns(
+  columns: readonly string[],
+  idColumn: string | undefined,
+  tagsColumn: string | undefined,
+  field: string,
+): void {
+  const returned = columns.length === 0 ? 'no columns' : columns.join(', ');
+  if (idColumn !== undefined && !columns.includes(idColumn)) {
+    throw new ConfigError(
+      `${field}.query: returns no column "${idColumn}" (idColumn), by which rows are matched to ids; it returns ${returned}`,
+      { field: `${field}.query` },
+    );
+  }
+  if (tagsColumn !== undefined && !columns.includes(tagsColumn)) {
+    throw new ConfigError(
+      `${field}.tagsColumn: the query returns no column "${tagsColumn}"; it returns ${returned}`,
+      { field: `${field}.tagsColumn` },
+    );
+  }
 }
 
 /**

@@ -3,6 +3,7 @@ import Database from 'better-sqlite3';
 import { ConfigError } from '../errors.js';
 import { ensureDemoCatalog } from './demo.js';
 import type { Source } from './source.js';
+import { checkColumns } from './sql.js';
 
 /** Options of {@link sqliteSource}. */
 export interface SqliteSourceOptions {
@@ -21,6 +22,11 @@ export interface SqliteSourceOptions {
    * first column is an id (text or integer). Gives the source `listIds`.
    */
   idsQuery?: string;
+  /**
+   * The column holding the row's purge tags: checked here (the query must return it); the
+   * tags themselves are read by `withTagsColumn`.
+   */
+  tagsColumn?: string;
 }
 
 /** How the parameter is bound: as the one positional parameter, or by its name. */
@@ -39,7 +45,8 @@ type Binding = 'positional' | 'named';
  * @param field - dotted path of these options in the configuration, used in error messages.
  * @throws {ConfigError} `ECC_BAD_CONFIG` naming `<field>.file` when the file cannot be opened
  *   (or seeded), or `<field>.query` (`<field>.idsQuery`) when the query does not compile,
- *   returns no rows, or does not take exactly one parameter, the id (the limit).
+ *   returns no rows, or does not take exactly one parameter, the id (the limit);
+ *   `<field>.tagsColumn` when the query returns no such column.
  */
 export function sqliteSource(options: SqliteSourceOptions, field = 'source'): Source {
   if (options.seed === 'demo') {
@@ -62,6 +69,12 @@ export function sqliteSource(options: SqliteSourceOptions, field = 'source'): So
   try {
     const statement = prepareReader(db, options.query, `${field}.query`);
     const binding = probeBinding(db, options.query, `${field}.query`, 'id');
+    checkColumns(
+      statement.columns().map((c) => c.name),
+      undefined,
+      options.tagsColumn,
+      field,
+    );
     const source: Source = {
       // async: a failed query rejects like every source's load, never throws in the caller.
       async load(id, { signal }) {

@@ -21,7 +21,7 @@ export function tagsOf(value: unknown): string[] {
  * A row with its tags, as `withPolicy` gives them to the store; anything but an object row
  * (none found, a negative answer) as it is.
  *
- * @throws {RowTagsError} `ECC_BAD_ROW_TAGS` when the row has no such column: a row stored
+ * @throws {RowTagsError} `ECC_BAD_ROW_TAGS` (`missingColumn`) when the row has no such column: a row stored
  *   untagged could never be purged by its tags, so a misnamed `tagsColumn` fails every load,
  *   loudly, instead of caching rows that tag purges silently miss.
  */
@@ -30,7 +30,7 @@ function tagged(row: unknown, column: string, id: string): unknown {
   if (!(column in row)) {
     throw new RowTagsError(
       `the row has no column "${column}" (source.tagsColumn): check the query returns it`,
-      { id },
+      { id, missingColumn: true },
     );
   }
   const tags = tagsOf((row as Record<string, unknown>)[column]);

@@ -457,7 +457,7 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
       if (at - lastForeignWarnMs < 60_000) return;
       lastForeignWarnMs = at;
       log.warn(
-        { table: name, id, fingerprint: found, expected: fingerprint },
+        { id, fingerprint: found, expected: fingerprint },
         'valkey holds a row of this table written by another source (another fingerprint): it is a miss, reloaded from this source; do two deployments share a namespace? (warned at most once a minute; echostore_foreign_rows_total counts every one)',
       );
     },
