@@ -96,7 +96,7 @@ export async function serve(argv: readonly string[]): Promise<void> {
   if (!room.enough) {
     log.warn(
       { neededBytes: room.neededBytes, ceilingBytes: room.ceilingBytes },
-      "V8's heap ceiling is below what the L1s may take: raise node's --max-old-space-size (docs/operations.md, memory)",
+      "V8's heap ceiling is below what the L1s may take: raise node's --max-old-space-size (ECHOSTORE_HEAP_MIB under npm start; docs/operations.md, memory)",
     );
   }
   const store = await createStore({

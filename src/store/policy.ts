@@ -206,7 +206,7 @@ export const TablePolicySchema = Type.Object(
         maximum: 10_000_000,
         default: 1_000_000,
         description:
-          'Callers that may wait on one flight; more are shed with `ECC_SHED`. A memory bound only: a waiter costs a few hundred bytes and no timer (one per table bounds every wait), so a herd of any size that fits in memory is answered by one load.',
+          'Callers that may wait on one flight; more are shed with `ECC_SHED`. A memory bound only: a waiter costs a few hundred bytes and no timer (one per table bounds every wait), so a herd of any size that fits in memory is answered by one load. Callers of one id in the same tick share one miss message and count as one group: it waits whole or is shed whole.',
       }),
     ),
     coalescing: Type.Optional(
