@@ -197,6 +197,27 @@ describe('the echostore CLI against a running service', () => {
     ).toEqual([]);
   });
 
+  it('shows a row a purge covers as purged, hard or soft, in L1 and L2', async () => {
+    for (const id of ['tagged2', 'plain2'])
+      await fetch(`${service.url}/v1/tables/${table}/items/${id}`);
+    const before = JSON.parse(
+      (await cli(['inspect', table, 'tagged2', '--json', ...remote])).stdout,
+    );
+    expect([before.l1.purged, before.l2.purged]).toEqual([null, null]);
+    expect((await cli(['purge', table, '--tag', 'blue', '--soft', ...remote])).code).toBe(0);
+    const soft = JSON.parse((await cli(['inspect', table, 'tagged2', '--json', ...remote])).stdout);
+    expect([soft.l1.purged, soft.l2.purged]).toEqual(['soft', 'soft']);
+    expect((await cli(['purge', table, '--tag', 'red', ...remote])).code).toBe(0);
+    const text = await cli(['inspect', table, 'tagged2', ...remote]);
+    expect(text.stdout).toMatch(
+      /L1 \(this instance\):\s+version \d+, purged \(the next read reloads it\)/m,
+    );
+    expect(text.stdout).toMatch(/L2 \(Valkey\):\s+version \d+, purged \(the next read reloads it\)/m);
+    // An untagged row no table purge covers stays fresh.
+    const plain = JSON.parse((await cli(['inspect', table, 'plain2', '--json', ...remote])).stdout);
+    expect([plain.l1.purged, plain.l2.purged]).toEqual([null, null]);
+  });
+
   it('names the lease holder while a load runs', async () => {
     const id = `${HOLD_PREFIX}cli`;
     const pending = fetch(`${service.url}/v1/tables/${table}/items/${id}`);

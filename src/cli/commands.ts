@@ -31,6 +31,8 @@ interface Row {
   l1TtlMs?: number;
   /** Absent from an instance of a release before tags were inspected. */
   tags?: string[];
+  /** A purge the instance knows of covers it; absent from a release before purges were inspected. */
+  purged?: 'hard' | 'soft' | null;
 }
 
 interface Inspection {
@@ -47,7 +49,13 @@ function describeRow(row: Row | null): string {
   if (row === null) return 'none';
   const what = row.negative ? 'not found (negative)' : `version ${row.version}`;
   const fresh =
-    row.softTtlMs >= 0 ? `fresh for ${seconds(row.softTtlMs)}` : `stale ${seconds(-row.softTtlMs)}`;
+    row.purged === 'hard'
+      ? 'purged (the next read reloads it)'
+      : row.purged === 'soft'
+        ? 'purged soft (served stale while one refresh runs)'
+        : row.softTtlMs >= 0
+          ? `fresh for ${seconds(row.softTtlMs)}`
+          : `stale ${seconds(-row.softTtlMs)}`;
   const l1 = row.l1TtlMs === undefined ? '' : `, leaves L1 in ${seconds(row.l1TtlMs)}`;
   const tags =
     row.tags === undefined

@@ -8,7 +8,7 @@ import { ValkeyUnavailableError } from '../errors.js';
 import { decodeHeader } from '../l2/format.js';
 import { leaseKey, valueKey } from '../l2/keys.js';
 import type { Store } from '../store/store.js';
-import { assertId } from '../store/table.js';
+import { assertId, type PurgeKind, type Table } from '../store/table.js';
 import type { AdminRouteOptions } from './auth.js';
 import { allowOnly } from './methods.js';
 import { ADMIN_ERRORS, ADMIN_SECURITY, errorResponses } from './openapi.js';
@@ -26,6 +26,8 @@ export interface L2Inspection {
   bytes: number;
   /** The purge tags stored in its header, in stored order; empty when untagged. */
   tags: string[];
+  /** A purge this instance knows of covers it (`hard`, `soft`), else null. */
+  purged: PurgeKind | null;
 }
 
 /** The lease of an id while one instance loads it. */
@@ -47,6 +49,12 @@ const nullable = (properties: Record<string, object>, description: string) => ({
 const int = { type: 'integer' } as const;
 const bool = { type: 'boolean' } as const;
 const tags = { type: 'array', items: { type: 'string' } } as const;
+const purged = {
+  type: ['string', 'null'],
+  enum: ['hard', 'soft', null],
+  description:
+    'A purge this instance knows of covers the row: `hard` (the next read reloads it), `soft` (served stale while one refresh runs); null: none.',
+} as const;
 
 const schema = {
   summary: 'What the cache holds for an id, layer by layer (admin)',
@@ -77,6 +85,7 @@ const schema = {
             deltaMs: int,
             bytes: int,
             tags,
+            purged,
           },
           "This instance's L1 row, or null.",
         ),
@@ -89,6 +98,7 @@ const schema = {
             deltaMs: int,
             bytes: int,
             tags,
+            purged,
           },
           'The Valkey value, or null (absent, or not of this format).',
         ),
@@ -119,7 +129,7 @@ export function inspectRoutes(app: FastifyInstance, store: Store, admin: AdminRo
       let l2: L2Inspection | null;
       let lease: LeaseInspection | null;
       try {
-        [l2, lease] = await Promise.all([readL2(store, name, id), readLease(store, name, id)]);
+        [l2, lease] = await Promise.all([readL2(store, table, id), readLease(store, name, id)]);
       } catch (cause) {
         throw new ValkeyUnavailableError('valkey did not answer the inspection', {
           table: name,
@@ -138,8 +148,8 @@ export function inspectRoutes(app: FastifyInstance, store: Store, admin: AdminRo
  * without a `TIME`: Valkey drops the key at `hardExpiresAt`, so its clock
  * reads `hardExpiresAt − PTTL` now.
  */
-async function readL2(store: Store, table: string, id: string): Promise<L2Inspection | null> {
-  const key = valueKey(table, id, store.namespace);
+async function readL2(store: Store, table: Table, id: string): Promise<L2Inspection | null> {
+  const key = valueKey(table.name, id, store.namespace);
   const [text, pttl] = await Promise.all([store.valkey.get(key), store.valkey.pttl(key)]);
   const header = text === null ? undefined : decodeHeader(text);
   if (text === null || header === undefined || pttl < 0) return null;
@@ -152,6 +162,7 @@ async function readL2(store: Store, table: string, id: string): Promise<L2Inspec
     deltaMs: header.deltaMs,
     bytes: Buffer.byteLength(text),
     tags: header.tags === '' ? [] : header.tags.split(' '),
+    purged: table.purgeOf(header.born, header.tags === '' ? undefined : header.tags.split(' ')),
   };
 }
 

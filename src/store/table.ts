@@ -123,7 +123,12 @@ export interface L1Inspection {
   bytes: number;
   /** Its purge tags, in stored order; empty when untagged. */
   tags: string[];
+  /** A purge this instance knows of covers it: `hard` (the next read reloads it), `soft` (served stale while one refresh runs), else null. */
+  purged: PurgeKind | null;
 }
+
+/** What a purge made of a row: dropped (`hard`) or stale (`soft`). */
+export type PurgeKind = 'hard' | 'soft';
 
 /**
  * The facade callers use for one table (cache-aside with single-flight).
@@ -641,7 +646,17 @@ export class Table {
       deltaMs: row.deltaMs,
       bytes: row.bytes,
       tags: [...(row.tags ?? [])],
+      purged: this.purgeOf(row.born, row.tags),
     };
+  }
+
+  /**
+   * Whether a purge this instance knows of covers a row read from the source at `born` (µs on
+   * Valkey's clock) with `tags` (diagnostics: `inspect`).
+   */
+  purgeOf(born: number, tags: readonly string[] | undefined): PurgeKind | null {
+    const state = this.#epochs.judge(born, tags);
+    return state === HARD_PURGED ? 'hard' : state === NOT_PURGED ? null : 'soft';
   }
 
   /** Remaining L1 lifetime of a row in milliseconds, 0 when absent (diagnostics and tests). */
