@@ -212,7 +212,9 @@ describe('the echostore CLI against a running service', () => {
     expect(text.stdout).toMatch(
       /L1 \(this instance\):\s+version \d+, purged \(the next read reloads it\)/m,
     );
-    expect(text.stdout).toMatch(/L2 \(Valkey\):\s+version \d+, purged \(the next read reloads it\)/m);
+    expect(text.stdout).toMatch(
+      /L2 \(Valkey\):\s+version \d+, purged \(the next read reloads it\)/m,
+    );
     // An untagged row no table purge covers stays fresh.
     const plain = JSON.parse((await cli(['inspect', table, 'plain2', '--json', ...remote])).stdout);
     expect([plain.l1.purged, plain.l2.purged]).toEqual([null, null]);
