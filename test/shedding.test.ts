@@ -181,6 +181,7 @@ describe('shedding and bounded waiting', () => {
     const table = uniqueTable('grow');
     let running = 0;
     let peak = 0;
+    let highestLimit = 0;
     const store = await openStore({
       [table]: {
         initialConcurrentLoads: 4,
@@ -188,7 +189,9 @@ describe('shedding and bounded waiting', () => {
         load: async (id) => {
           running++;
           peak = Math.max(peak, running);
-          await delay(5);
+          highestLimit = Math.max(highestLimit, t.stats().load_limit);
+          // 40 ms: a busy machine's scheduling delay stays well inside the 2 × tolerance.
+          await delay(40);
           running--;
           return { id };
         },
@@ -196,12 +199,13 @@ describe('shedding and bounded waiting', () => {
     });
     const t = store.table(table);
     expect(t.stats().load_limit).toBe(4);
-    const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => t.get(`g-${i}`)));
+    const answers = await Promise.all(Array.from({ length: 200 }, (_, i) => t.get(`g-${i}`)));
     expect(answers.every((a) => a.found)).toBe(true);
     // Counted at the source: more than the limit it started at, never more than the ceiling.
     expect(peak).toBeGreaterThan(4);
     expect(peak).toBeLessThanOrEqual(64);
-    expect(t.stats().load_limit).toBeGreaterThan(4);
+    // Seen while the burst ran (once it has drained, a withdrawn headroom is no failure).
+    expect(highestLimit).toBeGreaterThan(4);
     expect(await metricValue(store, 'echostore_shed_total', table)).toBe(0);
   });
 
