@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { MIN_BINLOG_HEADER, MIN_LSN_HEADER, type ReadAfter } from '../changes/read-your-writes.js';
 import { BadRequestError, BadValueError, NotFoundError } from '../errors.js';
 import { entityTagOf } from '../store/answers.js';
+import type { TablePolicy } from '../store/policy.js';
 import type { Store } from '../store/store.js';
 import type { ReadResult } from '../store/types.js';
 import type { AdminRouteOptions } from './auth.js';
@@ -119,9 +120,10 @@ export function itemRoutes(
     const readYourWrites = minLsn !== undefined || minBinlog !== undefined;
     const ryw = readAfter(table);
     let result: ReadResult;
+    let status: string;
     if (!readYourWrites) {
       result = await (store.traced ? inCallerTrace(request.headers, () => t.get(id)) : t.get(id));
-      reply.header('cache-status', cacheStatus(result));
+      status = cacheStatus(result);
     } else {
       if (ryw === undefined) {
         throw new BadRequestError(
@@ -141,17 +143,12 @@ export function itemRoutes(
       const answer = await ryw.read(t, id, ryw.format.parse(at));
       result = answer.result;
       // An extension parameter (RFC 9211 §2.8): how the answer was made at least that new.
-      reply.header('cache-status', `${cacheStatus(result)}; ryw=${answer.via}`);
+      status = `${cacheStatus(result)}; ryw=${answer.via}`;
     }
-    const caching = cachingHeaders(result, t.policy);
-    if (caching !== undefined) {
-      // One client's read-your-writes answer is not for a shared cache to reuse (RFC 9111 §5.2.2.5).
-      reply
-        .header('cache-control', readYourWrites ? 'no-store' : caching['cache-control'])
-        .header('age', caching.age);
+    const headers = readHeaders(result, t.policy, status, ryw, readYourWrites);
+    for (let i = 0; i < headers.length; i += 2) {
+      reply.header(headers[i] as string, headers[i + 1]);
     }
-    // A cache in front must not answer a read-your-writes request with a copy of a plain read.
-    if (ryw !== undefined) reply.header('vary', ryw.format.header);
     if (!result.found) {
       return sendError(
         request,
@@ -268,6 +265,32 @@ function noneMatch(header: string | undefined, etag: string): boolean {
 
 /** The cache's name in `Cache-Status` (RFC 9211 §2). */
 export const CACHE_NAME = 'echostore';
+
+/**
+ * The headers a read's answer carries before its `ETag`, in their order, as name/value pairs
+ * (Node's `writeHead` array): `Cache-Status` (`status`), then `Cache-Control` and `Age` when
+ * the table sends caching headers, then `Vary` on the read-your-writes header of a table that
+ * follows a change stream (`ryw`), so that a cache in front never answers a read-your-writes
+ * request with a copy of a plain read. A read-your-writes answer (`readYourWrites`) is
+ * `no-store`: one client's answer is not for a shared cache to reuse (RFC 9111 §5.2.2.5).
+ * The item route and the L1 hit answered before fastify (`l1-hits.ts`) both send these.
+ */
+export function readHeaders(
+  result: ReadResult,
+  policy: TablePolicy,
+  status: string,
+  ryw: ReadAfter | undefined,
+  readYourWrites: boolean,
+): string[] {
+  const out = ['cache-status', status];
+  const caching = cachingHeaders(result, policy);
+  if (caching !== undefined) {
+    out.push('cache-control', readYourWrites ? 'no-store' : caching['cache-control']);
+    out.push('age', caching.age);
+  }
+  if (ryw !== undefined) out.push('vary', ryw.format.header);
+  return out;
+}
 
 /**
  * The `Cache-Status` header value of a read (RFC 9211).

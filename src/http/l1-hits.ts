@@ -16,8 +16,7 @@ import { MIN_BINLOG_HEADER, MIN_LSN_HEADER, type ReadAfter } from '../changes/re
 import { entityTagOf } from '../store/answers.js';
 import type { Store } from '../store/store.js';
 import type { Table } from '../store/table.js';
-import { cachingHeaders } from './cache-control.js';
-import { cacheStatus, JSON_TYPE } from './items.js';
+import { cacheStatus, JSON_TYPE, readHeaders } from './items.js';
 
 const TABLES = '/v1/tables/';
 const ITEMS = '/items/';
@@ -100,14 +99,8 @@ export function answerL1Hits(server: Server, options: L1HitOptions): void {
     const result = table.hit(url.slice(slash + ITEMS.length));
     if (result === undefined) return false;
     const json = result.json;
-    // The item route's order: Cache-Status, Cache-Control and Age, Vary, ETag, then the body's.
-    const out = ['cache-status', cacheStatus(result)];
-    const caching = cachingHeaders(result, table.policy);
-    if (caching !== undefined) {
-      out.push('cache-control', caching['cache-control'], 'age', caching.age);
-    }
-    const ryw = readAfter(name);
-    if (ryw !== undefined) out.push('vary', ryw.format.header);
+    // The item route's headers in its order, then the ETag and the body's.
+    const out = readHeaders(result, table.policy, cacheStatus(result), readAfter(name), false);
     out.push(
       'etag',
       entityTagOf(result),
