@@ -61,6 +61,11 @@ export class ChangeFollower {
     void this.#tick();
   }
 
+  /** The stream's name (its replication slot, or its binlog stream): it names its lease and position. */
+  get streamName(): string {
+    return this.#o.stream.name;
+  }
+
   /** True while this instance reads the stream (it holds the lease and the database streams to it). */
   get reading(): boolean {
     return this.#run?.streaming === true;

@@ -6,7 +6,6 @@ import { DEFAULT_ID_COLUMN } from '../sources/sql.js';
 import type { Store } from '../store/store.js';
 import {
   DEFAULT_READ_YOUR_WRITES_WAIT_MS,
-  defaultSlot,
   followMysql,
   followPostgres,
   tableTarget,
@@ -70,39 +69,36 @@ export async function startFollowers(
       ),
     );
   try {
+    // Each table's read-your-writes reads the position its follower's stream keeps.
     for (const { name, source, follow } of followed) {
-      const slot = follow.slot ?? defaultSlot(name, namespace);
-      readAfterOf(name, slot, follow.readYourWritesWaitMs, {
+      const follower = await followPostgres(
+        name,
+        { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
+        follow,
+        tableTarget(store.table(name), follow.mode),
+        deps,
+        `tables.${name}.source.follow`,
+      );
+      followers.push(follower);
+      readAfterOf(name, follower.streamName, follow.readYourWritesWaitMs, {
         header: MIN_LSN_HEADER,
         parse: parseLsn,
       });
-      followers.push(
-        await followPostgres(
-          name,
-          { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
-          follow,
-          tableTarget(store.table(name), follow.mode),
-          deps,
-          `tables.${name}.source.follow`,
-        ),
-      );
     }
     // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off).
     for (const { name, source, follow } of binlogs) {
-      const stream = follow.stream ?? defaultSlot(name, namespace);
-      readAfterOf(name, stream, follow.readYourWritesWaitMs, {
+      const follower = followMysql(
+        name,
+        { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
+        follow,
+        tableTarget(store.table(name), follow.mode),
+        deps,
+      );
+      followers.push(follower);
+      readAfterOf(name, follower.streamName, follow.readYourWritesWaitMs, {
         header: MIN_BINLOG_HEADER,
         parse: parseBinlogPosition,
       });
-      followers.push(
-        followMysql(
-          name,
-          { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
-          follow,
-          tableTarget(store.table(name), follow.mode),
-          deps,
-        ),
-      );
     }
   } catch (err) {
     await Promise.all(followers.map((f) => f.close()));
