@@ -243,6 +243,18 @@ describe('the echostore CLI against a running service', () => {
     expect(origin.readsOf('p1')).toBe(2);
   });
 
+  it('refuses the ids . and .. with the usage exit code: a URL would send them elsewhere', async () => {
+    for (const args of [
+      ['inspect', table, '.'],
+      ['inspect', table, '..'],
+      ['purge', table, '..'],
+    ]) {
+      const r = await cli([...args, ...remote]);
+      expect(r.code, r.stderr).toBe(64);
+      expect(r.stderr).toContain('dot-segment');
+    }
+  });
+
   it('purges the whole table, soft or hard: the next read of each row loads it again', async () => {
     for (const id of ['a1', 'a2']) await fetch(`${service.url}/v1/tables/${table}/items/${id}`);
     expect([origin.readsOf('a1'), origin.readsOf('a2')]).toEqual([1, 1]);

@@ -14,6 +14,7 @@ import {
   RemoteError,
   UnreachableError,
   UnreadableFileError,
+  UsageError,
 } from './remote.js';
 
 /** Exit codes, documented in docs/cli.md. */
@@ -84,8 +85,6 @@ overrides, the defaults, then each source and warm-up as far as no server is nee
 files and queries, URLs, warm-up files), connecting to no server. What only a server can
 tell (Valkey, a database, a change stream) is left to serve. Exit 0 when valid, 2 when not.`,
 };
-
-class UsageError extends Error {}
 
 /** Runs one command line; resolves with its exit code (`serve` never resolves: it runs until stopped). */
 export async function run(argv: readonly string[], out = print, err = printErr): Promise<number> {

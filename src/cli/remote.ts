@@ -113,7 +113,17 @@ export function under(base: string, path: string): URL {
   return url;
 }
 
-/** `/v1/tables/<table>/items/<id>` with both parts percent-encoded. */
+/** A command line the CLI refuses before it sends anything (exit 64, with the command's help). */
+export class UsageError extends Error {}
+
+/**
+ * `/v1/tables/<table>/items/<id>` with both parts percent-encoded.
+ * @throws UsageError for the ids `.` and `..`: a URL client resolves them as
+ *   dot-segments, even percent-encoded (WHATWG URL), so the request would reach another route.
+ */
 export function itemPath(prefix: string, table: string, id: string): string {
+  if (id === '.' || id === '..') {
+    throw new UsageError(`the id "${id}" cannot be sent in a URL path (it is a dot-segment)`);
+  }
   return `${prefix}/tables/${encodeURIComponent(table)}/items/${encodeURIComponent(id)}`;
 }
