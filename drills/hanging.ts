@@ -9,7 +9,8 @@ import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
-import { bump, columns, listCounts, percentile, round } from './lib/report.js';
+import { bump, columns, listCounts, percentile, round, verdict } from './lib/report.js';
+import { originConfig } from './lib/store.js';
 import { drillValkey } from './lib/valkey-target.js';
 
 const args = drillArgs({
@@ -58,18 +59,15 @@ async function main() {
   let service: Service | undefined;
   const phases: Phase[] = [];
   try {
-    service = await startService({
-      valkey: valkey.section,
-      log: { level: 'error' },
-      tables: {
-        [TABLE]: {
-          source: { kind: 'http', url: origin.template },
-          loadTimeoutMs: LOAD_TIMEOUT_MS,
-          maxConcurrentLoads: MAX_CONCURRENT_LOADS,
-          maxOverdueLoads: MAX_OVERDUE_LOADS,
-        },
-      },
-    });
+    const policy = {
+      loadTimeoutMs: LOAD_TIMEOUT_MS,
+      maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+      maxOverdueLoads: MAX_OVERDUE_LOADS,
+    };
+    const quiet = { log: { level: 'error' } };
+    service = await startService(
+      originConfig(valkey.section, TABLE, origin.template, policy, quiet),
+    );
     const url = service.url;
     // Warm-up, not counted: the first requests pay for JIT and connections.
     for (let i = 0; i < 200; i++) await get(itemUrl(url, TABLE, `warm-${run}-${i}`));
@@ -173,7 +171,7 @@ function render(r: Awaited<ReturnType<typeof main>>): string {
     `laws with ${l.hanging}`,
     `answered ≥ 95 %: ${l.answered}; p95 ≤ ${r.healthyP95BoundMs} ms: ${l.latency}; hanging ≤ ${r.loadTimeoutMs + HANGING_SLACK_MS} ms: ${l.hangingBounded}; origin ≤ ${r.maxConcurrentLoads + r.maxOverdueLoads} open: ${l.concurrency}`,
   ]);
-  return `hanging drill: ${r.readers} healthy readers of cold ids, source latency ${r.sourceLatencyMs} ms, ${r.phaseS} s per phase, loadTimeoutMs ${r.loadTimeoutMs}, on ${r.valkey}\n${columns([...rows, ...laws])}\n${r.pass ? 'PASS' : 'FAIL'}: hanging ids ${r.pass ? 'do not starve' : 'starve'} the table\n`;
+  return `hanging drill: ${r.readers} healthy readers of cold ids, source latency ${r.sourceLatencyMs} ms, ${r.phaseS} s per phase, loadTimeoutMs ${r.loadTimeoutMs}, on ${r.valkey}\n${columns([...rows, ...laws])}\n${verdict(r.pass)}: hanging ids ${r.pass ? 'do not starve' : 'starve'} the table\n`;
 }
 
 runDrill('hanging', args.json, main, render);

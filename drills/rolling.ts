@@ -12,7 +12,7 @@ import { itemUrl, timedGet } from './lib/http.js';
 import { Loops } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
 import { bump, columns, listCounts, p50p99 } from './lib/report.js';
-import { connectAdmin, dropTable } from './lib/store.js';
+import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
 const args = drillArgs({
   loops: int(16, 1, 256),
@@ -109,18 +109,11 @@ async function main() {
   };
   try {
     origin = await startOrigin(args['latency-ms']);
-    const config = {
-      valkey: { url: args.valkey },
-      http: { shutdownDelayMs: args['delay-ms'] },
-      tables: {
-        [TABLE]: {
-          source: { kind: 'http', url: origin.template },
-          // Each instance warms the hot ids before it says ready: from the origin
-          // the first time (one read per id across the pair), from Valkey after the restart.
-          warm: { ids: hotIds },
-        },
-      },
-    };
+    // Each instance warms the hot ids before it says ready: from the origin
+    // the first time (one read per id across the pair), from Valkey after the restart.
+    const warm = { warm: { ids: hotIds } };
+    const drain = { http: { shutdownDelayMs: args['delay-ms'] } };
+    const config = originConfig({ url: args.valkey }, TABLE, origin.template, warm, drain);
     const started = await Promise.all([startService(config), startService(config)]);
     services.push(...started);
     for (const s of started) reaper.track(s.process);

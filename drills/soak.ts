@@ -17,7 +17,7 @@ import { hotId, type Kind, mixedLoad } from './lib/mix.js';
 import { Reaper } from './lib/reaper.js';
 import { bump } from './lib/report.js';
 import { type AtRest, type MemorySample, renderSoak, soakReport } from './lib/soak-report.js';
-import { connectAdmin, dropTable } from './lib/store.js';
+import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
 const args = drillArgs({
   seconds: int(120, 1),
@@ -127,18 +127,15 @@ async function main() {
     origin = await startOrigin(args['latency-ms']);
     // The drill exercises open writes; an inherited token would turn every PUT and DELETE into a 401.
     delete process.env.ECHOSTORE_ADMIN_TOKEN;
-    service = await startService({
-      valkey: { url: valkey },
-      log: { level: 'warn' },
-      tables: {
-        [table]: {
-          source: { kind: 'http', url: origin.template },
-          maxConcurrentLoads: MAX_CONCURRENT_LOADS,
-          // Bytes bind, not rows: the cold ids fill L1 to its byte bound, and the run shows it stays there.
-          l1: { maxBytes: args['l1-mib'] * 2 ** 20, maxEntries: 10_000_000 },
-        },
-      },
-    });
+    const policy = {
+      maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+      // Bytes bind, not rows: the cold ids fill L1 to its byte bound, and the run shows it stays there.
+      l1: { maxBytes: args['l1-mib'] * 2 ** 20, maxEntries: 10_000_000 },
+    };
+    const warn = { log: { level: 'warn' } };
+    service = await startService(
+      originConfig({ url: valkey }, table, origin.template, policy, warn),
+    );
     reaper.track(service.process);
     const url = service.url;
     const ready = (await (await fetch(`${url}/readyz`)).json()) as { status?: string };
