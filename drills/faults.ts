@@ -20,7 +20,6 @@ import {
   FAULT_VALKEY as VALKEY,
 } from './lib/fault-policy.js';
 import {
-  type Check,
   type FaultReport,
   type PhaseRow,
   phaseRow,
@@ -39,6 +38,7 @@ import {
   type RefusalDrill,
   readOnlyAndBack,
 } from './lib/refusals.js';
+import type { Check } from './lib/report.js';
 
 const args = drillArgs({
   loops: int(20, 1, 200),
