@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
-import { itemUrl, timedGet } from './lib/http.js';
+import { itemUrl, timed } from './lib/http.js';
 import { Loops } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
 import { bump, columns, listCounts, p50p99 } from './lib/report.js';
@@ -60,7 +60,7 @@ function roundRobin(backends: Backend[], ids: () => string): Loops<Sent> {
       const b = ready[next++ % ready.length];
       if (b === undefined) return undefined;
       const at = performance.now();
-      const r = await timedGet(itemUrl(b.url, TABLE, ids()), REQUEST_TIMEOUT_MS);
+      const r = await timed(itemUrl(b.url, TABLE, ids()), REQUEST_TIMEOUT_MS);
       return { phase, backend: b.label, status: r.status, code: r.code, ms: r.ms, at };
     },
   });

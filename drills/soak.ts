@@ -11,8 +11,7 @@ import { metric, scrape } from '../harness/metrics.js';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { errorCode, itemUrl } from './lib/http.js';
-import { inLanes } from './lib/load.js';
+import { errorCode, readItems } from './lib/http.js';
 import { hotId, type Kind, mixedLoad } from './lib/mix.js';
 import { Reaper } from './lib/reaper.js';
 import { bump } from './lib/report.js';
@@ -69,11 +68,8 @@ async function memory(url: string, table: string): Promise<MemorySample> {
 /** GETs every hot id once (`concurrency` at a time), so the run starts with them in L1. */
 async function warm(url: string, table: string, concurrency: number) {
   const ids = Array.from({ length: args['hot-ids'] }, (_, i) => hotId(i));
-  await inLanes(concurrency, ids, async (id) => {
-    const res = await fetch(itemUrl(url, table, id));
-    await res.arrayBuffer();
-    if (res.status !== 200) throw new Error(`warm-up GET ${id} answered ${res.status}`);
-  });
+  const failed = (await readItems(url, table, ids, concurrency)).find((r) => r.status !== 200);
+  if (failed) throw new Error(`warm-up GET ${failed.id} answered ${failed.status}`);
 }
 
 /** Polls the table's stats until `flights` and `mailbox_depth` are 0, or `SETTLE_MS` passes. */

@@ -89,9 +89,6 @@ export async function answer(
   return kept;
 }
 
-/** One timed GET, bounded by `timeoutMs`; never rejects. */
-export const timedGet = (url: string, timeoutMs: number): Promise<Timed> => timed(url, timeoutMs);
-
 /** A GET of an origin's row through a service: {@link Timed}, and what the counting origin stamped on it. */
 export interface OriginRead extends Timed {
   id: string;
