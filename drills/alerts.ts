@@ -17,8 +17,11 @@ import { freePort } from '../harness/free-port.js';
 import { type Service, startServices } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
+import { itemUrl, timed } from './lib/http.js';
 import { Loops } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
+import { verdict } from './lib/report.js';
+import { originConfig } from './lib/store.js';
 
 const args = drillArgs({ scale: int(10, 1, 60), 'phase-s': int(16, 8, 300) });
 
@@ -107,15 +110,14 @@ async function main(): Promise<AlertsReport> {
   const valkey = await spawnValkey();
   const origin = await switchableOrigin();
   const table = 'alerts';
-  const services: Service[] = await startServices(
-    2,
-    {
-      valkey: { url: valkey.url },
-      tables: { [table]: { source: { kind: 'http', url: origin.template }, loadTimeoutMs: 4_000 } },
-    },
-    (child) => reaper.track(child),
-  );
+  const config = originConfig({ url: valkey.url }, table, origin.template, {
+    loadTimeoutMs: 4_000,
+  });
+  const services = await startServices(2, config, (child) => reaper.track(child));
   const [a, b] = services as [Service, Service];
+  /** GETs `id` on `s` with no client timeout; its status (0: no answer). */
+  const status = async (s: Service, id: string) =>
+    (await timed(itemUrl(s.url, table, id), 600_000)).status;
   const dir = mkdtempSync(join(tmpdir(), 'echostore-alerts-'));
   writeFileSync(
     join(dir, 'alerts.yml'),
@@ -167,12 +169,7 @@ async function main(): Promise<AlertsReport> {
     maxDurationMs: 7 * phaseMs + 60_000,
     step: async () => {
       const id = `id-${next++}`;
-      for (const s of [a, b]) {
-        void fetch(`${s.url}/v1/tables/${table}/items/${id}`).then(
-          (r) => r.arrayBuffer(),
-          () => undefined,
-        );
-      }
+      for (const s of [a, b]) void status(s, id);
       return undefined;
     },
   });
@@ -265,25 +262,13 @@ async function main(): Promise<AlertsReport> {
   // B dies holding leases: it reads ids only it has asked for, and is SIGKILLed while the source
   // takes 3 s over each; then A reads them, waits out B's unrenewed leases and takes them over.
   const held = ['held-0', 'held-1', 'held-2'];
-  for (const id of held) {
-    void fetch(`${b.url}/v1/tables/${table}/items/${id}`).then(
-      (r) => r.arrayBuffer(),
-      () => undefined,
-    );
-  }
+  for (const id of held) void status(b, id);
   for (let i = 0; held.some((id) => !origin.state.held.has(id)); i++) {
     if (i > 100) throw new Error('B did not read the held ids within 5 s');
     await sleep(50);
   }
   b.process.kill('SIGKILL');
-  const takenOver = Promise.all(
-    held.map((id) =>
-      fetch(`${a.url}/v1/tables/${table}/items/${id}`).then(
-        (r) => r.status,
-        () => 0,
-      ),
-    ),
-  );
+  const takenOver = Promise.all(held.map((id) => status(a, id)));
   const bHost = new URL(b.url).host;
   await phase(
     'down',
@@ -342,7 +327,7 @@ function render(r: AlertsReport): string {
       `  ${p.ok ? 'ok  ' : 'FAIL'} panel ${p.panel}: ${p.during.toFixed(2)} during the fault`,
     );
   }
-  lines.push(r.pass ? 'PASS' : 'FAIL');
+  lines.push(verdict(r.pass));
   return `${lines.join('\n')}\n`;
 }
 

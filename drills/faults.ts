@@ -20,14 +20,13 @@ import {
   FAULT_VALKEY as VALKEY,
 } from './lib/fault-policy.js';
 import {
-  type Check,
   type FaultReport,
   type PhaseRow,
   phaseRow,
   renderFaults,
   type Sample,
 } from './lib/fault-report.js';
-import { itemUrl, timedGet } from './lib/http.js';
+import { itemUrl, timed } from './lib/http.js';
 import { Loops, pick } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
 import { readyAgain, recovery } from './lib/recovery.js';
@@ -39,6 +38,7 @@ import {
   type RefusalDrill,
   readOnlyAndBack,
 } from './lib/refusals.js';
+import type { Check } from './lib/report.js';
 
 const args = drillArgs({
   loops: int(20, 1, 200),
@@ -54,7 +54,7 @@ const HOLDERS_READERS = 50;
 
 /** A timed GET of `id` on `service`. */
 const get = (service: { url: string }, id: string) =>
-  timedGet(itemUrl(service.url, TABLE, id), REQUEST_TIMEOUT_MS);
+  timed(itemUrl(service.url, TABLE, id), REQUEST_TIMEOUT_MS);
 
 /** Phase 9: A holds the lease of a held id and dies; B's readers wait for the takeover. */
 async function leaseHolderDies(a: Service, b: Service, origin: Origin) {

@@ -10,8 +10,9 @@ import { HOLD_PREFIX, type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, SKEW_CLOCK, startService, withServices } from '../harness/service.js';
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
-import { itemUrl, timedGet } from './lib/http.js';
-import { columns, median, p50p99 } from './lib/report.js';
+import { type OriginRead, readItem } from './lib/http.js';
+import { columns, median, p50p99, verdict } from './lib/report.js';
+import { originConfig } from './lib/store.js';
 
 const args = drillArgs({
   scenario: oneOf('all', 'skew', 'holder', 'admission'),
@@ -20,20 +21,12 @@ const args = drillArgs({
 
 const run = randomBytes(3).toString('hex');
 
-function config(origin: Origin, table: string, policy: object = {}) {
-  return {
-    valkey: { url: args.valkey },
-    log: { level: 'error' },
-    tables: { [table]: { source: { kind: 'http', url: origin.template }, ...policy } },
-  };
-}
+const config = (origin: Origin, table: string, policy: object = {}) =>
+  originConfig({ url: args.valkey }, table, origin.template, policy, { log: { level: 'error' } });
 
 /** What one GET showed: status, the origin's read number, and Cache-Status. */
-async function get(s: Service, table: string, id: string, timeoutMs = 10_000) {
-  const t = await timedGet(itemUrl(s.url, table, id), timeoutMs);
-  const body = t.status === 200 ? (JSON.parse(t.body) as { read: number }) : undefined;
-  return { ...t, read: body?.read };
-}
+const get = (s: Service, table: string, id: string, timeoutMs = 10_000) =>
+  readItem(s.url, table, id, timeoutMs);
 
 async function skew() {
   const table = `skew-${run}`;
@@ -136,16 +129,13 @@ async function holder() {
 const idsOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
 
 /** The p99 of `results`' latencies, ms (0 when none). */
-const p99Of = (results: Array<{ ms: number }>) =>
-  results.length === 0
-    ? 0
-    : p50p99(
-        results.map((r) => r.ms),
-        0,
-      ).p99Ms;
+function p99Of(results: Array<{ ms: number }>): number {
+  const ms = results.map((r) => r.ms);
+  return ms.length === 0 ? 0 : p50p99(ms, 0).p99Ms;
+}
 
 /** Counts and p99s of one burst's answers. */
-function tally(results: Array<Awaited<ReturnType<typeof get>>>) {
+function tally(results: OriginRead[]) {
   const shed = results.filter((r) => r.code === 'ECC_SHED');
   const ok = results.filter((r) => r.status === 200);
   return {
@@ -264,7 +254,6 @@ async function main() {
 
 function render(r: Awaited<ReturnType<typeof main>>): string {
   const out: string[] = [];
-  const verdict = (pass: boolean) => (pass ? 'PASS' : 'FAIL');
   if (r.skew !== undefined) {
     const s = r.skew;
     out.push(

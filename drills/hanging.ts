@@ -5,11 +5,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
+import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
-import { bump, columns, listCounts, percentile, round } from './lib/report.js';
+import { bump, columns, listCounts, percentile, round, verdict } from './lib/report.js';
+import { originConfig } from './lib/store.js';
 import { drillValkey } from './lib/valkey-target.js';
 
 const args = drillArgs({
@@ -31,24 +32,70 @@ const PHASES = [0, 16, 40];
  */
 const HANGING_SLACK_MS = 2_500;
 
-interface Phase {
-  hanging: number;
-  healthy: number;
-  healthyAnswered: number;
-  healthyAnsweredShare: number;
-  healthyP50Ms: number;
-  healthyP95Ms: number;
-  healthyCodes: Record<string, number>;
-  hangingAnswers: number;
-  hangingCodes: Record<string, number>;
-  hangingMaxMs: number;
-  originPeakOpen: number;
-}
-
 /** One GET (no client timeout): its error code (`ok` when 200), and how long it took, ms. */
 async function get(url: string): Promise<{ code: string; ms: number }> {
   const r = await timed(url, 600_000);
   return { code: r.status === 200 ? 'ok' : (r.code ?? String(r.status)), ms: r.ms };
+}
+
+/** One phase: `hanging` ids whose origin never answers, asked beside `--readers` healthy readers. */
+async function runPhase(origin: Origin, url: string, run: string, hanging: number) {
+  const openAtStart = origin.open();
+  let peakOpen = openAtStart;
+  const sampler = setInterval(() => {
+    peakOpen = Math.max(peakOpen, origin.open());
+  }, 5);
+  const endAt = performance.now() + args['phase-s'] * 1000;
+  const healthyMs: number[] = [];
+  const healthyCodes: Record<string, number> = {};
+  const hangingCodes: Record<string, number> = {};
+  let hangingMaxMs = 0;
+  let hangingAnswers = 0;
+  const askHanging = async (id: string) => {
+    while (performance.now() < endAt) {
+      const r = await get(itemUrl(url, TABLE, id));
+      hangingAnswers++;
+      bump(hangingCodes, r.code);
+      hangingMaxMs = Math.max(hangingMaxMs, r.ms);
+      // A client that backs off a little after a refusal.
+      if (r.code !== 'ECC_LOAD_TIMEOUT') await sleep(20);
+    }
+  };
+  const askHealthy = async (reader: number) => {
+    // The hanging callers go first, so their loads hold slots before the healthy ones come.
+    await sleep(hanging === 0 ? 0 : 100);
+    for (let i = 0; performance.now() < endAt; i++) {
+      const r = await get(itemUrl(url, TABLE, `ok-${run}-${hanging}-${reader}-${i}`));
+      bump(healthyCodes, r.code);
+      if (r.code === 'ok') healthyMs.push(r.ms);
+    }
+  };
+  await Promise.all([
+    ...Array.from({ length: hanging }, (_, i) =>
+      askHanging(`${HOLD_PREFIX}${run}-${hanging}-${i}`),
+    ),
+    ...Array.from({ length: args.readers }, (_, r) => askHealthy(r)),
+  ]);
+  clearInterval(sampler);
+  const healthy = Object.values(healthyCodes).reduce((a, b) => a + b, 0);
+  // The last hanging loads are aborted at loadTimeoutMs: let them go before the next phase.
+  const settleBy = performance.now() + LOAD_TIMEOUT_MS + 1_000;
+  while (origin.open() > 0 && performance.now() < settleBy) {
+    await sleep(50);
+  }
+  return {
+    hanging,
+    healthy,
+    healthyAnswered: healthyMs.length,
+    healthyAnsweredShare: round(healthyMs.length / Math.max(1, healthy), 4),
+    healthyP50Ms: round(percentile(healthyMs, 50), 1),
+    healthyP95Ms: round(percentile(healthyMs, 95), 1),
+    healthyCodes,
+    hangingAnswers,
+    hangingCodes,
+    hangingMaxMs: Math.round(hangingMaxMs),
+    originPeakOpen: peakOpen,
+  };
 }
 
 async function main() {
@@ -56,87 +103,27 @@ async function main() {
   const valkey = await drillValkey(args.valkey, false);
   const run = randomBytes(4).toString('hex');
   let service: Service | undefined;
-  const phases: Phase[] = [];
+  const phases: Array<Awaited<ReturnType<typeof runPhase>>> = [];
   try {
-    service = await startService({
-      valkey: valkey.section,
-      log: { level: 'error' },
-      tables: {
-        [TABLE]: {
-          source: { kind: 'http', url: origin.template },
-          loadTimeoutMs: LOAD_TIMEOUT_MS,
-          maxConcurrentLoads: MAX_CONCURRENT_LOADS,
-          maxOverdueLoads: MAX_OVERDUE_LOADS,
-        },
-      },
-    });
+    const policy = {
+      loadTimeoutMs: LOAD_TIMEOUT_MS,
+      maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+      maxOverdueLoads: MAX_OVERDUE_LOADS,
+    };
+    const quiet = { log: { level: 'error' } };
+    service = await startService(
+      originConfig(valkey.section, TABLE, origin.template, policy, quiet),
+    );
     const url = service.url;
     // Warm-up, not counted: the first requests pay for JIT and connections.
     for (let i = 0; i < 200; i++) await get(itemUrl(url, TABLE, `warm-${run}-${i}`));
-    for (const hanging of PHASES) {
-      const openAtStart = origin.open();
-      let peakOpen = openAtStart;
-      const sampler = setInterval(() => {
-        peakOpen = Math.max(peakOpen, origin.open());
-      }, 5);
-      const endAt = performance.now() + args['phase-s'] * 1000;
-      const healthyMs: number[] = [];
-      const healthyCodes: Record<string, number> = {};
-      const hangingCodes: Record<string, number> = {};
-      let hangingMaxMs = 0;
-      let hangingAnswers = 0;
-      const askHanging = async (id: string) => {
-        while (performance.now() < endAt) {
-          const r = await get(itemUrl(url, TABLE, id));
-          hangingAnswers++;
-          bump(hangingCodes, r.code);
-          hangingMaxMs = Math.max(hangingMaxMs, r.ms);
-          // A client that backs off a little after a refusal.
-          if (r.code !== 'ECC_LOAD_TIMEOUT') await sleep(20);
-        }
-      };
-      const askHealthy = async (reader: number) => {
-        // The hanging callers go first, so their loads hold slots before the healthy ones come.
-        await sleep(hanging === 0 ? 0 : 100);
-        for (let i = 0; performance.now() < endAt; i++) {
-          const r = await get(itemUrl(url, TABLE, `ok-${run}-${hanging}-${reader}-${i}`));
-          bump(healthyCodes, r.code);
-          if (r.code === 'ok') healthyMs.push(r.ms);
-        }
-      };
-      await Promise.all([
-        ...Array.from({ length: hanging }, (_, i) =>
-          askHanging(`${HOLD_PREFIX}${run}-${hanging}-${i}`),
-        ),
-        ...Array.from({ length: args.readers }, (_, r) => askHealthy(r)),
-      ]);
-      clearInterval(sampler);
-      const healthy = Object.values(healthyCodes).reduce((a, b) => a + b, 0);
-      phases.push({
-        hanging,
-        healthy,
-        healthyAnswered: healthyMs.length,
-        healthyAnsweredShare: round(healthyMs.length / Math.max(1, healthy), 4),
-        healthyP50Ms: round(percentile(healthyMs, 50), 1),
-        healthyP95Ms: round(percentile(healthyMs, 95), 1),
-        healthyCodes,
-        hangingAnswers,
-        hangingCodes,
-        hangingMaxMs: Math.round(hangingMaxMs),
-        originPeakOpen: peakOpen,
-      });
-      // The last hanging loads are aborted at loadTimeoutMs: let them go before the next phase.
-      const settleBy = performance.now() + LOAD_TIMEOUT_MS + 1_000;
-      while (origin.open() > 0 && performance.now() < settleBy) {
-        await sleep(50);
-      }
-    }
+    for (const hanging of PHASES) phases.push(await runPhase(origin, url, run, hanging));
   } finally {
     await service?.stop();
     await origin.close();
     await valkey.close();
   }
-  const base = phases[0] as Phase;
+  const base = phases[0] as (typeof phases)[number];
   const boundMs = 2 * base.healthyP95Ms + 10;
   const concurrencyBound = MAX_CONCURRENT_LOADS + MAX_OVERDUE_LOADS;
   const laws = phases.slice(1).map((p) => ({
@@ -173,7 +160,7 @@ function render(r: Awaited<ReturnType<typeof main>>): string {
     `laws with ${l.hanging}`,
     `answered ≥ 95 %: ${l.answered}; p95 ≤ ${r.healthyP95BoundMs} ms: ${l.latency}; hanging ≤ ${r.loadTimeoutMs + HANGING_SLACK_MS} ms: ${l.hangingBounded}; origin ≤ ${r.maxConcurrentLoads + r.maxOverdueLoads} open: ${l.concurrency}`,
   ]);
-  return `hanging drill: ${r.readers} healthy readers of cold ids, source latency ${r.sourceLatencyMs} ms, ${r.phaseS} s per phase, loadTimeoutMs ${r.loadTimeoutMs}, on ${r.valkey}\n${columns([...rows, ...laws])}\n${r.pass ? 'PASS' : 'FAIL'}: hanging ids ${r.pass ? 'do not starve' : 'starve'} the table\n`;
+  return `hanging drill: ${r.readers} healthy readers of cold ids, source latency ${r.sourceLatencyMs} ms, ${r.phaseS} s per phase, loadTimeoutMs ${r.loadTimeoutMs}, on ${r.valkey}\n${columns([...rows, ...laws])}\n${verdict(r.pass)}: hanging ids ${r.pass ? 'do not starve' : 'starve'} the table\n`;
 }
 
 runDrill('hanging', args.json, main, render);

@@ -10,7 +10,7 @@ import { burst, httpRead, storeRead } from './lib/burst.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl } from './lib/http.js';
 import { columns, p50p99 } from './lib/report.js';
-import { dropId, originStore } from './lib/store.js';
+import { dropId, originConfig, originStore } from './lib/store.js';
 import { type DrillValkey, drillValkey } from './lib/valkey-target.js';
 
 const args = drillArgs({
@@ -37,10 +37,7 @@ async function inProcess(valkey: DrillValkey, origin: Origin, id: string) {
 
 /** The readers GET one service instance; `coalesced` from its `/metrics`. */
 async function viaHttp(valkey: DrillValkey, origin: Origin, id: string) {
-  const config = {
-    valkey: valkey.section,
-    tables: { [TABLE]: { source: { kind: 'http', url: origin.template } } },
-  };
+  const config = originConfig(valkey.section, TABLE, origin.template);
   return withServices([startService(config)], async ([service]) => {
     const url = (service as Service).url;
     const result = await burst(httpRead(itemUrl(url, TABLE, id)), args.readers);

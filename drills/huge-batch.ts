@@ -26,7 +26,6 @@ const WARM_IDS = ['warm-1', 'warm-2', 'warm-3', 'warm-4'];
 /** The law's bound on a `/healthz` answer during the batch. */
 const HEALTHZ_BOUND_MS = 100;
 
-/** Writes the rows into Valkey as fresh envelopes, 50 to a pipeline. */
 /** Plants the rows in L2 as the service's source would have written them (its fingerprint). */
 async function plant(url: string, fingerprint: string): Promise<void> {
   const raw = new Redis(url, { maxRetriesPerRequest: 1 });

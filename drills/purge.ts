@@ -9,9 +9,10 @@ import { byLabels, scrape } from '../harness/metrics.js';
 import { HOLD_PREFIX, type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startService, withServices } from '../harness/service.js';
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
-import { itemUrl, timedGet } from './lib/http.js';
-import { inLanes, Loops, pick } from './lib/load.js';
-import { columns } from './lib/report.js';
+import { type OriginRead, readItem, readItems, timed } from './lib/http.js';
+import { Loops, pick } from './lib/load.js';
+import { columns, verdict } from './lib/report.js';
+import { originConfig } from './lib/store.js';
 
 const args = drillArgs({
   rows: int(1000, 50, 100_000),
@@ -27,15 +28,6 @@ const run = randomBytes(3).toString('hex');
 const table = `purge-${run}`;
 const boundMs = args['bound-ms'];
 
-/** One answer a reader got. */
-interface Answer {
-  id: string;
-  sentAtMs: number;
-  /** The origin's read number it carries (0: not a 200). */
-  read: number;
-  origin: string | undefined;
-}
-
 const rowIds = Array.from({ length: args.rows }, (_, i) => `r${i}`);
 const heldIds = Array.from({ length: args.held }, (_, i) => `${HOLD_PREFIX}${run}-${i}`);
 const tagOf = (id: string): string => {
@@ -46,48 +38,32 @@ const tagOf = (id: string): string => {
 const hardTags = ['t0', 't1', 't2', 't3', 't4'];
 const softTags = ['t5', 't6', 't7', 't8', 't9'];
 
-function config(origin: Origin, namespace: string) {
-  return {
+/** Nothing expires during the drill (every reload is a purge's); a table purge's reloads queue. */
+const POLICY = {
+  ttlMs: 600_000,
+  staleMs: 600_000,
+  earlyRefreshBeta: 0,
+  l1: { ttlMs: 600_000 },
+  maxConcurrentLoads: 256,
+  initialConcurrentLoads: 256,
+  maxQueueDelayMs: 10_000,
+  maxQueuedLoads: 10_000,
+};
+
+const config = (origin: Origin, namespace: string) =>
+  originConfig({ url: args.valkey }, table, origin.template, POLICY, {
     namespace,
-    valkey: { url: args.valkey },
     log: { level: 'error' },
-    tables: {
-      [table]: {
-        source: { kind: 'http', url: origin.template },
-        // Nothing expires during the drill: every reload is a purge's.
-        ttlMs: 600_000,
-        staleMs: 600_000,
-        earlyRefreshBeta: 0,
-        l1: { ttlMs: 600_000 },
-        maxConcurrentLoads: 256,
-        initialConcurrentLoads: 256,
-        // A table purge reloads every row at once: queued, not shed.
-        maxQueueDelayMs: 10_000,
-        maxQueuedLoads: 10_000,
-      },
-    },
-  };
-}
+  });
 
-async function get(s: Service, id: string): Promise<Answer> {
-  const sentAtMs = Date.now();
-  const t = await timedGet(itemUrl(s.url, table, id), 10_000);
-  const body =
-    t.status === 200 ? (JSON.parse(t.body) as { read: number; origin?: string }) : undefined;
-  return { id, sentAtMs, read: body?.read ?? 0, origin: body?.origin };
-}
+const get = (s: Service, id: string) => readItem(s.url, table, id);
 
-/** Reads `ids` on `s`, `lanes` at a time. */
-async function readAll(s: Service, ids: string[], lanes = 32): Promise<Answer[]> {
-  const out: Answer[] = [];
-  await inLanes(lanes, ids, async (id) => out.push(await get(s, id)));
-  return out;
-}
+const readAll = (s: Service, ids: string[]) => readItems(s.url, table, ids);
 
 /** `--readers` loops per service, each reading random ids of `pool()` until stopped. */
-function readLoad(services: Service[], pool: () => string[]): Loops<Answer> {
+function readLoad(services: Service[], pool: () => string[]): Loops<OriginRead> {
   let turn = 0;
-  const loops = new Loops<Answer>({
+  const loops = new Loops<OriginRead>({
     loops: services.length * args.readers,
     pauseMs: 0,
     step: () => get(services[turn++ % services.length] as Service, pick(pool()) as string),
@@ -96,17 +72,14 @@ function readLoad(services: Service[], pool: () => string[]): Loops<Answer> {
   return loops;
 }
 
-async function purge(
-  s: Service,
-  body: object,
-): Promise<{ issuedAtMs: number; answeredAtMs: number }> {
+/** When a purge was sent and answered, epoch ms. */
+type Purge = { issuedAtMs: number; answeredAtMs: number };
+
+/** Purges `body` on `s`. */
+async function purge(s: Service, body: object): Promise<Purge> {
   const issuedAtMs = Date.now();
-  const r = await fetch(`${s.url}/v1/tables/${table}/purge`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  if (r.status !== 200) throw new Error(`purge answered ${r.status}: ${await r.text()}`);
+  const r = await timed(`${s.url}/v1/tables/${table}/purge`, 30_000, 'POST', body);
+  if (r.status !== 200) throw new Error(`purge answered ${r.status}: ${r.body}`);
   return { issuedAtMs, answeredAtMs: Date.now() };
 }
 
@@ -118,23 +91,18 @@ const arrivedAt = (origin: Origin, id: string, n: number) =>
 const readsSince = (origin: Origin, id: string, sinceMs: number) =>
   origin.readsLog(id).filter((r) => r.arrivedAtMs >= sinceMs).length;
 
-/**
- * Answers to requests sent after `afterMs` that carry a read the origin served before
- * `issuedAtMs` (the purged, old value).
- */
-function oldServed(
-  origin: Origin,
-  answers: Answer[],
-  ids: Set<string>,
-  issuedAtMs: number,
-  afterMs: number,
-) {
+/** Source reads of all of `ids` that arrived at or after `sinceMs`. */
+const readsOfSince = (origin: Origin, ids: Iterable<string>, sinceMs: number) =>
+  [...ids].reduce((n, id) => n + readsSince(origin, id, sinceMs), 0);
+
+/** Answers to requests sent after the purge's answer + the bound that carry a read from before it. */
+function oldServed(origin: Origin, answers: OriginRead[], ids: Set<string>, p: Purge) {
   return answers.filter(
     (a) =>
       ids.has(a.id) &&
-      a.sentAtMs > afterMs &&
+      a.sentAtMs > p.answeredAtMs + boundMs &&
       a.read > 0 &&
-      arrivedAt(origin, a.id, a.read) < issuedAtMs,
+      arrivedAt(origin, a.id, a.read) < p.issuedAtMs,
   ).length;
 }
 
@@ -174,7 +142,7 @@ async function fleet(origin: Origin) {
     // Every purged row read on every instance: each must show its one refresh.
     const hardIds = new Set([...rowIds.filter((id) => hardTags.includes(tagOf(id))), ...heldIds]);
     const softIds = new Set(rowIds.filter((id) => softTags.includes(tagOf(id))));
-    const sweep: Answer[] = [];
+    const sweep: OriginRead[] = [];
     for (let round = 0; round < 50; round++) {
       const answers = (await Promise.all(services.map((s) => readAll(s, [...softIds])))).flat();
       sweep.push(...answers);
@@ -203,18 +171,12 @@ async function fleet(origin: Origin) {
       held: heldIds.length,
       hardPurgeMs: hard.answeredAtMs - hard.issuedAtMs,
       softPurgeMs: soft.answeredAtMs - soft.issuedAtMs,
-      hardOldServed: oldServed(
-        origin,
-        answers,
-        hardIds,
-        hard.issuedAtMs,
-        hard.answeredAtMs + boundMs,
-      ),
+      hardOldServed: oldServed(origin, answers, hardIds, hard),
       softStaleServed,
       softOldAfterRefresh,
-      hardReads: [...hardIds].reduce((n, id) => n + readsSince(origin, id, purgeStart), 0),
-      softReads: [...softIds].reduce((n, id) => n + readsSince(origin, id, purgeStart), 0),
-      otherReads: others.reduce((n, id) => n + readsSince(origin, id, purgeStart), 0),
+      hardReads: readsOfSince(origin, hardIds, purgeStart),
+      softReads: readsOfSince(origin, softIds, purgeStart),
+      otherReads: readsOfSince(origin, others, purgeStart),
       /** Purged rows not read exactly once since the purge: `id: reads`, the first ten. */
       misread: [...hardIds, ...softIds]
         .filter((id) => readsSince(origin, id, purgeStart) !== 1)
@@ -237,14 +199,8 @@ async function fleet(origin: Origin) {
       answers: tableLoad.samples.length,
       rows: all.length,
       purgeMs: whole.answeredAtMs - whole.issuedAtMs,
-      oldServed: oldServed(
-        origin,
-        tableAnswers,
-        allIds,
-        whole.issuedAtMs,
-        whole.answeredAtMs + boundMs,
-      ),
-      reads: all.reduce((n, id) => n + readsSince(origin, id, whole.issuedAtMs), 0),
+      oldServed: oldServed(origin, tableAnswers, allIds, whole),
+      reads: readsOfSince(origin, all, whole.issuedAtMs),
     };
     const rowsDropped = await purgedRows(services);
     return {
@@ -277,7 +233,7 @@ async function namespaces() {
         [startService(config(one, `ns-one-${run}`)), startService(config(two, `ns-two-${run}`))],
         async ([s1, s2]) => {
           const ids = rowIds.slice(0, 100);
-          const answers = { one: [] as Answer[], two: [] as Answer[] };
+          const answers = { one: [] as OriginRead[], two: [] as OriginRead[] };
           for (const id of ids) {
             answers.one.push(await get(s1 as Service, id));
             answers.two.push(await get(s2 as Service, id));
@@ -316,8 +272,6 @@ async function main() {
 }
 
 type Report = Awaited<ReturnType<typeof main>>;
-
-const verdict = (pass: boolean) => (pass ? 'PASS' : 'FAIL');
 
 function render(r: Report): string {
   const t = r.tagPhase;

@@ -27,11 +27,19 @@ import {
   type FaultPair,
   startFaultPair,
 } from './lib/fault-policy.js';
-import type { Check } from './lib/fault-report.js';
-import { answer, itemUrl, readyz, type Timed, timed } from './lib/http.js';
-import { inLanes, Loops, pick } from './lib/load.js';
+import { answer, itemUrl, readItems, readyz, type Timed } from './lib/http.js';
+import { Loops, pick } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
-import { addCounts, bump, columns, listCounts, p50p99 } from './lib/report.js';
+import {
+  addCounts,
+  bump,
+  type Check,
+  checkLines,
+  columns,
+  listCounts,
+  p50p99,
+  verdict,
+} from './lib/report.js';
 
 const args = drillArgs({
   via: oneOf('setslot', 'redis-cli'),
@@ -60,27 +68,7 @@ interface Sample extends Omit<Timed, 'body' | 'cacheStatus'> {
   moving: boolean;
 }
 
-interface Report {
-  drill: 'reshard';
-  via: string;
-  slotsMoved: string;
-  keysMoved: number;
-  moveMs: number;
-  loops: number;
-  ids: { moving: number; other: number; written: number };
-  rows: ReturnType<typeof phaseRow>[];
-  /** How long each phase lasted, ms. */
-  phaseMs: Record<string, number>;
-  sourceReads: { warmUp: number; duringLoad: number };
-  redirects: Record<string, number>;
-  retries: Record<string, number>;
-  notReady: Record<string, number>;
-  checks: Check[];
-  runtimeMs: number;
-  pass: boolean;
-}
-
-async function main(): Promise<Report> {
+async function main() {
   process.env.LOG_LEVEL ??= 'error';
   const began = performance.now();
   const reaper = new Reaper();
@@ -109,9 +97,7 @@ async function main(): Promise<Report> {
     );
     const { origin, services, targets } = pair;
     const read = [...moving, ...other];
-    await inLanes(8, read, (id) =>
-      timed(itemUrl(targets[0] as string, TABLE, id), REQUEST_TIMEOUT_MS),
-    );
+    await readItems(targets[0] as string, TABLE, read, 8);
     warmUpReads = origin.totalReads();
     let writes = 0;
     const gen: Loops<Sample> = new Loops({
@@ -182,8 +168,8 @@ async function main(): Promise<Report> {
     phaseRow(samples, p, phaseMs[p] ?? 0, 'GET', false),
     phaseRow(samples, p, phaseMs[p] ?? 0, 'PUT', true),
   ]);
-  const report: Report = {
-    drill: 'reshard',
+  const report = {
+    drill: 'reshard' as const,
     via: args.via,
     slotsMoved: move.range,
     keysMoved: move.keys,
@@ -196,14 +182,13 @@ async function main(): Promise<Report> {
     redirects,
     retries,
     notReady,
-    checks: [],
     runtimeMs: Math.round(performance.now() - began),
-    pass: false,
   };
-  report.checks = judge(samples, report);
-  report.pass = report.checks.every((c) => c.pass);
-  return report;
+  const checks = judge(samples, report);
+  return { ...report, checks, pass: checks.every((c) => c.pass) };
 }
+
+type Report = Awaited<ReturnType<typeof main>>;
 
 /** The first `n` ids `<prefix>-<i>` whose slot passes `keep`. */
 function idsIn(prefix: string, n: number, keep: (slot: number) => boolean): string[] {
@@ -283,7 +268,7 @@ function phaseRow(
 }
 
 /** The laws, judged on what the clients and the source saw. */
-function judge(samples: Sample[], report: Report): Check[] {
+function judge(samples: Sample[], report: Omit<Report, 'checks' | 'pass'>): Check[] {
   const gets = samples.filter((s) => s.kind === 'GET');
   const failedGets = gets.filter((s) => s.status !== 200);
   const puts = samples.filter((s) => s.kind === 'PUT');
@@ -357,8 +342,8 @@ function render(r: Report): string {
       ['redirects', listCounts(r.redirects)],
       ['retries key by key', listCounts(r.retries)],
     ]),
-    ...r.checks.map((c) => `  ${c.pass ? 'PASS' : 'FAIL'}  ${c.name}: ${c.detail}`),
-    `  ${r.pass ? 'PASS' : 'FAIL'} in ${(r.runtimeMs / 1000).toFixed(1)} s`,
+    ...checkLines(r.checks),
+    `${verdict(r.pass)} in ${(r.runtimeMs / 1000).toFixed(1)} s`,
     '',
   ].join('\n');
 }

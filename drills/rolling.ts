@@ -8,11 +8,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
-import { itemUrl, timedGet } from './lib/http.js';
+import { itemUrl, timed } from './lib/http.js';
 import { Loops } from './lib/load.js';
 import { Reaper } from './lib/reaper.js';
 import { bump, columns, listCounts, p50p99 } from './lib/report.js';
-import { connectAdmin, dropTable } from './lib/store.js';
+import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
 const args = drillArgs({
   loops: int(16, 1, 256),
@@ -60,7 +60,7 @@ function roundRobin(backends: Backend[], ids: () => string): Loops<Sent> {
       const b = ready[next++ % ready.length];
       if (b === undefined) return undefined;
       const at = performance.now();
-      const r = await timedGet(itemUrl(b.url, TABLE, ids()), REQUEST_TIMEOUT_MS);
+      const r = await timed(itemUrl(b.url, TABLE, ids()), REQUEST_TIMEOUT_MS);
       return { phase, backend: b.label, status: r.status, code: r.code, ms: r.ms, at };
     },
   });
@@ -109,18 +109,11 @@ async function main() {
   };
   try {
     origin = await startOrigin(args['latency-ms']);
-    const config = {
-      valkey: { url: args.valkey },
-      http: { shutdownDelayMs: args['delay-ms'] },
-      tables: {
-        [TABLE]: {
-          source: { kind: 'http', url: origin.template },
-          // Each instance warms the hot ids before it says ready: from the origin
-          // the first time (one read per id across the pair), from Valkey after the restart.
-          warm: { ids: hotIds },
-        },
-      },
-    };
+    // Each instance warms the hot ids before it says ready: from the origin
+    // the first time (one read per id across the pair), from Valkey after the restart.
+    const warm = { warm: { ids: hotIds } };
+    const drain = { http: { shutdownDelayMs: args['delay-ms'] } };
+    const config = originConfig({ url: args.valkey }, TABLE, origin.template, warm, drain);
     const started = await Promise.all([startService(config), startService(config)]);
     services.push(...started);
     for (const s of started) reaper.track(s.process);

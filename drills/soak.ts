@@ -11,13 +11,12 @@ import { metric, scrape } from '../harness/metrics.js';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { errorCode, itemUrl } from './lib/http.js';
-import { inLanes } from './lib/load.js';
+import { errorCode, readItems } from './lib/http.js';
 import { hotId, type Kind, mixedLoad } from './lib/mix.js';
 import { Reaper } from './lib/reaper.js';
 import { bump } from './lib/report.js';
 import { type AtRest, type MemorySample, renderSoak, soakReport } from './lib/soak-report.js';
-import { connectAdmin, dropTable } from './lib/store.js';
+import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
 const args = drillArgs({
   seconds: int(120, 1),
@@ -69,11 +68,8 @@ async function memory(url: string, table: string): Promise<MemorySample> {
 /** GETs every hot id once (`concurrency` at a time), so the run starts with them in L1. */
 async function warm(url: string, table: string, concurrency: number) {
   const ids = Array.from({ length: args['hot-ids'] }, (_, i) => hotId(i));
-  await inLanes(concurrency, ids, async (id) => {
-    const res = await fetch(itemUrl(url, table, id));
-    await res.arrayBuffer();
-    if (res.status !== 200) throw new Error(`warm-up GET ${id} answered ${res.status}`);
-  });
+  const failed = (await readItems(url, table, ids, concurrency)).find((r) => r.status !== 200);
+  if (failed) throw new Error(`warm-up GET ${failed.id} answered ${failed.status}`);
 }
 
 /** Polls the table's stats until `flights` and `mailbox_depth` are 0, or `SETTLE_MS` passes. */
@@ -127,18 +123,15 @@ async function main() {
     origin = await startOrigin(args['latency-ms']);
     // The drill exercises open writes; an inherited token would turn every PUT and DELETE into a 401.
     delete process.env.ECHOSTORE_ADMIN_TOKEN;
-    service = await startService({
-      valkey: { url: valkey },
-      log: { level: 'warn' },
-      tables: {
-        [table]: {
-          source: { kind: 'http', url: origin.template },
-          maxConcurrentLoads: MAX_CONCURRENT_LOADS,
-          // Bytes bind, not rows: the cold ids fill L1 to its byte bound, and the run shows it stays there.
-          l1: { maxBytes: args['l1-mib'] * 2 ** 20, maxEntries: 10_000_000 },
-        },
-      },
-    });
+    const policy = {
+      maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+      // Bytes bind, not rows: the cold ids fill L1 to its byte bound, and the run shows it stays there.
+      l1: { maxBytes: args['l1-mib'] * 2 ** 20, maxEntries: 10_000_000 },
+    };
+    const warn = { log: { level: 'warn' } };
+    service = await startService(
+      originConfig({ url: valkey }, table, origin.template, policy, warn),
+    );
     reaper.track(service.process);
     const url = service.url;
     const ready = (await (await fetch(`${url}/readyz`)).json()) as { status?: string };

@@ -4,7 +4,7 @@
  * commit's time by id and version; a read is stale at bound δ when a newer
  * version of its id had committed more than δ before the read started.
  */
-import { columns, percentile, round } from './report.js';
+import { percentile, round } from './report.js';
 
 /** Stale-read bounds after a commit, ms. */
 export const BOUNDS_MS = [0, 100, 1_000] as const;
@@ -60,29 +60,8 @@ export class Ledger {
 export const nines = (stale: number, reads: number) =>
   stale === 0 ? Number.POSITIVE_INFINITY : round(-Math.log10(stale / reads), 2);
 
-/** What the drill prints. */
-export interface ConsistencyReport {
-  instances: number;
-  rows: number;
-  seconds: number;
-  reads: number;
-  readErrors: number;
-  commits: number;
-  stale: Array<{ boundMs: number; reads: number; nines: number }>;
-  /** Commits outside the fault windows. */
-  lag: { p50Ms: number; p99Ms: number; maxMs: number; measured: number; never: number };
-  /** Every commit, the faults' included. */
-  lagAll: ConsistencyReport['lag'];
-  kill: { takeoverMs: number };
-  valkeyRestart: { downMs: number };
-  /** Rows some instance still served older than the database at the end (lost invalidations). */
-  lost: number;
-  pass: boolean;
-  failures: string[];
-}
-
 /** Lag figures of commit → no instance serves an older version, ms. */
-export function lagOf(samples: number[], never: number): ConsistencyReport['lag'] {
+export function lagOf(samples: number[], never: number) {
   return {
     p50Ms: round(percentile(samples, 50), 1),
     p99Ms: round(percentile(samples, 99), 1),
@@ -93,39 +72,4 @@ export function lagOf(samples: number[], never: number): ConsistencyReport['lag'
     measured: samples.length,
     never,
   };
-}
-
-export function renderConsistency(r: ConsistencyReport): string {
-  const lines = [
-    `consistency drill: ${r.instances} instances, ${r.rows} rows, ${r.seconds} s, consumer SIGKILLed once, Valkey restarted once`,
-    columns([
-      ['reads', r.reads],
-      ['read errors', r.readErrors],
-      ['commits', r.commits],
-    ]),
-    columns(
-      r.stale.map((s) => [
-        `${s.boundMs} ms`,
-        s.reads,
-        s.nines === Number.POSITIVE_INFINITY ? '∞' : s.nines,
-      ]),
-      ['stale after commit', 'reads', 'nines'],
-    ),
-    columns([
-      [
-        'invalidation lag p50 / p99 / max, outside the faults',
-        `${r.lag.p50Ms} / ${r.lag.p99Ms} / ${r.lag.maxMs} ms (${r.lag.measured} commits)`,
-      ],
-      [
-        'invalidation lag p50 / p99 / max, every commit',
-        `${r.lagAll.p50Ms} / ${r.lagAll.p99Ms} / ${r.lagAll.maxMs} ms (${r.lagAll.measured} commits)`,
-      ],
-      ['commits that never reached every instance', r.lag.never],
-      ['new consumer reading after SIGKILL', `${round(r.kill.takeoverMs, 0)} ms`],
-      ['Valkey down (kill → answers)', `${round(r.valkeyRestart.downMs, 0)} ms`],
-      ['lost invalidations (stale at the end)', r.lost],
-    ]),
-    r.pass ? 'PASS' : `FAIL: ${r.failures.join('; ')}`,
-  ];
-  return `${lines.join('\n')}\n`;
 }

@@ -9,8 +9,10 @@ import { adminConnection } from '../../harness/secure.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
 import { valueKey } from '../../src/l2/keys.js';
 import { keySlot } from '../../src/valkey/slots.js';
-import type { Side } from './failover-report.js';
 import type { Reaper } from './reaper.js';
+
+/** Which side of the failover an id's keys live on. */
+export type Side = 'lost' | 'other';
 
 /** A topology with a victim chosen. */
 export interface FailoverTopology {

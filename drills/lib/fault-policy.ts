@@ -7,6 +7,7 @@
 import { type Origin, startOrigin } from '../../harness/origin.js';
 import { type Service, startServices } from '../../harness/service.js';
 import type { Reaper } from './reaper.js';
+import { originConfig } from './store.js';
 
 /** `valkey.*` of every instance: a paused or dead server costs a command 500 ms at most. */
 export const FAULT_VALKEY = { commandTimeoutMs: 500, connectTimeoutMs: 1_000 };
@@ -51,10 +52,7 @@ export async function startFaultPair(
   policy: object = FAULT_POLICY,
 ): Promise<FaultPair> {
   const origin = await startOrigin(latencyMs);
-  const config = {
-    valkey: { ...valkey, ...FAULT_VALKEY },
-    tables: { [table]: { source: { kind: 'http', url: origin.template }, ...policy } },
-  };
+  const config = originConfig({ ...valkey, ...FAULT_VALKEY }, table, origin.template, policy);
   const services = await startServices(2, config, (c) => reaper.track(c), 3_000).catch(
     async (err: unknown) => {
       await origin.close();

@@ -1,6 +1,6 @@
 /** Rows and checks of the fault drill: what each phase did to the clients, and what was judged. */
 import type { Timed } from './http.js';
-import { bump, columns, listCounts } from './report.js';
+import { bump, type Check, checkLines, columns, listCounts } from './report.js';
 
 /** One request of the fault drill's load. */
 export interface Sample extends Omit<Timed, 'body'> {
@@ -10,13 +10,6 @@ export interface Sample extends Omit<Timed, 'body'> {
   target: string;
   /** A hot id (warmed into that instance's L1 beforehand). */
   hot: boolean;
-}
-
-/** One judged law. */
-export interface Check {
-  name: string;
-  pass: boolean;
-  detail: string;
 }
 
 /** What the clients saw during one phase: its samples summarised. */
@@ -99,7 +92,7 @@ export function renderFaults(r: FaultReport): string {
     `faults drill: 2 instances, ${r.loops} loops (half hot L1 ids, half cold), source latency ${r.sourceLatencyMs} ms, runtime ${(r.runtimeMs / 1000).toFixed(1)} s`,
     table,
     ...r.phases.flatMap((p) => p.notes.map((n) => `  ${p.phase.split(' ')[0]}: ${n}`)),
-    ...r.checks.map((c) => `${c.pass ? 'PASS' : 'FAIL'}: ${c.name} — ${c.detail}`),
+    ...checkLines(r.checks),
     '',
   ].join('\n');
 }

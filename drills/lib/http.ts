@@ -1,5 +1,6 @@
 /** Talking to a service instance over HTTP: item URLs, timed requests, readiness, error codes. */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { inLanes } from './load.js';
 
 /** The item URL of `id` in `table` on the service at `base` (`''`: just the path). */
 export function itemUrl(base: string, table: string, id: string): string {
@@ -40,11 +41,11 @@ export interface Timed {
   body: string;
 }
 
-/** One timed request (`json`: the body of a PUT, as JSON), bounded by `timeoutMs`; never rejects. */
+/** One timed request (`json`: the body of a PUT or POST, as JSON), bounded by `timeoutMs`; never rejects. */
 export async function timed(
   url: string,
   timeoutMs: number,
-  method: 'GET' | 'PUT' | 'DELETE' = 'GET',
+  method: 'GET' | 'PUT' | 'POST' | 'DELETE' = 'GET',
   json?: unknown,
 ): Promise<Timed> {
   const started = performance.now();
@@ -88,10 +89,43 @@ export async function answer(
   return kept;
 }
 
-/** One timed GET, bounded by `timeoutMs`; never rejects. */
-export const timedGet = (url: string, timeoutMs: number): Promise<Timed> => timed(url, timeoutMs);
+/** A GET of an origin's row through a service: {@link Timed}, and what the counting origin stamped on it. */
+export interface OriginRead extends Timed {
+  id: string;
+  /** When it was sent, epoch ms. */
+  sentAtMs: number;
+  /** The origin's read number the answer carries (0: not a 200). */
+  read: number;
+  /** The label of the origin that answered (`withOrigin`'s `label`), if any. */
+  origin: string | undefined;
+}
+
+/** GETs `id` of `table` on the service at `base` (bounded by `timeoutMs`); never rejects. */
+export async function readItem(
+  base: string,
+  table: string,
+  id: string,
+  timeoutMs = 10_000,
+): Promise<OriginRead> {
+  const sentAtMs = Date.now();
+  const t = await timed(itemUrl(base, table, id), timeoutMs);
+  const body: { read?: number; origin?: string } = t.status === 200 ? JSON.parse(t.body) : {};
+  return { ...t, id, sentAtMs, read: body.read ?? 0, origin: body.origin };
+}
 
 const JSON_BODY = { 'content-type': 'application/json' };
+
+/** {@link readItem} of every id of `ids`, `lanes` at a time; the answers in the order they came. */
+export async function readItems(
+  base: string,
+  table: string,
+  ids: readonly string[],
+  lanes = 32,
+): Promise<OriginRead[]> {
+  const out: OriginRead[] = [];
+  await inLanes(lanes, ids, async (id) => out.push(await readItem(base, table, id)));
+  return out;
+}
 
 /** What `/readyz` says (empty when it does not answer within 1 s). */
 export interface Readyz {

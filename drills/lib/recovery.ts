@@ -1,8 +1,8 @@
 /** Whether service instances came back by themselves after a fault: readiness and a write round-trip. */
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Service } from '../../harness/service.js';
-import type { Check } from './fault-report.js';
 import { itemUrl, readyWithin, timed } from './http.js';
+import type { Check } from './report.js';
 
 /** `12 ms / <never>`: how long each instance took to say ready. */
 const readyText = (ms: Array<number | undefined>, never: string) =>

@@ -12,9 +12,8 @@ import type { Origin } from '../../harness/origin.js';
 import { type Service, spawnService, startService } from '../../harness/service.js';
 import type { TcpProxy } from '../../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../../harness/valkey-server.js';
-import type { Check } from './fault-report.js';
 import { itemUrl, type Readyz, readyz, timed } from './http.js';
-import { bump, listCounts } from './report.js';
+import { bump, type Check, listCounts } from './report.js';
 
 /** What every refusal phase works with. */
 export interface RefusalDrill {

@@ -45,6 +45,20 @@ export function listCounts(c: Record<string, number>, empty = '0'): string {
   return parts.length === 0 ? empty : parts.join(', ');
 }
 
+/** One judged law: its name, whether it holds, and what was seen. */
+export interface Check {
+  name: string;
+  pass: boolean;
+  detail: string;
+}
+
+/** `PASS` when `pass`, else `FAIL`. */
+export const verdict = (pass: boolean): string => (pass ? 'PASS' : 'FAIL');
+
+/** One `PASS: <name> — <detail>` (or `FAIL: …`) line per check. */
+export const checkLines = (checks: readonly Check[]): string[] =>
+  checks.map((c) => `${verdict(c.pass)}: ${c.name} — ${c.detail}`);
+
 /**
  * Renders `rows` as aligned columns, each line indented two spaces. With a
  * `header`: a header row and a rule, cells separated by ` | `, numbers

@@ -33,6 +33,25 @@ export async function originStore(
   };
 }
 
+/**
+ * A service config with one table, `table`, whose source GETs the origin's item `template`:
+ * `valkey` is its `valkey` section, `policy` the table's, `rest` any other top-level sections
+ * (`namespace`, `log`, `http`, …).
+ */
+export function originConfig(
+  valkey: object,
+  table: string,
+  template: string,
+  policy: object = {},
+  rest: object = {},
+) {
+  return {
+    valkey,
+    ...rest,
+    tables: { [table]: { source: { kind: 'http', url: template }, ...policy } },
+  };
+}
+
 /** Makes Node load `fetch` (undici) now, with a GET the origin answers 404 and does not count. */
 export async function loadFetch(template: string): Promise<void> {
   await (await fetch(new URL('/warm-up', template).href)).text();
