@@ -9,27 +9,20 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { ValkeyOptions } from '../src/valkey/client.js';
-import { cliArgs, type Secure } from './secure.js';
+import { cliArgs } from './secure.js';
 import { firstOnPath, running, settle } from './spawn.js';
-import { ask, type ValkeyServer, type ValkeyServerOptions } from './valkey-server.js';
-import { openValkeySet } from './valkey-set.js';
+import { ask, openValkeySet, type ValkeyServer, type ValkeySetOptions } from './valkey-server.js';
 
 const run = promisify(execFile);
 
 /** Options of {@link spawnCluster}. */
-export interface ClusterOptions {
+export interface ClusterOptions extends ValkeySetOptions {
   /** Primaries (each owns an equal share of the 16384 slots). Default 3, at least 3. */
   primaries?: number;
   /** Replicas per primary. Default 1. */
   replicas?: number;
   /** `cluster-node-timeout`, ms: how long a silent primary takes to be failed over. Default 1,000. */
   nodeTimeoutMs?: number;
-  /** Called with every process spawned, e.g. to kill it if the caller exits early. */
-  track?: ValkeyServerOptions['track'];
-  /** How long the cluster may take to form (every node says `cluster_state:ok`), ms. Default 30,000. */
-  readyTimeoutMs?: number;
-  /** TLS only, an admin password and the service's ACL user; `true` makes fresh ones. Default: plain. */
-  secure?: Secure | boolean;
 }
 
 /** One node of the cluster; `address` is `127.0.0.1:<port>`, the form `CLUSTER SLOTS` and ioredis use. */
@@ -59,7 +52,7 @@ export async function spawnCluster(options: ClusterOptions = {}) {
   const replicas = String(options.replicas ?? 1);
   const readyTimeoutMs = options.readyTimeoutMs ?? 30_000;
   if (primaries < 3) throw new Error('a cluster needs at least 3 primaries');
-  const set = openValkeySet('echostore-cluster-', options.secure, options.track);
+  const set = openValkeySet('echostore-cluster-', options);
   const { secure } = set;
   const ports: number[] = [];
   for (let i = 0; i < primaries * (1 + Number(replicas)); i++) ports.push(await set.port());
@@ -72,23 +65,16 @@ export async function spawnCluster(options: ClusterOptions = {}) {
           ...['--cluster-require-full-coverage', 'no', '--cluster-replica-validity-factor', '0'],
         ];
         const node = await set.node(port, args, ['--tls-cluster', 'yes']);
-        // Object.assign keeps the server's getters (`process`, `pid`), which follow restarts.
+        // Object.assign keeps the server's `process` getter, which follows restarts.
         return Object.assign(node, { address: `127.0.0.1:${port}` });
       }),
     );
     const seeds = nodes.map((n) => n.address);
-    const create = [
-      '--cluster',
-      'create',
-      ...seeds,
-      '--cluster-replicas',
-      replicas,
-      '--cluster-yes',
-    ];
-    await run(cliBinary(), [...(secure === undefined ? [] : cliArgs(secure)), ...create], {
-      timeout: readyTimeoutMs,
-    });
+    const auth = secure === undefined ? [] : cliArgs(secure);
+    const create = ['--cluster', 'create', ...seeds, '--cluster-replicas', replicas];
+    await run(cliBinary(), [...auth, ...create, '--cluster-yes'], { timeout: readyTimeoutMs });
     await waitHealthy(nodes, readyTimeoutMs, true);
+    const valkey: ValkeyOptions = { cluster: { nodes: seeds }, ...set.serviceAuth };
     return {
       /** Every node, primaries first (as `redis-cli --cluster create` was given them). */
       nodes,
@@ -97,7 +83,7 @@ export async function spawnCluster(options: ClusterOptions = {}) {
       /** The certificates and credentials, when started `secure`. */
       secure,
       /** The service's `valkey` section: the seeds, and with `secure` its TLS files and ACL user. */
-      valkey: { cluster: { nodes: seeds }, ...set.serviceAuth } as ValkeyOptions,
+      valkey,
       /** The node that currently owns `slot` as a primary (asked of a live node), or undefined. */
       primaryOf: (slot: number) => primaryOf(nodes, slot),
       /**

@@ -9,7 +9,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import { freePort } from './free-port.js';
-import { asRoot, privateDir, stopChild, waitReady } from './spawn.js';
+import { asRoot, privateDir, settle, stopChild } from './spawn.js';
 
 /** A private server the caller controls (see {@link startMariadb}). */
 export type PrivateMariadb = Awaited<ReturnType<typeof startMariadb>>;
@@ -54,10 +54,12 @@ export async function startMariadb() {
     await conn.end();
     return true;
   };
-  await waitReady(child, 'mariadbd', 60_000, createTest, 100).catch((err) => {
-    rmSync(dataDir, { recursive: true, force: true });
-    throw err;
-  });
+  await settle(60_000, 100, createTest, (last) => `mariadbd did not answer: ${last}`, child).catch(
+    (err) => {
+      rmSync(dataDir, { recursive: true, force: true });
+      throw err;
+    },
+  );
   let stopped = false;
   return {
     /** `mysql://root@127.0.0.1:<port>/test` (root without a password). */

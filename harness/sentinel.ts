@@ -11,11 +11,10 @@ import { join } from 'node:path';
 import type { ValkeyOptions } from '../src/valkey/client.js';
 import { clientTls, type Secure } from './secure.js';
 import { running, settle } from './spawn.js';
-import { ask, type ValkeyServer, type ValkeyServerOptions } from './valkey-server.js';
-import { openValkeySet } from './valkey-set.js';
+import { ask, openValkeySet, type ValkeyServer, type ValkeySetOptions } from './valkey-server.js';
 
 /** Options of {@link spawnSentinelSet}. */
-export interface SentinelSetOptions {
+export interface SentinelSetOptions extends ValkeySetOptions {
   /** Replicas of the primary. Default 1. */
   replicas?: number;
   /** Sentinels (the quorum is a majority of them). Default 3. */
@@ -24,12 +23,6 @@ export interface SentinelSetOptions {
   name?: string;
   /** `down-after-milliseconds`: how long a silent primary takes to be failed over, ms. Default 1,000. */
   downAfterMs?: number;
-  /** Called with every process spawned. */
-  track?: ValkeyServerOptions['track'];
-  /** How long the set may take to form (every Sentinel sees the replicas and the other Sentinels), ms. Default 30,000. */
-  readyTimeoutMs?: number;
-  /** TLS only, passwords and the service's ACL user; `true` makes fresh ones. Default: plain. */
-  secure?: Secure | boolean;
 }
 
 /** A running Sentinel set the caller controls (see {@link spawnSentinelSet}). */
@@ -45,7 +38,7 @@ export type SentinelSet = Awaited<ReturnType<typeof spawnSentinelSet>>;
 export async function spawnSentinelSet(options: SentinelSetOptions = {}) {
   const name = options.name ?? 'echostore';
   const count = options.sentinels ?? 3;
-  const set = openValkeySet('echostore-sentinel-', options.secure, options.track);
+  const set = openValkeySet('echostore-sentinel-', options);
   const { dir, secure } = set;
   const dataNode = async (args: string[]) => set.node(await set.port(), args);
   try {
@@ -78,6 +71,12 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}) {
     const addresses = sentinels.map((s) => `127.0.0.1:${s.port}`);
     const primaryNow = () => currentPrimary(name, servers, sentinels);
     await formed(name, servers, sentinels, options.readyTimeoutMs ?? 30_000);
+    const auth =
+      secure === undefined ? {} : { username: secure.username, password: secure.sentinelPassword };
+    const valkey: ValkeyOptions = {
+      sentinel: { sentinels: addresses, name, ...auth },
+      ...set.serviceAuth,
+    };
     return {
       /** The monitored name (`valkey.sentinel.name`). */
       name,
@@ -89,16 +88,7 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}) {
       /** The certificates and credentials, when started `secure`. */
       secure,
       /** The service's `valkey` section: the Sentinels and name, and with `secure` TLS and both users. */
-      valkey: {
-        sentinel: {
-          sentinels: addresses,
-          name,
-          ...(secure === undefined
-            ? {}
-            : { username: secure.username, password: secure.sentinelPassword }),
-        },
-        ...set.serviceAuth,
-      } as ValkeyOptions,
+      valkey,
       /** The data node the Sentinels currently name as primary. */
       primary: primaryNow,
       /** Resolves with the new primary once the Sentinels name one other than `old` (a failover). */

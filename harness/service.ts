@@ -6,21 +6,18 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
 import { freePort } from './free-port.js';
-import { stopChild, waitReady } from './spawn.js';
+import { settle, stopChild } from './spawn.js';
 
 /** A running service instance (see {@link startService}). */
 export type Service = Awaited<ReturnType<typeof startService>>;
 
-const HERE = dirname(fileURLToPath(import.meta.url));
+/** The first of `paths` (relative to this file) that exists. */
+const beside = (...paths: string[]) =>
+  paths.map((p) => resolve(dirname(fileURLToPath(import.meta.url)), p)).find(existsSync) as string;
 /** The built service: beside this file when it runs from dist/, else in dist/ (tests run the TS source). */
-const MAIN = [resolve(HERE, '../src/main.js'), resolve(HERE, '../dist/src/main.js')].find((f) =>
-  existsSync(f),
-) as string;
+const MAIN = beside('../src/main.js', '../dist/src/main.js');
 /** The clock-skew preload (plain JavaScript in harness/, whether this file runs from harness/ or dist/harness/). */
-export const SKEW_CLOCK = [
-  resolve(HERE, 'skew-clock.mjs'),
-  resolve(HERE, '../../harness/skew-clock.mjs'),
-].find((f) => existsSync(f)) as string;
+export const SKEW_CLOCK = beside('skew-clock.mjs', '../../harness/skew-clock.mjs');
 
 /** How to start one instance beyond its config. */
 export interface StartOptions {
@@ -78,7 +75,8 @@ export async function startService(config: object, options: StartOptions = {}) {
   const child = spawnService(config, port, options);
   const url = `http://127.0.0.1:${port}`;
   const ready = () => fetch(`${url}/readyz`).then((r) => r.ok || `/readyz answered ${r.status}`);
-  await waitReady(child, `the service at ${url}`, options.readyTimeoutMs ?? 30_000, ready);
+  const fail = (last: string) => `the service at ${url} was not ready: ${last}`;
+  await settle(options.readyTimeoutMs ?? 30_000, 50, ready, fail, child);
   return {
     /** Base URL, e.g. `http://127.0.0.1:40124`. */
     url,

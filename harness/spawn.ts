@@ -1,21 +1,13 @@
 /** Child processes of the harness: found on the PATH, spawned until they answer, stopped by pid. */
-import { type ChildProcess, execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawnSync } from 'node:child_process';
 import { chownSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 /** The first of `bins` that is on the PATH, or undefined. */
-export function firstOnPath(bins: string[]): string | undefined {
-  return bins.find((bin) => {
-    try {
-      execFileSync('sh', ['-c', `command -v ${bin}`], { stdio: 'pipe' });
-      return true;
-    } catch {
-      return false;
-    }
-  });
-}
+export const firstOnPath = (bins: string[]): string | undefined =>
+  bins.find((bin) => spawnSync('sh', ['-c', `command -v ${bin}`]).status === 0);
 
 /** True while `child` runs: it has neither exited nor been killed. */
 export const running = (child: ChildProcess): boolean =>
@@ -39,7 +31,8 @@ export function privateDir(prefix: string, owner?: string): string {
 
 /**
  * Resolves once `check` returns true, asking every `intervalMs`; any other answer (or what it
- * throws) is the state a timeout reports. With `child`, its exit fails the wait at once.
+ * throws) is the state a timeout reports. With `child` (a process starting), its exit fails the
+ * wait at once, and a failed wait SIGKILLs it.
  *
  * @throws {Error} `fail(last state)` once `timeoutMs` has passed or `child` has exited.
  */
@@ -62,30 +55,11 @@ export async function settle(
       last = (err as Error).message;
     }
     if (last === true) return;
-    if (Date.now() > deadline) throw new Error(fail(last));
+    if (Date.now() > deadline) {
+      child?.kill('SIGKILL');
+      throw new Error(fail(last));
+    }
     await sleep(intervalMs);
-  }
-}
-
-/**
- * Resolves once the process `child` serves: `ready` answered true (see {@link settle}, every
- * `intervalMs`, default 50).
- *
- * @throws {Error} `<what> did not start: …` when `child` exits first or is not ready within
- *   `timeoutMs`; it is SIGKILLed then.
- */
-export async function waitReady(
-  child: ChildProcess,
-  what: string,
-  timeoutMs: number,
-  ready: () => Promise<true | string>,
-  intervalMs = 50,
-): Promise<void> {
-  try {
-    await settle(timeoutMs, intervalMs, ready, (last) => `${what} did not start: ${last}`, child);
-  } catch (err) {
-    child.kill('SIGKILL');
-    throw err;
   }
 }
 

@@ -1,11 +1,21 @@
 /**
  * A Valkey/Redis server owned by a drill or a test: spawned on a loopback port without
- * persistence, and killed, paused, resumed or restarted (same port, same command line) on purpose.
+ * persistence, and killed, paused, resumed or restarted (same port, same command line) on purpose;
+ * and the set of them a cluster (harness/cluster.ts) or a Sentinel set (harness/sentinel.ts) is.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { Redis, type RedisOptions } from 'ioredis';
-import { freePort } from './free-port.js';
-import { firstOnPath, settle, stopChild, waitReady } from './spawn.js';
+import { freeClusterPort, freePort } from './free-port.js';
+import {
+  aclServerArgs,
+  adminConnection,
+  makeSecure,
+  type Secure,
+  serviceTls,
+  tlsServerArgs,
+} from './secure.js';
+import { firstOnPath, privateDir, settle, stopChild } from './spawn.js';
 
 /** Options of {@link spawnValkey}. */
 export interface ValkeyServerOptions {
@@ -54,8 +64,8 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
   const launch = async () => {
     const started = spawn(binary, argv, { stdio: 'ignore' });
     options.track?.(started);
-    const timeoutMs = options.readyTimeoutMs ?? 10_000;
-    await waitReady(started, `the server at ${url}`, timeoutMs, () => ping(url, connection));
+    const fail = (last: string) => `the server at ${url} did not answer PING: ${last}`;
+    await settle(options.readyTimeoutMs ?? 10_000, 50, () => ping(url, connection), fail, started);
     return started;
   };
   let child = await launch();
@@ -69,9 +79,6 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
     /** The current process (a restart replaces it). */
     get process(): ChildProcess {
       return child;
-    },
-    get pid(): number | undefined {
-      return child.pid;
     },
     /** SIGKILL, and wait for the exit. */
     kill,
@@ -97,36 +104,8 @@ const ONE_SHOT = {
   connectTimeout: 1_000,
 } as const;
 
-/** PINGs `url` once on a connection of its own: true, or it throws. */
-async function ping(url: string, connection: RedisOptions = {}): Promise<true> {
-  const client = new Redis(url, { ...connection, ...ONE_SHOT });
-  client.on('error', () => {});
-  try {
-    await client.connect();
-    await client.ping();
-    return true;
-  } finally {
-    client.disconnect();
-  }
-}
-
-/**
- * Runs `fn` on a short-lived connection of its own to the loopback server on `server.port`: no
- * reconnects or retries and no ready check, 1 s to connect, 2 s a command, closed when `fn`
- * settles; over TLS and authenticated when the server has a `connection`.
- *
- * @throws {Error} what connecting or `fn` throws.
- */
-export async function ask<T>(
-  server: { readonly port: number; readonly connection?: RedisOptions | undefined },
-  fn: (r: Redis) => Promise<T>,
-): Promise<T> {
-  const r = new Redis(server.port, '127.0.0.1', {
-    ...server.connection,
-    ...ONE_SHOT,
-    commandTimeout: 2_000,
-    enableReadyCheck: false,
-  });
+/** Runs `fn` on `r`, a harness connection, and closes it when `fn` settles. */
+async function oneShot<T>(r: Redis, fn: (r: Redis) => Promise<T>): Promise<T> {
   r.on('error', () => {});
   try {
     await r.connect();
@@ -136,16 +115,95 @@ export async function ask<T>(
   }
 }
 
+/** PINGs `url` once on a connection of its own: true, or it throws. */
+const ping = (url: string, connection: RedisOptions = {}) =>
+  oneShot(new Redis(url, { ...connection, ...ONE_SHOT }), (r) =>
+    r.ping().then(() => true as const),
+  );
+
+/**
+ * Runs `fn` on a short-lived connection of its own to the loopback server on `server.port`: no
+ * reconnects or retries and no ready check, 1 s to connect, 2 s a command, closed when `fn`
+ * settles; over TLS and authenticated when the server has a `connection`.
+ *
+ * @throws {Error} what connecting or `fn` throws.
+ */
+export function ask<T>(
+  server: { readonly port: number; readonly connection?: RedisOptions | undefined },
+  fn: (r: Redis) => Promise<T>,
+): Promise<T> {
+  const options = { ...server.connection, ...ONE_SHOT, commandTimeout: 2_000 };
+  return oneShot(new Redis(server.port, '127.0.0.1', { ...options, enableReadyCheck: false }), fn);
+}
+
 /**
  * Resolves once the server at `url` answers PING, trying every 50 ms.
  *
  * @throws {Error} when it does not answer within `timeoutMs`.
  */
 export function waitForPing(url: string, timeoutMs: number): Promise<void> {
-  return settle(
-    timeoutMs,
-    50,
-    () => ping(url),
-    (last) => `the server at ${url} did not answer PING: ${last}`,
-  );
+  const fail = (last: string) => `the server at ${url} did not answer PING: ${last}`;
+  return settle(timeoutMs, 50, () => ping(url), fail);
+}
+
+/** What a cluster's or a Sentinel set's options share. */
+export interface ValkeySetOptions {
+  /** Called with every process spawned, e.g. to kill it if the caller exits early. */
+  track?: ValkeyServerOptions['track'];
+  /** How long the set may take to form, ms. Default 30,000. */
+  readyTimeoutMs?: number;
+  /**
+   * TLS only, an admin password and the service's ACL user (harness/secure.ts); `true` makes a
+   * fresh CA and passwords in the set's folder. Default (or `false`): plain, no AUTH.
+   */
+  secure?: Secure | boolean;
+}
+
+/**
+ * Opens a set of server processes in a fresh `prefix…` temporary folder, plain or all secure
+ * (`true`: a fresh CA and passwords there). `port()` hands out a {@link freeClusterPort} no other
+ * process of the set has; `node(port, args, secureArgs)` spawns a data node with `--dir` and
+ * `args` (then TLS, `secureArgs` and the ACL users when secure); `spawn` any other process (a
+ * Sentinel); `serviceAuth` is the `valkey` section's TLS files and ACL user; `stop()` SIGKILLs
+ * every process spawned (idempotent) and removes the folder.
+ */
+export function openValkeySet(prefix: string, options: ValkeySetOptions) {
+  const dir = privateDir(prefix);
+  const secure = options.secure === true ? makeSecure(dir) : options.secure || undefined;
+  const taken = new Set<number>();
+  const spawned: ValkeyServer[] = [];
+  const spawn = async (spawnOptions: ValkeyServerOptions) => {
+    const server = await spawnValkey({ track: options.track, ...spawnOptions });
+    spawned.push(server);
+    return server;
+  };
+  return {
+    dir,
+    secure,
+    serviceAuth:
+      secure === undefined
+        ? {}
+        : { tls: serviceTls(secure), username: secure.username, password: secure.password },
+    async port() {
+      const port = await freeClusterPort(taken);
+      taken.add(port);
+      return port;
+    },
+    node: (port: number, args: string[], secureArgs: string[] = []) =>
+      spawn({
+        port,
+        args: [
+          ...['--dir', dir, ...args],
+          ...(secure === undefined
+            ? []
+            : [...tlsServerArgs(secure, port), ...secureArgs, ...aclServerArgs(secure)]),
+        ],
+        ...(secure === undefined ? {} : { connection: adminConnection(secure) }),
+      }),
+    spawn,
+    async stop() {
+      await Promise.all(spawned.map((s) => s.stop()));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
