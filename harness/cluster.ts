@@ -1,82 +1,35 @@
 /**
- * A local Valkey/Redis Cluster owned by a drill or a test: `primaries`
- * primaries with `replicas` replicas each (3 + 3 by default), started with
- * `--cluster-enabled yes` on free loopback ports below 32768 (each node's bus
- * port, port + 10000, must be free too), joined by `redis-cli --cluster create
- * … --cluster-replicas 1 --cluster-yes`, and stopped by pid.
- *
- * The nodes run with `cluster-require-full-coverage no`, so that the shards
- * that are up keep answering while one shard has no primary, and a short
- * `cluster-node-timeout`, so that a failover takes seconds, not the default
- * 15 s. `replica-validity-factor 0` lets a replica be promoted however long
- * it was cut off.
- *
- * With `secure` (harness/secure.ts) the nodes are TLS-only (`--port 0`,
- * `--tls-port`, `--tls-cluster yes`, `--tls-replication yes`, client
- * certificates required), the `default` user has the admin password and the
- * service has an ACL user of its own; `valkey` is then the service's section for it.
+ * A local Valkey/Redis Cluster owned by a drill or a test: `primaries` primaries with `replicas`
+ * replicas each (3 + 3 by default) on free loopback ports below 32768, joined by `redis-cli
+ * --cluster create`, stopped by pid. `cluster-require-full-coverage no` keeps the shards that are
+ * up answering while one has no primary; a short `cluster-node-timeout` makes a failover take
+ * seconds; `replica-validity-factor 0` lets a replica be promoted however long it was cut off.
+ * With `secure` (harness/secure.ts) the nodes are TLS-only, bus and replication included.
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { ValkeyOptions } from '../src/valkey/client.js';
-import { cliArgs, type Secure } from './secure.js';
-import {
-  ask,
-  firstOnPath,
-  isRunning,
-  type ValkeyServer,
-  type ValkeyServerOptions,
-} from './valkey-server.js';
-import { openValkeySet, settle } from './valkey-set.js';
+import { cliArgs } from './secure.js';
+import { firstOnPath, running, settle } from './spawn.js';
+import { ask, openValkeySet, type ValkeyServer, type ValkeySetOptions } from './valkey-server.js';
 
 const run = promisify(execFile);
 
 /** Options of {@link spawnCluster}. */
-export interface ClusterOptions {
+export interface ClusterOptions extends ValkeySetOptions {
   /** Primaries (each owns an equal share of the 16384 slots). Default 3, at least 3. */
   primaries?: number;
   /** Replicas per primary. Default 1. */
   replicas?: number;
   /** `cluster-node-timeout`, ms: how long a silent primary takes to be failed over. Default 1,000. */
   nodeTimeoutMs?: number;
-  /** Called with every process spawned, e.g. to kill it if the caller exits early. */
-  track?: ValkeyServerOptions['track'];
-  /** How long the cluster may take to form (every node says `cluster_state:ok`), ms. Default 30,000. */
-  readyTimeoutMs?: number;
-  /**
-   * TLS only, an admin password and the service's ACL user (see harness/secure.ts); `true`
-   * makes a fresh CA and passwords in the cluster's directory. Default (or `false`): plain, no AUTH.
-   */
-  secure?: Secure | boolean;
 }
 
-/** One node of the cluster and its role when the cluster formed. */
-export interface ClusterNode extends ValkeyServer {
-  /** `127.0.0.1:<port>`, the form `CLUSTER SLOTS` and ioredis use. */
-  address: string;
-}
+/** One node of the cluster; `address` is `127.0.0.1:<port>`, the form `CLUSTER SLOTS` and ioredis use. */
+export type ClusterNode = ValkeyServer & { address: string };
 
-/** A running cluster the caller controls. */
-export interface LocalCluster {
-  /** Every node, primaries first (as `redis-cli --cluster create` was given them). */
-  nodes: ClusterNode[];
-  /** `host:port` of every node: the seed list of `valkey.cluster.nodes`. */
-  seeds: string[];
-  /** The certificates and credentials, when started `secure`. */
-  secure: Secure | undefined;
-  /** The service's `valkey` section: the seeds, and with `secure` its TLS files and ACL user. */
-  valkey: ValkeyOptions;
-  /** The node that currently owns `slot` as a primary (asked of a live node), or undefined. */
-  primaryOf(slot: number): Promise<ClusterNode | undefined>;
-  /**
-   * Resolves once every live node says `cluster_state:ok` and agrees on each
-   * slot's primary, and every slot's primary is alive (after a primary is
-   * killed: once its replica has taken over).
-   */
-  waitHealthy(timeoutMs?: number): Promise<void>;
-  /** SIGKILLs every node (idempotent) and removes the nodes' files. */
-  stop(): Promise<void>;
-}
+/** A running cluster the caller controls (see {@link spawnCluster}). */
+export type LocalCluster = Awaited<ReturnType<typeof spawnCluster>>;
 
 /** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
 export function cliBinary(): string {
@@ -88,21 +41,21 @@ export function cliBinary(): string {
 }
 
 /**
- * Starts and joins a cluster, and waits until it is healthy (about 2 s for
- * 3 + 3 on a laptop).
+ * Starts and joins a cluster, and waits until it is healthy and every replica is in sync (about
+ * 2 s for 3 + 3 on a laptop).
  *
- * @throws {Error} when a node does not start, `redis-cli --cluster create`
- *   fails, or the cluster is not healthy within `readyTimeoutMs`; every node
- *   started is stopped first.
+ * @throws {Error} when a node does not start, `redis-cli --cluster create` fails, or the cluster
+ *   is not healthy within `readyTimeoutMs`; every node started is stopped first.
  */
-export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalCluster> {
+export async function spawnCluster(options: ClusterOptions = {}) {
   const primaries = options.primaries ?? 3;
-  const replicas = options.replicas ?? 1;
+  const replicas = String(options.replicas ?? 1);
+  const readyTimeoutMs = options.readyTimeoutMs ?? 30_000;
   if (primaries < 3) throw new Error('a cluster needs at least 3 primaries');
-  const set = openValkeySet('echostore-cluster-', options.secure, options.track);
+  const set = openValkeySet('echostore-cluster-', options);
   const { secure } = set;
   const ports: number[] = [];
-  for (let i = 0; i < primaries * (1 + replicas); i++) ports.push(await set.port());
+  for (let i = 0; i < primaries * (1 + Number(replicas)); i++) ports.push(await set.port());
   try {
     const nodes: ClusterNode[] = await Promise.all(
       ports.map(async (port) => {
@@ -112,166 +65,134 @@ export async function spawnCluster(options: ClusterOptions = {}): Promise<LocalC
           ...['--cluster-require-full-coverage', 'no', '--cluster-replica-validity-factor', '0'],
         ];
         const node = await set.node(port, args, ['--tls-cluster', 'yes']);
-        // Object.assign keeps the server's getters (`process`, `pid`), which follow restarts.
+        // Object.assign keeps the server's `process` getter, which follows restarts.
         return Object.assign(node, { address: `127.0.0.1:${port}` });
       }),
     );
     const seeds = nodes.map((n) => n.address);
-    await run(
-      cliBinary(),
-      [
-        ...(secure === undefined ? [] : cliArgs(secure)),
-        ...[
-          '--cluster',
-          'create',
-          ...seeds,
-          '--cluster-replicas',
-          String(replicas),
-          '--cluster-yes',
-        ],
-      ],
-      { timeout: options.readyTimeoutMs ?? 30_000 },
-    );
-    const cluster: LocalCluster = {
+    const auth = secure === undefined ? [] : cliArgs(secure);
+    const create = ['--cluster', 'create', ...seeds, '--cluster-replicas', replicas];
+    await run(cliBinary(), [...auth, ...create, '--cluster-yes'], { timeout: readyTimeoutMs });
+    await waitHealthy(nodes, readyTimeoutMs, true);
+    const valkey: ValkeyOptions = { cluster: { nodes: seeds }, ...set.serviceAuth };
+    return {
+      /** Every node, primaries first (as `redis-cli --cluster create` was given them). */
       nodes,
+      /** `host:port` of every node: the seed list of `valkey.cluster.nodes`. */
       seeds,
+      /** The certificates and credentials, when started `secure`. */
       secure,
-      valkey: { cluster: { nodes: seeds }, ...set.serviceAuth },
-      primaryOf: (slot) => primaryOf(nodes, slot),
+      /** The service's `valkey` section: the seeds, and with `secure` its TLS files and ACL user. */
+      valkey,
+      /** The node that currently owns `slot` as a primary (asked of a live node), or undefined. */
+      primaryOf: (slot: number) => primaryOf(nodes, slot),
+      /**
+       * Resolves once every live node says `cluster_state:ok` and agrees on each slot's primary,
+       * and every slot's primary is alive (after a primary is killed: once its replica took over).
+       */
       waitHealthy: (timeoutMs = 30_000) => waitHealthy(nodes, timeoutMs),
+      /** SIGKILLs every node (idempotent) and removes the nodes' files. */
       stop: set.stop,
     };
-    await cluster.waitHealthy(options.readyTimeoutMs ?? 30_000);
-    await replicasInSync(nodes, options.readyTimeoutMs ?? 30_000);
-    return cluster;
   } catch (err) {
     await set.stop();
     throw err;
   }
 }
 
-/** Each slot range's primary as one node sees it: `start end host:port`. */
-async function slotMap(node: ClusterNode): Promise<string[]> {
+/** Each slot range's primary as `node` sees it, by first slot: `[start, end, host:port]`. */
+async function slotMap(node: ClusterNode): Promise<Array<[number, number, string]>> {
   const ranges = await ask(node, (r) => r.cluster('SLOTS'));
   return ranges
-    .map(([start, end, primary]) => `${start} ${end} ${primary?.[0]}:${primary?.[1]}`)
-    .sort((a, b) => Number(a.split(' ')[0]) - Number(b.split(' ')[0]));
+    .map(([start, end, p]): [number, number, string] => [start, end, `${p?.[0]}:${p?.[1]}`])
+    .sort((a, b) => a[0] - b[0]);
 }
 
+const live = (nodes: ClusterNode[]) => nodes.filter((n) => running(n.process));
+
 async function primaryOf(nodes: ClusterNode[], slot: number): Promise<ClusterNode | undefined> {
-  for (const node of nodes.filter(isRunning)) {
-    try {
-      const ranges = await ask(node, (r) => r.cluster('SLOTS'));
-      const primary = ranges.find(([start, end]) => slot >= start && slot <= end)?.[2];
-      if (primary === undefined) return undefined;
-      const address = `${primary[0]}:${primary[1]}`;
-      return nodes.find((n) => n.address === address);
-    } catch {
-      // that node does not answer: ask the next
-    }
+  for (const node of live(nodes)) {
+    const map = await slotMap(node).catch(() => undefined); // no answer: ask the next
+    if (map === undefined) continue;
+    const owner = map.find(([start, end]) => slot >= start && slot <= end)?.[2];
+    return nodes.find((n) => n.address === owner);
   }
   return undefined;
 }
 
-function waitHealthy(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
+/** See `LocalCluster.waitHealthy`; with `inSync`, every replica also says `master_link_status:up`. */
+function waitHealthy(nodes: ClusterNode[], timeoutMs: number, inSync = false): Promise<void> {
   return settle(
     timeoutMs,
     100,
     async () => {
-      const up = nodes.filter(isRunning);
+      const up = live(nodes);
       const infos = await Promise.all(up.map((n) => ask(n, (r) => r.cluster('INFO'))));
       const maps = await Promise.all(up.map(slotMap));
-      const first = maps[0]?.join(',');
       // Slots served by a live primary: a killed primary keeps its slots until its replica takes over.
-      const live = new Set(up.map((n) => n.address));
-      const covered = (maps[0] ?? []).reduce((n, line) => {
-        const [start, end, owner] = line.split(' ') as [string, string, string];
-        return live.has(owner) ? n + Number(end) - Number(start) + 1 : n;
-      }, 0);
-      const healthy =
-        infos.every((i) => String(i).includes('cluster_state:ok')) &&
-        maps.every((m) => m.join(',') === first) &&
-        covered === 16_384;
+      const addresses = new Set(up.map((n) => n.address));
+      const covered = (maps[0] ?? []).reduce(
+        (n, [start, end, owner]) => (addresses.has(owner) ? n + end - start + 1 : n),
+        0,
+      );
+      const agreed = maps.every((m) => m.join(' ') === maps[0]?.join(' '));
+      const states = infos.map((i) => /cluster_state:(\w+)/.exec(String(i))?.[1]);
+      if (states.some((s) => s !== 'ok') || !agreed || covered < 16_384) {
+        return `states ${states.join('/')}, ${covered} slots covered`;
+      }
+      if (!inSync) return true;
+      const replication = await Promise.all(up.map((n) => ask(n, (r) => r.info('replication'))));
+      const replicas = replication.filter((i) => /role:slave/.test(i));
       return (
-        healthy ||
-        `states ${infos.map((i) => /cluster_state:(\w+)/.exec(String(i))?.[1]).join('/')}, ${covered} slots covered`
+        (replicas.length > 0 && replicas.every((i) => /master_link_status:up/.test(i))) ||
+        'replicas out of sync'
       );
     },
     (last) => `the cluster is not healthy: ${last}`,
   );
 }
 
-/** Resolves once every replica says `master_link_status:up` (a failover needs a replica in sync). */
-function replicasInSync(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
-  return settle(
-    timeoutMs,
-    100,
-    async () => {
-      const infos = await Promise.all(nodes.map((n) => ask(n, (r) => r.info('replication'))));
-      const replicas = infos.filter((i) => /role:slave/.test(i));
-      return replicas.length > 0 && replicas.every((i) => /master_link_status:up/.test(i))
-        ? true
-        : 'out of sync';
-    },
-    () => 'the replicas did not sync with their primaries',
-  );
-}
-
-/** A slot held half-moved by {@link beginSlotMove}: MIGRATING on `from`, IMPORTING on `to`. */
-export interface SlotMove {
-  slot: number;
-  /** The primary that owned the slot (MIGRATING). */
-  from: ClusterNode;
-  /** The primary it moves to (IMPORTING). */
-  to: ClusterNode;
-  /** `MIGRATE`s `keys` (those of them that exist) from `from` to `to`; the slot stays half-moved. */
-  moveKeys(keys: string[]): Promise<void>;
-  /** `MIGRATE`s every key left in the slot, then `CLUSTER SETSLOT <slot> NODE <to>` on every primary. */
-  finish(): Promise<void>;
-}
-
 /**
- * Starts moving `slot` by hand, as `redis-cli --cluster reshard` does, and
- * leaves it there: `CLUSTER SETSLOT <slot> IMPORTING` on the target (another
- * primary than the owner, or `to`), then `MIGRATING` on the owner. Every key
- * stays on the owner until {@link SlotMove.moveKeys} or {@link SlotMove.finish}.
+ * Starts moving `slot` by hand, as `redis-cli --cluster reshard` does, and leaves it half-moved:
+ * `CLUSTER SETSLOT <slot> IMPORTING` on the target (`to`, or another primary than the owner),
+ * then `MIGRATING` on the owner. Every key stays on the owner until `moveKeys` or `finish`.
  *
  * @throws {Error} when the slot has no live primary or there is no other primary.
  */
-export async function beginSlotMove(
-  cluster: LocalCluster,
-  slot: number,
-  to?: ClusterNode,
-): Promise<SlotMove> {
+export async function beginSlotMove(cluster: LocalCluster, slot: number, to?: ClusterNode) {
   const from = await cluster.primaryOf(slot);
   if (from === undefined) throw new Error(`slot ${slot} has no live primary`);
   const primaries = await livePrimaries(cluster.nodes);
   const target = to ?? primaries.find((n) => n !== from);
   if (target === undefined) throw new Error('no other primary to move the slot to');
-  const [fromId, toId] = await Promise.all(
+  const [fromId, toId] = (await Promise.all(
     [from, target].map((n) => ask(n, (r) => r.cluster('MYID'))),
-  );
-  await ask(target, (r) => r.cluster('SETSLOT', slot, 'IMPORTING', fromId as string));
-  await ask(from, (r) => r.cluster('SETSLOT', slot, 'MIGRATING', toId as string));
-  const migrate = (keys: string[]) =>
-    keys.length === 0
-      ? Promise.resolve()
-      : ask(from, async (r) => {
-          await r.migrate('127.0.0.1', target.port, '', 0, 5_000, 'REPLACE', 'KEYS', ...keys);
-        });
+  )) as [string, string];
+  await ask(target, (r) => r.cluster('SETSLOT', slot, 'IMPORTING', fromId));
+  await ask(from, (r) => r.cluster('SETSLOT', slot, 'MIGRATING', toId));
+  /** `MIGRATE`s `keys` (those of them that exist) from `from` to `to`; the slot stays half-moved. */
+  const moveKeys = async (keys: string[]) => {
+    if (keys.length === 0) return;
+    await ask(from, (r) =>
+      r.migrate('127.0.0.1', target.port, '', 0, 5_000, 'REPLACE', 'KEYS', ...keys),
+    );
+  };
   return {
     slot,
+    /** The primary that owned the slot (MIGRATING). */
     from,
+    /** The primary it moves to (IMPORTING). */
     to: target,
-    moveKeys: migrate,
-    async finish() {
+    moveKeys,
+    /** `MIGRATE`s every key left in the slot, then `CLUSTER SETSLOT <slot> NODE <to>` on every primary. */
+    async finish(): Promise<void> {
       for (;;) {
         const keys = await ask(from, (r) => r.cluster('GETKEYSINSLOT', slot, 100));
         if (keys.length === 0) break;
-        await migrate(keys);
+        await moveKeys(keys);
       }
       for (const n of [target, from, ...primaries.filter((p) => p !== from && p !== target)]) {
-        await ask(n, (r) => r.cluster('SETSLOT', slot, 'NODE', toId as string));
+        await ask(n, (r) => r.cluster('SETSLOT', slot, 'NODE', toId));
       }
     },
   };
@@ -279,11 +200,9 @@ export async function beginSlotMove(
 
 /** The live nodes that say they are primaries (`ROLE`). */
 export async function livePrimaries(nodes: ClusterNode[]): Promise<ClusterNode[]> {
+  const up = live(nodes);
   const roles = await Promise.all(
-    nodes.filter(isRunning).map(async (n) => {
-      const role = (await ask(n, (r) => r.call('ROLE'))) as string[];
-      return role[0] === 'master' ? [n] : [];
-    }),
+    up.map((n) => ask(n, (r) => r.call('ROLE')) as Promise<string[]>),
   );
-  return roles.flat();
+  return up.filter((_, i) => roles[i]?.[0] === 'master');
 }

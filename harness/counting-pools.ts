@@ -1,8 +1,6 @@
 /**
- * Connection pools for the `postgres` and `mysql` sources that count, at the
- * database's door, what the source asked and what the database answered: a
- * drill or a test judges batching by these counts, never by the cache's own
- * counters. Pass one as the source's `makePool`.
+ * Connection pools (a source's `makePool`) that count, at the database's door, what the source
+ * asked and what the database answered: batching is judged by these, never the cache's counters.
  */
 import mysql from 'mysql2/promise';
 import pg from 'pg';
@@ -19,13 +17,7 @@ export interface PoolCount {
 export function countingPgPool(count: PoolCount): (config: pg.PoolConfig) => pg.Pool {
   return (config) => {
     const pool = new pg.Pool(config);
-    const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<pg.QueryResult>;
-    pool.query = (async (...a: unknown[]) => {
-      count.queries++;
-      const result = await query(...a);
-      count.rows += result.rowCount ?? 0;
-      return result;
-    }) as typeof pool.query;
+    pool.query = counting(count, pool.query.bind(pool), (r: pg.QueryResult) => r.rowCount ?? 0);
     return pool;
   };
 }
@@ -34,13 +26,18 @@ export function countingPgPool(count: PoolCount): (config: pg.PoolConfig) => pg.
 export function countingMysqlPool(count: PoolCount): (config: mysql.PoolOptions) => mysql.Pool {
   return (config) => {
     const pool = mysql.createPool(config);
-    const execute = pool.execute.bind(pool) as (...a: unknown[]) => Promise<[unknown[], unknown]>;
-    pool.execute = (async (...a: unknown[]) => {
-      count.queries++;
-      const result = await execute(...a);
-      count.rows += result[0].length;
-      return result;
-    }) as typeof pool.execute;
+    pool.execute = counting(count, pool.execute.bind(pool), (r: [unknown[]]) => r[0].length);
     return pool;
   };
+}
+
+/** `run`, counting each call into `count.queries` and the rows of its result into `count.rows`. */
+function counting<F, R>(count: PoolCount, run: F, rowsOf: (result: R) => number): F {
+  const call = run as (...a: unknown[]) => Promise<R>;
+  return (async (...a: unknown[]) => {
+    count.queries++;
+    const result = await call(...a);
+    count.rows += rowsOf(result);
+    return result;
+  }) as F;
 }

@@ -1,6 +1,6 @@
 /**
- * A slow HTTP origin for drills: the source of truth, which counts its own
- * reads. Drills judge the laws by these counts, never by the cache's counters.
+ * A slow HTTP origin for drills: the source of truth, which counts its own reads. Drills judge
+ * the laws by these counts, never by the cache's counters.
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type ServerResponse } from 'node:http';
@@ -15,13 +15,13 @@ export interface StampedRead {
   answeredAtMs: number | undefined;
 }
 
-/** An answer other than the item (see {@link Origin.answerWith}). */
+/** An answer other than the item (see `Origin.answerWith`). */
 export interface OriginAnswer {
   status: number;
   headers?: Record<string, string>;
 }
 
-/** Ids with this prefix are held open until {@link Origin.release} (or `maxHoldMs`). */
+/** Ids with this prefix are held open until `Origin.release` (or `maxHoldMs`). */
 export const HOLD_PREFIX = 'hold-';
 
 /** What an origin adds to its answers. */
@@ -32,62 +32,30 @@ export interface OriginOptions {
   surrogateKey?: (id: string) => string | undefined;
 }
 
-/** A running origin. */
-export interface Origin {
-  /** Base URL, e.g. `http://127.0.0.1:40123`. */
-  url: string;
-  /** The item URL template for an `http` source: `<url>/items/{id}`. */
-  template: string;
-  /** Reads served (or held), by id. */
-  readsOf(id: string): number;
-  /** Reads in all. */
-  totalReads(): number;
-  /** The reads of `id`, in arrival order, with their times. */
-  readsLog(id: string): StampedRead[];
-  /** Resolves true once a read of `id` has arrived, false after `timeoutMs`. */
-  seen(id: string, timeoutMs: number): Promise<boolean>;
-  /** Answers the held reads of `id`; later reads of it answer after the usual latency. */
-  release(id: string): void;
-  /**
-   * From now on, reads of `id` are answered `status` with `headers` and an
-   * empty body (a 503 with `Retry-After`, a blip of 404s), still counted; `undefined`
-   * restores the normal answer.
-   */
-  answerWith(id: string, answer: OriginAnswer | undefined): void;
-  /** Changes the latency of reads from now on (a source that slows down, or recovers). */
-  setLatency(ms: number): void;
-  /** Reads being served right now (arrived, not yet answered). */
-  inFlight(): number;
-  /** The most reads it ever served at once (since start, or since `resetPeak`). */
-  peakInFlight(): number;
-  /** Requests whose client still waits for them now (a held read its client gave up on is not one). */
-  open(): number;
-  /** The most such requests at once since start: the concurrency the clients put on the origin. */
-  peakOpen(): number;
-  resetPeak(): void;
-  close(): Promise<void>;
-}
+/** A running origin (see {@link startOrigin}). */
+export type Origin = Awaited<ReturnType<typeof startOrigin>>;
 
 /**
- * Starts an origin on 127.0.0.1 that answers `GET /items/<id>` after
- * `latencyMs` with `{ id, read, nonce }`: `read` is this id's read count and
- * `nonce` is fresh per read, so two source reads can never look like one
- * answer. A read of an id starting {@link HOLD_PREFIX} is held until released,
- * never longer than `maxHoldMs`; a held read whose client went away is still
- * counted: it was a source read. `options` may label the answers and give
- * each id a `Surrogate-Key` (its purge tags).
+ * Starts an origin on 127.0.0.1 that answers `GET /items/<id>` after `latencyMs` with
+ * `{ id, read, nonce }`: `read` is this id's read count and `nonce` is fresh per read, so two
+ * source reads can never look like one answer. A read of an id starting {@link HOLD_PREFIX} is
+ * held until released, never longer than `maxHoldMs`; a held read whose client went away is
+ * still counted: it was a source read. `options` may label the answers and give each id a
+ * `Surrogate-Key` (its purge tags).
  */
 export async function startOrigin(
   latencyMs: number,
   maxHoldMs = 20_000,
   options: OriginOptions = {},
-): Promise<Origin> {
+) {
   const log = new Map<string, StampedRead[]>();
   const released = new Set<string>();
   const held = new Map<string, Array<() => void>>();
   const arrivals = new Map<string, Array<() => void>>();
   const timers = new Set<NodeJS.Timeout>();
   const overrides = new Map<string, OriginAnswer>();
+  const push = <T>(map: Map<string, T[]>, id: string, item: T) =>
+    map.set(id, [...(map.get(id) ?? []), item]);
   let total = 0;
   let inFlight = 0;
   let peak = 0;
@@ -126,35 +94,26 @@ export async function startOrigin(
       return;
     }
     const id = decodeURIComponent(match[1] as string);
-    const reads = log.get(id) ?? [];
-    log.set(id, reads);
     const read: StampedRead = {
-      n: reads.length + 1,
+      n: (log.get(id)?.length ?? 0) + 1,
       arrivedAtMs: Date.now(),
       answeredAtMs: undefined,
     };
-    reads.push(read);
+    push(log, id, read);
     total++;
-    inFlight++;
-    open++;
-    peakOpen = Math.max(peakOpen, open);
-    res.on('close', () => {
-      open--;
-    });
-    peak = Math.max(peak, inFlight);
+    peak = Math.max(peak, ++inFlight);
+    peakOpen = Math.max(peakOpen, ++open);
+    res.on('close', () => open--);
     for (const wake of arrivals.get(id) ?? []) wake();
     arrivals.delete(id);
-    if (!id.startsWith(HOLD_PREFIX) || released.has(id)) {
-      later(latencyMs, () => answer(res, id, read));
-      return;
-    }
     let done = false;
     const go = () => {
       if (done) return;
       done = true;
       later(latencyMs, () => answer(res, id, read));
     };
-    held.set(id, [...(held.get(id) ?? []), go]);
+    if (!id.startsWith(HOLD_PREFIX) || released.has(id)) return go();
+    push(held, id, go);
     later(maxHoldMs, go);
   });
   server.keepAliveTimeout = 1000;
@@ -162,44 +121,55 @@ export async function startOrigin(
   const { port } = server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}`;
   return {
+    /** Base URL, e.g. `http://127.0.0.1:40123`. */
     url,
+    /** The item URL template for an `http` source: `<url>/items/{id}`. */
     template: `${url}/items/{id}`,
-    readsOf: (id) => log.get(id)?.length ?? 0,
-    totalReads: () => total,
-    readsLog: (id) => [...(log.get(id) ?? [])],
-    seen(id, timeoutMs) {
-      if (log.has(id)) return Promise.resolve(true);
-      return new Promise((resolve) => {
-        const t = setTimeout(() => resolve(false), timeoutMs);
-        arrivals.set(id, [
-          ...(arrivals.get(id) ?? []),
-          () => {
-            clearTimeout(t);
-            resolve(true);
-          },
-        ]);
-      });
-    },
-    answerWith(id, answer) {
-      if (answer === undefined) overrides.delete(id);
-      else overrides.set(id, answer);
-    },
-    setLatency(ms) {
-      latencyMs = ms;
-    },
-    inFlight: () => inFlight,
-    open: () => open,
-    peakOpen: () => peakOpen,
-    peakInFlight: () => peak,
-    resetPeak() {
-      peak = inFlight;
-    },
-    release(id) {
+    /** Reads served (or held), by id. */
+    readsOf: (id: string): number => log.get(id)?.length ?? 0,
+    /** Reads in all. */
+    totalReads: (): number => total,
+    /** The reads of `id`, in arrival order, with their times. */
+    readsLog: (id: string): StampedRead[] => [...(log.get(id) ?? [])],
+    /** Resolves true once a read of `id` has arrived, false after `timeoutMs`. */
+    seen: (id: string, timeoutMs: number): Promise<boolean> =>
+      log.has(id)
+        ? Promise.resolve(true)
+        : new Promise((resolve) => {
+            const t = setTimeout(() => resolve(false), timeoutMs);
+            push(arrivals, id, () => {
+              clearTimeout(t);
+              resolve(true);
+            });
+          }),
+    /** Answers the held reads of `id`; later reads of it answer after the usual latency. */
+    release(id: string): void {
       released.add(id);
       for (const go of held.get(id) ?? []) go();
       held.delete(id);
     },
-    close: () =>
+    /**
+     * From now on, reads of `id` are answered `status` with `headers` and an empty body (a 503
+     * with `Retry-After`, a blip of 404s), still counted; `undefined` restores the normal answer.
+     */
+    answerWith(id: string, answer: OriginAnswer | undefined): void {
+      if (answer === undefined) overrides.delete(id);
+      else overrides.set(id, answer);
+    },
+    /** Changes the latency of reads from now on (a source that slows down, or recovers). */
+    setLatency(ms: number): void {
+      latencyMs = ms;
+    },
+    /** Requests whose client still waits for them now (a held read its client gave up on is not one). */
+    open: (): number => open,
+    /** The most reads it served at once (since start, or since `resetPeak`). */
+    peakInFlight: (): number => peak,
+    /** The most requests at once whose client still waited for them: the concurrency put on it. */
+    peakOpen: (): number => peakOpen,
+    resetPeak(): void {
+      peak = inFlight;
+    },
+    close: (): Promise<void> =>
       new Promise((resolve) => {
         for (const t of timers) clearTimeout(t);
         timers.clear();

@@ -1,43 +1,21 @@
 /**
- * What a "production" topology of the harness runs with: TLS only (no
- * plain-text port) with a throwaway CA made by `openssl` at start, client
- * certificates required, an admin password on the `default` user (what the
- * harness, replication and Sentinels use), and an ACL user for the service
- * with only the rights it needs (docs/operations.md#acl-rights).
+ * What a "production" topology of the harness runs with: TLS only (no plain-text port) with a
+ * throwaway CA made by `openssl` at start, client certificates required, an admin password on
+ * the `default` user (what the harness, replication and Sentinels use), and an ACL user for the
+ * service with only the rights it needs (docs/operations.md#acl-rights).
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { RedisOptions } from 'ioredis';
 
-/** PEM files of a throwaway CA, one certificate it signed for the servers and one for clients. */
-export interface Pki {
-  ca: string;
-  /** Server certificate (SAN IP:127.0.0.1, DNS:localhost), usable as a client too (the cluster bus). */
-  cert: string;
-  key: string;
-  /** Client certificate for the service and the harness (`tls-auth-clients yes`). */
-  clientCert: string;
-  clientKey: string;
-}
-
-/** The credentials and certificates of a secure topology. */
-export interface Secure {
-  pki: Pki;
-  /** The `default` user's password: the harness's own, replication's (`masterauth`) and the Sentinels' (`auth-pass`). */
-  adminPassword: string;
-  /** The service's ACL user on the data nodes. */
-  username: string;
-  /** Its password (the user may also be given more with `ACL SETUSER … >another`). */
-  password: string;
-  /** The Sentinels' `requirepass` (clients and the other Sentinels authenticate with it). */
-  sentinelPassword: string;
-}
+/** The credentials and certificates of a secure topology (see {@link makeSecure}). */
+export type Secure = ReturnType<typeof makeSecure>;
 
 /**
- * The service user's rights: its keys and channels, the commands of its
- * scripts and subscriber, and what ioredis asks on connecting (`INFO` for the
- * ready check; on a cluster `CLUSTER SLOTS`, `CLUSTER INFO`, `READONLY` on replica connections).
+ * The service user's rights: its keys and channels, the commands of its scripts and subscriber,
+ * and what ioredis asks on connecting (`INFO` for the ready check; on a cluster `CLUSTER SLOTS`,
+ * `CLUSTER INFO`, `READONLY` on replica connections).
  */
 export const SERVICE_RIGHTS = [
   ...['~ecc:*', '&ecc:events:*', '+@read', '+@write', '+time', '+@scripting', '+@pubsub'],
@@ -45,13 +23,14 @@ export const SERVICE_RIGHTS = [
 ];
 
 /**
- * Makes the CA and both certificates in `dir` (EC P-256, valid one day) and
- * picks random passwords.
+ * Makes a CA and two certificates it signed in `dir` (EC P-256, valid one day) and picks random
+ * passwords.
  *
  * @throws {Error} when `openssl` fails.
  */
-export function makeSecure(dir: string): Secure {
-  const pki: Pki = {
+export function makeSecure(dir: string) {
+  /** PEM files: the CA; the servers' certificate (SAN IP:127.0.0.1, DNS:localhost, also a client of the cluster bus); the clients'. */
+  const pki = {
     ca: join(dir, 'ca.pem'),
     cert: join(dir, 'server.pem'),
     key: join(dir, 'server.key'),
@@ -76,26 +55,25 @@ export function makeSecure(dir: string): Secure {
       ...['-days', '1', '-extfile', extFile, '-out', cert],
     );
   };
-  sign(
-    'server',
-    pki.cert,
-    pki.key,
-    'extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost',
-  );
+  const san = 'subjectAltName=IP:127.0.0.1,DNS:localhost';
+  sign('server', pki.cert, pki.key, `extendedKeyUsage=serverAuth,clientAuth\n${san}`);
   sign('client', pki.clientCert, pki.clientKey, 'extendedKeyUsage=clientAuth');
   const secret = (what: string) => `${what}-${Math.random().toString(36).slice(2, 12)}`;
   return {
     pki,
+    /** The `default` user's password: the harness's own, replication's (`masterauth`) and the Sentinels' (`auth-pass`). */
     adminPassword: secret('admin'),
+    /** The service's ACL user on the data nodes. */
     username: 'echostore',
+    /** Its password (the user may also be given more with `ACL SETUSER … >another`). */
     password: secret('svc'),
+    /** The Sentinels' `requirepass` (clients and the other Sentinels authenticate with it). */
     sentinelPassword: secret('sentinel'),
   };
 }
 
 /** `redis-server` arguments: TLS only on `port`, client certificates required, replication over TLS. */
-export function tlsServerArgs(secure: Secure, port: number): string[] {
-  const { pki } = secure;
+export function tlsServerArgs({ pki }: Secure, port: number): string[] {
   return [
     ...['--port', '0', '--tls-port', String(port), '--tls-replication', 'yes'],
     ...['--tls-cert-file', pki.cert, '--tls-key-file', pki.key, '--tls-ca-cert-file', pki.ca],
@@ -112,13 +90,9 @@ export function aclServerArgs(secure: Secure): string[] {
 }
 
 /** The Node TLS options of a client of these servers (CA, client certificate). */
-export function clientTls(secure: Secure): NonNullable<RedisOptions['tls']> {
-  const { pki } = secure;
-  return {
-    ca: readFileSync(pki.ca, 'utf8'),
-    cert: readFileSync(pki.clientCert, 'utf8'),
-    key: readFileSync(pki.clientKey, 'utf8'),
-  };
+export function clientTls({ pki }: Secure): NonNullable<RedisOptions['tls']> {
+  const read = (file: string) => readFileSync(file, 'utf8');
+  return { ca: read(pki.ca), cert: read(pki.clientCert), key: read(pki.clientKey) };
 }
 
 /** How the harness itself connects to a data node: TLS, as `default` with the admin password. */
@@ -126,20 +100,15 @@ export function adminConnection(secure: Secure): RedisOptions {
   return { tls: clientTls(secure), password: secure.adminPassword };
 }
 
-/** The service's `valkey.tls` section for these servers. */
-export function serviceTls(secure: Secure): {
-  caFile: string;
-  certFile: string;
-  keyFile: string;
-} {
-  return { caFile: secure.pki.ca, certFile: secure.pki.clientCert, keyFile: secure.pki.clientKey };
+/** The service's `valkey.tls` section for these servers: `{ caFile, certFile, keyFile }`. */
+export function serviceTls({ pki }: Secure) {
+  return { caFile: pki.ca, certFile: pki.clientCert, keyFile: pki.clientKey };
 }
 
 /** `redis-cli` arguments to reach these servers as the admin. */
-export function cliArgs(secure: Secure): string[] {
-  const { pki } = secure;
+export function cliArgs({ pki, adminPassword }: Secure): string[] {
   return [
     ...['--tls', '--cacert', pki.ca, '--cert', pki.clientCert, '--key', pki.clientKey],
-    ...['-a', secure.adminPassword, '--no-auth-warning'],
+    ...['-a', adminPassword, '--no-auth-warning'],
   ];
 }

@@ -1,35 +1,23 @@
-/**
- * Runs the real service (`dist/src/main.js`) as child processes for drills
- * that go through the HTTP API.
- */
+/** Runs the real service (`dist/src/main.js`) as child processes for drills that go through the HTTP API. */
 import { type ChildProcess, type StdioOptions, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
 import { freePort } from './free-port.js';
+import { settle, stopChild } from './spawn.js';
 
-/** A running service instance. */
-export interface Service {
-  /** Base URL, e.g. `http://127.0.0.1:40124`. */
-  url: string;
-  process: ChildProcess;
-  /** Sends SIGTERM and waits for the exit (SIGKILL after `graceMs`). */
-  stop(graceMs?: number): Promise<void>;
-}
+/** A running service instance (see {@link startService}). */
+export type Service = Awaited<ReturnType<typeof startService>>;
 
-const HERE = dirname(fileURLToPath(import.meta.url));
+/** The first of `paths` (relative to this file) that exists. */
+const beside = (...paths: string[]) =>
+  paths.map((p) => resolve(dirname(fileURLToPath(import.meta.url)), p)).find(existsSync) as string;
 /** The built service: beside this file when it runs from dist/, else in dist/ (tests run the TS source). */
-const MAIN = existsSync(resolve(HERE, '../src/main.js'))
-  ? resolve(HERE, '../src/main.js')
-  : resolve(HERE, '../dist/src/main.js');
+const MAIN = beside('../src/main.js', '../dist/src/main.js');
 /** The clock-skew preload (plain JavaScript in harness/, whether this file runs from harness/ or dist/harness/). */
-export const SKEW_CLOCK = [
-  resolve(HERE, 'skew-clock.mjs'),
-  resolve(HERE, '../../harness/skew-clock.mjs'),
-].find((f) => existsSync(f)) as string;
+export const SKEW_CLOCK = beside('skew-clock.mjs', '../../harness/skew-clock.mjs');
 
 /** How to start one instance beyond its config. */
 export interface StartOptions {
@@ -45,11 +33,10 @@ export interface StartOptions {
 }
 
 /**
- * Writes `config` (the service's config file shape) to a temporary YAML file
- * and spawns the service on it, on `port`, without waiting: for a start that
- * should fail, to read its exit code and (`stdio`) its stderr. Unless `config` sets
- * `http.shutdownDelayMs`, it is 0: a drill's stop does not wait out the drain
- * delay of a rolling deploy.
+ * Writes `config` (the service's config file shape) to a temporary YAML file and spawns the
+ * service on it, on `port`, without waiting: for a start that should fail, to read its exit code
+ * and (`stdio`) its stderr. Unless `config` sets `http.shutdownDelayMs`, it is 0: a drill's stop
+ * does not wait out the drain delay of a rolling deploy.
  */
 export function spawnService(
   config: object,
@@ -78,49 +65,30 @@ export function spawnService(
 }
 
 /**
- * Starts the service ({@link spawnService}) on `port` (default: a free one)
- * and waits until `/readyz` answers 200.
+ * Starts the service ({@link spawnService}) on `port` (default: a free one) and waits until
+ * `/readyz` answers 200.
  *
  * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
  */
-export async function startService(config: object, options: StartOptions = {}): Promise<Service> {
-  const readyTimeoutMs = options.readyTimeoutMs ?? 30_000;
+export async function startService(config: object, options: StartOptions = {}) {
   const port = options.port ?? (await freePort());
   const child = spawnService(config, port, options);
   const url = `http://127.0.0.1:${port}`;
-  const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
-  const deadline = Date.now() + readyTimeoutMs;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`the service exited with code ${child.exitCode}`);
-    if (
-      await fetch(`${url}/readyz`).then(
-        (r) => r.ok,
-        () => false,
-      )
-    )
-      break;
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`the service was not ready within ${readyTimeoutMs} ms`);
-    }
-    await sleep(50);
-  }
+  const ready = () => fetch(`${url}/readyz`).then((r) => r.ok || `/readyz answered ${r.status}`);
+  const fail = (last: string) => `the service at ${url} was not ready: ${last}`;
+  await settle(options.readyTimeoutMs ?? 30_000, 50, ready, fail, child);
   return {
+    /** Base URL, e.g. `http://127.0.0.1:40124`. */
     url,
     process: child,
-    async stop(graceMs = 10_000) {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-      await exited;
-      clearTimeout(timer);
-    },
+    /** Sends SIGTERM and waits for the exit (SIGKILL after `graceMs`). */
+    stop: (graceMs = 10_000): Promise<void> => stopChild(child, graceMs),
   };
 }
 
 /**
- * Starts `count` services on `config`, or none: a failed start stops those
- * that did start (within `graceMs`) and rethrows. `track` sees every process.
+ * Starts `count` services on `config`, or none: a failed start stops those that did start
+ * (within `graceMs`) and rethrows. `track` sees every process.
  */
 export function startServices(
   count: number,
@@ -128,15 +96,12 @@ export function startServices(
   track: (child: ChildProcess) => void = () => {},
   graceMs?: number,
 ): Promise<Service[]> {
-  return startAll(
-    Array.from({ length: count }, () => startService(config)),
-    track,
-    graceMs,
-  );
+  const starts = Array.from({ length: count }, () => startService(config));
+  return startAll(starts, track, graceMs);
 }
 
 /** {@link startServices} of starts already under way (e.g. on different options): all, or none. */
-export async function startAll(
+async function startAll(
   starts: Array<Promise<Service>>,
   track: (child: ChildProcess) => void = () => {},
   graceMs?: number,
@@ -150,7 +115,7 @@ export async function startAll(
   throw failed.reason;
 }
 
-/** Runs `body` on the services `starts` start ({@link startAll}: all, or none) and stops them after it, however it ends. */
+/** Runs `body` on the services `starts` start (all, or none, as {@link startServices}) and stops them after it, however it ends. */
 export async function withServices<T>(
   starts: Array<Promise<Service>>,
   body: (services: Service[]) => Promise<T>,

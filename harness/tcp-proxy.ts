@@ -1,86 +1,39 @@
 /**
- * A loopback TCP proxy for fault tests and drills: it forwards each connection
- * to a target port, and on purpose it can
- * - **freeze** a connection: stop forwarding both ways while keeping both
- *   sockets open, which is what a peer behind a dead NAT or a hung proxy looks
- *   like (no FIN, no RST, nothing);
- * - **hold** a connection's bytes towards the server and later **deliver**
- *   them, in order: a link that buffers (a congested path, a retransmitting
- *   NAT) rather than drops, so a command the client gave up on still arrives;
- * - **retarget**: send new connections to another port, as a DNS name or a
- *   proxy does after a failover.
+ * A loopback TCP proxy for fault tests and drills: it forwards each connection to a target port,
+ * and on purpose it can **freeze** a connection (stop forwarding both ways, both sockets kept
+ * open: a peer behind a dead NAT or a hung proxy, no FIN, no RST), **hold** a connection's bytes
+ * towards the server and later **deliver** them in order (a link that buffers rather than drops,
+ * so a command the client gave up on still arrives), and **retarget** new connections to another
+ * port, as a DNS name or a proxy does after a failover.
  */
 import { connect, createServer, type Socket } from 'node:net';
 
-/** One proxied connection. */
-export interface ProxiedConnection {
-  /** What the client sent so far (the first 64 KiB, as latin1), to find a connection by its commands. */
-  readonly sent: string;
-  readonly frozen: boolean;
-}
+/** A running proxy (see {@link startTcpProxy}). */
+export type TcpProxy = Awaited<ReturnType<typeof startTcpProxy>>;
 
-/** A running proxy. */
-export interface TcpProxy {
-  port: number;
-  /** `redis://127.0.0.1:<port>`. */
-  url: string;
-  /** Open connections, oldest first. */
-  readonly connections: readonly ProxiedConnection[];
-  /**
-   * Freezes every open connection whose client has sent `marker`
-   * (case-insensitive; e.g. `SUBSCRIBE` finds subscriber connections).
-   *
-   * @returns how many were frozen.
-   */
-  freeze(marker: string): number;
-  /**
-   * Holds what the clients of every open connection whose client has sent
-   * `marker` send from now on (kept, not forwarded; the server's answers
-   * still flow back), until {@link deliver}.
-   *
-   * @returns how many connections now hold.
-   */
-  hold(marker: string): number;
-  /** Forwards every held byte, in the order it was sent, and stops holding. @returns the bytes delivered. */
-  deliver(): number;
-  /** New connections go to `port` from now on; open ones keep their server. */
-  retarget(port: number): void;
-  /** Closes every connection and the listener. */
-  close(): Promise<void>;
+/** One proxied connection; `sent` is what the client sent so far (the first 64 KiB, as latin1). */
+interface Connection {
+  client: Socket;
+  upstream: Socket;
+  sent: string;
+  frozen: boolean;
+  /** Bytes from the client kept while holding; undefined while not holding. */
+  held: Buffer[] | undefined;
 }
 
 const MAX_SENT_CHARS = 65_536;
 
-class Connection implements ProxiedConnection {
-  sent = '';
-  frozen = false;
-  /** Bytes from the client kept while holding; undefined while not holding. */
-  held: Buffer[] | undefined;
-  constructor(
-    readonly client: Socket,
-    readonly upstream: Socket,
-  ) {}
-
-  freeze(): void {
-    this.frozen = true;
-    // Read nothing more from either side (a FIN from the client stays unread too).
-    this.client.pause();
-    this.upstream.pause();
-  }
-
-  destroy(): void {
-    this.client.destroy();
-    this.upstream.destroy();
-  }
-}
-
 /** Starts a proxy on a free loopback port, forwarding to `127.0.0.1:<targetPort>`. */
-export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
+export async function startTcpProxy(targetPort: number) {
   let target = targetPort;
   const open = new Set<Connection>();
+  const destroy = (c: Connection) => {
+    c.client.destroy();
+    c.upstream.destroy();
+  };
   const server = createServer((client) => {
     const upstream = connect(target, '127.0.0.1');
-    const c = new Connection(client, upstream);
+    const c: Connection = { client, upstream, sent: '', frozen: false, held: undefined };
     open.add(c);
     client.on('data', (chunk: Buffer) => {
       if (c.sent.length < MAX_SENT_CHARS) c.sent += chunk.toString('latin1');
@@ -94,7 +47,7 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
     const end = () => {
       if (c.frozen) return;
       open.delete(c);
-      c.destroy();
+      destroy(c);
     };
     for (const s of [client, upstream]) {
       s.on('error', end);
@@ -103,39 +56,44 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as { port: number };
+  /** The open connections whose client has sent `marker` (case-insensitive) and that `pick`s. */
+  const matching = (marker: string, pick: (c: Connection) => boolean) =>
+    [...open].filter((c) => pick(c) && c.sent.toLowerCase().includes(marker.toLowerCase()));
   return {
     port,
+    /** `redis://127.0.0.1:<port>`. */
     url: `redis://127.0.0.1:${port}`,
-    get connections() {
-      return [...open];
-    },
-    freeze(marker) {
-      const m = marker.toLowerCase();
-      let n = 0;
-      for (const c of open) {
-        if (!c.frozen && c.sent.toLowerCase().includes(m)) {
-          c.freeze();
-          n++;
-        }
+    /**
+     * Freezes every open connection whose client has sent `marker` (case-insensitive; e.g.
+     * `SUBSCRIBE` finds subscriber connections): it reads nothing more from either side.
+     *
+     * @returns how many were frozen.
+     */
+    freeze(marker: string): number {
+      const found = matching(marker, (c) => !c.frozen);
+      for (const c of found) {
+        c.frozen = true;
+        c.client.pause();
+        c.upstream.pause();
       }
-      return n;
+      return found.length;
     },
-    hold(marker) {
-      const m = marker.toLowerCase();
-      let n = 0;
-      for (const c of open) {
-        if (c.held === undefined && c.sent.toLowerCase().includes(m)) {
-          c.held = [];
-          n++;
-        }
-      }
-      return n;
+    /**
+     * Holds what the clients of every open connection whose client has sent `marker` send from
+     * now on (kept, not forwarded; the server's answers still flow back), until `deliver`.
+     *
+     * @returns how many connections now hold.
+     */
+    hold(marker: string): number {
+      const found = matching(marker, (c) => c.held === undefined);
+      for (const c of found) c.held = [];
+      return found.length;
     },
-    deliver() {
+    /** Forwards every held byte, in the order it was sent, and stops holding. @returns the bytes delivered. */
+    deliver(): number {
       let bytes = 0;
       for (const c of open) {
-        if (c.held === undefined) continue;
-        for (const chunk of c.held) {
+        for (const chunk of c.held ?? []) {
           bytes += chunk.length;
           c.upstream.write(chunk);
         }
@@ -143,12 +101,14 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
       }
       return bytes;
     },
-    retarget(port) {
+    /** New connections go to `port` from now on; open ones keep their server. */
+    retarget(port: number): void {
       target = port;
     },
-    close: () =>
+    /** Closes every connection and the listener. */
+    close: (): Promise<void> =>
       new Promise((resolve) => {
-        for (const c of open) c.destroy();
+        for (const c of open) destroy(c);
         open.clear();
         server.close(() => resolve());
       }),

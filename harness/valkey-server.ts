@@ -1,13 +1,21 @@
 /**
- * A Valkey/Redis server process owned by a drill or a test: spawned on a
- * loopback port without persistence, and killed, paused, resumed or restarted
- * (same port, same command line) on purpose. Launchers of several servers
- * (a cluster, sentinels) build on {@link spawnValkey} with their own `args`.
+ * A Valkey/Redis server owned by a drill or a test: spawned on a loopback port without
+ * persistence, and killed, paused, resumed or restarted (same port, same command line) on purpose;
+ * and the set of them a cluster (harness/cluster.ts) or a Sentinel set (harness/sentinel.ts) is.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { Redis, type RedisOptions } from 'ioredis';
-import { freePort } from './free-port.js';
+import { freeClusterPort, freePort } from './free-port.js';
+import {
+  aclServerArgs,
+  adminConnection,
+  makeSecure,
+  type Secure,
+  serviceTls,
+  tlsServerArgs,
+} from './secure.js';
+import { firstOnPath, privateDir, settle, stopChild } from './spawn.js';
 
 /** Options of {@link spawnValkey}. */
 export interface ValkeyServerOptions {
@@ -15,67 +23,31 @@ export interface ValkeyServerOptions {
   args?: string[];
   /** Default: a free port. */
   port?: number;
-  /** Default: {@link serverBinary}. */
-  binary?: string;
   /** A config file, passed before every other argument (a Sentinel needs one it may rewrite). */
   configFile?: string;
   /** Called with every process spawned (the first and each restart), e.g. to kill it if the caller exits early. */
-  track?: (child: ChildProcess) => void;
+  track?: ((child: ChildProcess) => void) | undefined;
   /** How long each start may take to answer PING, ms. Default 10,000. */
   readyTimeoutMs?: number;
-  /**
-   * How the harness connects to this server (TLS options, the admin password) when its
-   * `args` make it TLS-only or password-protected (see harness/secure.ts). Default: plain, no AUTH.
-   */
+  /** TLS options and the admin password, when `args` make it TLS-only or protected (harness/secure.ts). */
   connection?: RedisOptions;
 }
 
-/** A server process the caller controls. */
-export interface ValkeyServer {
-  /** `redis://127.0.0.1:<port>` (`rediss://` when `connection` has TLS). */
-  url: string;
-  port: number;
-  /** How the harness connects to it ({@link ValkeyServerOptions.connection}); used by {@link ask}. */
-  connection?: RedisOptions;
-  /** The current process (a restart replaces it). */
-  readonly process: ChildProcess;
-  readonly pid: number | undefined;
-  /** SIGKILL, and wait for the exit. */
-  kill(): Promise<void>;
-  /** SIGSTOP: the server keeps its connections but answers nothing. */
-  pause(): void;
-  /** SIGCONT. */
-  resume(): void;
-  /** Starts the same command line again on the same port and waits until it answers PING. */
-  restart(): Promise<void>;
-  /** SIGKILL if still running (also when paused); idempotent. */
-  stop(): Promise<void>;
-}
+/** A server process the caller controls (see {@link spawnValkey}). */
+export type ValkeyServer = Awaited<ReturnType<typeof spawnValkey>>;
 
 /** The first of `valkey-server`, `redis-server` on the PATH, or undefined. */
 export const serverBinary = (): string | undefined =>
   firstOnPath(['valkey-server', 'redis-server']);
 
-/** The first of `bins` that is on the PATH, or undefined. */
-export function firstOnPath(bins: string[]): string | undefined {
-  return bins.find((bin) => {
-    try {
-      execFileSync('sh', ['-c', `command -v ${bin}`], { stdio: 'pipe' });
-      return true;
-    } catch {
-      return false; // not installed
-    }
-  });
-}
-
 /**
- * Spawns a server on 127.0.0.1 with `--save '' --appendonly no` (and
- * `options.args`) and waits until it answers PING.
+ * Spawns a server on 127.0.0.1 with `--save '' --appendonly no` (and `options.args`) and waits
+ * until it answers PING.
  *
  * @throws {Error} when no server binary is installed or it does not answer within `readyTimeoutMs`.
  */
-export async function spawnValkey(options: ValkeyServerOptions = {}): Promise<ValkeyServer> {
-  const binary = options.binary ?? serverBinary();
+export async function spawnValkey(options: ValkeyServerOptions = {}) {
+  const binary = serverBinary();
   if (binary === undefined) {
     throw new Error(
       'no valkey-server or redis-server on the PATH (apt-get install -y redis-server)',
@@ -87,44 +59,41 @@ export async function spawnValkey(options: ValkeyServerOptions = {}): Promise<Va
     ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
     ...['--protected-mode', 'no', ...(options.args ?? [])],
   ];
-  const url = `${options.connection?.tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${port}`;
-  const launch = async (): Promise<ChildProcess> => {
-    const child = spawn(binary, argv, { stdio: 'ignore' });
-    options.track?.(child);
-    await waitForPing(url, options.readyTimeoutMs ?? 10_000, child, options.connection);
-    return child;
+  const { connection } = options;
+  const url = `${connection?.tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${port}`;
+  const launch = async () => {
+    const started = spawn(binary, argv, { stdio: 'ignore' });
+    options.track?.(started);
+    const fail = (last: string) => `the server at ${url} did not answer PING: ${last}`;
+    await settle(options.readyTimeoutMs ?? 10_000, 50, () => ping(url, connection), fail, started);
+    return started;
   };
   let child = await launch();
-  const kill = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const gone = new Promise((ok) => child.once('exit', ok));
-    child.kill('SIGKILL');
-    await gone;
-  };
+  const kill = () => stopChild(child);
   return {
+    /** `redis://127.0.0.1:<port>` (`rediss://` when `connection` has TLS). */
     url,
     port,
-    ...(options.connection === undefined ? {} : { connection: options.connection }),
-    get process() {
+    /** How the harness connects to it; used by {@link ask}. */
+    connection,
+    /** The current process (a restart replaces it). */
+    get process(): ChildProcess {
       return child;
     },
-    get pid() {
-      return child.pid;
-    },
+    /** SIGKILL, and wait for the exit. */
     kill,
+    /** SIGSTOP: the server keeps its connections but answers nothing. */
     pause: () => child.kill('SIGSTOP'),
+    /** SIGCONT. */
     resume: () => child.kill('SIGCONT'),
-    async restart() {
+    /** Starts the same command line again on the same port and waits until it answers PING. */
+    async restart(): Promise<void> {
       await kill();
       child = await launch();
     },
+    /** SIGKILL if still running (also when paused); idempotent. */
     stop: kill,
   };
-}
-
-/** True while `server`'s current process runs (it has not exited or been killed). */
-export function isRunning(server: ValkeyServer): boolean {
-  return server.process.exitCode === null && server.process.signalCode === null;
 }
 
 /** A harness connection: connects when asked, 1 s to connect, never reconnects or retries. */
@@ -135,24 +104,8 @@ const ONE_SHOT = {
   connectTimeout: 1_000,
 } as const;
 
-/**
- * Runs `fn` on a short-lived connection of its own to the loopback server on
- * `server.port`: no reconnects or retries and no ready check (commands go as
- * soon as it connects), 1 s to connect, 2 s a command, closed when `fn` settles;
- * over TLS and authenticated when the server has a `connection`.
- *
- * @throws {Error} what connecting or `fn` throws.
- */
-export async function ask<T>(
-  server: { readonly port: number; readonly connection?: RedisOptions },
-  fn: (r: Redis) => Promise<T>,
-): Promise<T> {
-  const r = new Redis(server.port, '127.0.0.1', {
-    ...server.connection,
-    ...ONE_SHOT,
-    commandTimeout: 2_000,
-    enableReadyCheck: false,
-  });
+/** Runs `fn` on `r`, a harness connection, and closes it when `fn` settles. */
+async function oneShot<T>(r: Redis, fn: (r: Redis) => Promise<T>): Promise<T> {
   r.on('error', () => {});
   try {
     await r.connect();
@@ -162,39 +115,95 @@ export async function ask<T>(
   }
 }
 
+/** PINGs `url` once on a connection of its own: true, or it throws. */
+const ping = (url: string, connection: RedisOptions = {}) =>
+  oneShot(new Redis(url, { ...connection, ...ONE_SHOT }), (r) =>
+    r.ping().then(() => true as const),
+  );
+
+/**
+ * Runs `fn` on a short-lived connection of its own to the loopback server on `server.port`: no
+ * reconnects or retries and no ready check, 1 s to connect, 2 s a command, closed when `fn`
+ * settles; over TLS and authenticated when the server has a `connection`.
+ *
+ * @throws {Error} what connecting or `fn` throws.
+ */
+export function ask<T>(
+  server: { readonly port: number; readonly connection?: RedisOptions | undefined },
+  fn: (r: Redis) => Promise<T>,
+): Promise<T> {
+  const options = { ...server.connection, ...ONE_SHOT, commandTimeout: 2_000 };
+  return oneShot(new Redis(server.port, '127.0.0.1', { ...options, enableReadyCheck: false }), fn);
+}
+
 /**
  * Resolves once the server at `url` answers PING, trying every 50 ms.
  *
- * @param child the server process, when the caller started it: its exit fails
- *   the wait at once, and it is SIGKILLed when the wait times out.
- * @param connection TLS options and password for a TLS-only or protected server.
  * @throws {Error} when it does not answer within `timeoutMs`.
  */
-export async function waitForPing(
-  url: string,
-  timeoutMs: number,
-  child?: ChildProcess,
-  connection: RedisOptions = {},
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (child !== undefined && child.exitCode !== null) {
-      throw new Error(`the server at ${url} exited (${child.exitCode})`);
-    }
-    const client = new Redis(url, { ...connection, ...ONE_SHOT });
-    client.on('error', () => {});
-    try {
-      await client.connect();
-      await client.ping();
-      client.disconnect();
-      return;
-    } catch (err) {
-      client.disconnect();
-      if (Date.now() > deadline) {
-        child?.kill('SIGKILL');
-        throw new Error(`the server at ${url} did not answer PING: ${(err as Error).message}`);
-      }
-      await sleep(50);
-    }
-  }
+export function waitForPing(url: string, timeoutMs: number): Promise<void> {
+  const fail = (last: string) => `the server at ${url} did not answer PING: ${last}`;
+  return settle(timeoutMs, 50, () => ping(url), fail);
+}
+
+/** What a cluster's or a Sentinel set's options share. */
+export interface ValkeySetOptions {
+  /** Called with every process spawned, e.g. to kill it if the caller exits early. */
+  track?: ValkeyServerOptions['track'];
+  /** How long the set may take to form, ms. Default 30,000. */
+  readyTimeoutMs?: number;
+  /**
+   * TLS only, an admin password and the service's ACL user (harness/secure.ts); `true` makes a
+   * fresh CA and passwords in the set's folder. Default (or `false`): plain, no AUTH.
+   */
+  secure?: Secure | boolean;
+}
+
+/**
+ * Opens a set of server processes in a fresh `prefix…` temporary folder, plain or all secure
+ * (`true`: a fresh CA and passwords there). `port()` hands out a {@link freeClusterPort} no other
+ * process of the set has; `node(port, args, secureArgs)` spawns a data node with `--dir` and
+ * `args` (then TLS, `secureArgs` and the ACL users when secure); `spawn` any other process (a
+ * Sentinel); `serviceAuth` is the `valkey` section's TLS files and ACL user; `stop()` SIGKILLs
+ * every process spawned (idempotent) and removes the folder.
+ */
+export function openValkeySet(prefix: string, options: ValkeySetOptions) {
+  const dir = privateDir(prefix);
+  const secure = options.secure === true ? makeSecure(dir) : options.secure || undefined;
+  const taken = new Set<number>();
+  const spawned: ValkeyServer[] = [];
+  const spawn = async (spawnOptions: ValkeyServerOptions) => {
+    const server = await spawnValkey({ track: options.track, ...spawnOptions });
+    spawned.push(server);
+    return server;
+  };
+  return {
+    dir,
+    secure,
+    serviceAuth:
+      secure === undefined
+        ? {}
+        : { tls: serviceTls(secure), username: secure.username, password: secure.password },
+    async port() {
+      const port = await freeClusterPort(taken);
+      taken.add(port);
+      return port;
+    },
+    node: (port: number, args: string[], secureArgs: string[] = []) =>
+      spawn({
+        port,
+        args: [
+          ...['--dir', dir, ...args],
+          ...(secure === undefined
+            ? []
+            : [...tlsServerArgs(secure, port), ...secureArgs, ...aclServerArgs(secure)]),
+        ],
+        ...(secure === undefined ? {} : { connection: adminConnection(secure) }),
+      }),
+    spawn,
+    async stop() {
+      await Promise.all(spawned.map((s) => s.stop()));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }

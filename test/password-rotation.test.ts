@@ -74,7 +74,7 @@ async function cluster(): Promise<Topology> {
 
 /** A port below 32768 (out of the ephemeral range), as the cluster harness picks them. */
 async function spawnPort(): Promise<number> {
-  const { freeClusterPort } = await import('../harness/valkey-set.js');
+  const { freeClusterPort } = await import('../harness/free-port.js');
   return freeClusterPort();
 }
 
