@@ -4,7 +4,9 @@
  * and the set of them a cluster (harness/cluster.ts) or a Sentinel set (harness/sentinel.ts) is.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Redis, type RedisOptions } from 'ioredis';
 import { freeClusterPort, freePort } from './free-port.js';
 import {
@@ -41,8 +43,9 @@ export const serverBinary = (): string | undefined =>
   firstOnPath(['valkey-server', 'redis-server']);
 
 /**
- * Spawns a server on 127.0.0.1 with `--save '' --appendonly no` (and `options.args`) and waits
- * until it answers PING.
+ * Spawns a server on 127.0.0.1 with `--save '' --appendonly no`, a `--dir` of its own (a replica
+ * writes the primary's snapshot there, not into the caller's folder; removed by `stop`) and
+ * `options.args`, and waits until it answers PING.
  *
  * @throws {Error} when no server binary is installed or it does not answer within `readyTimeoutMs`.
  */
@@ -54,10 +57,11 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
     );
   }
   const port = options.port ?? (await freePort());
+  const dir = mkdtempSync(join(tmpdir(), 'echostore-valkey-'));
   const argv = [
     ...(options.configFile === undefined ? [] : [options.configFile]),
     ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    ...['--protected-mode', 'no', ...(options.args ?? [])],
+    ...['--dir', dir, '--protected-mode', 'no', ...(options.args ?? [])],
   ];
   const { connection } = options;
   const url = `${connection?.tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${port}`;
@@ -91,8 +95,11 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
       await kill();
       child = await launch();
     },
-    /** SIGKILL if still running (also when paused); idempotent. */
-    stop: kill,
+    /** SIGKILL if still running (also when paused), then removes its `--dir`; idempotent. */
+    async stop(): Promise<void> {
+      await kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
   };
 }
 
