@@ -220,7 +220,12 @@ async function watchFills(url: string) {
   const seen = new Map<string, number>();
   sub.on('pmessage', (_pattern: string, channel: string, message: string) => {
     const receivedAt = performance.timeOrigin + performance.now();
-    const event = JSON.parse(message) as { k?: string; id?: string };
+    let event: { k?: string; id?: string };
+    try {
+      event = JSON.parse(message) as { k?: string; id?: string };
+    } catch {
+      return; // not an event (the store's start-up probe of the channel)
+    }
     const key = `${channel.slice('ecc:events:'.length)}\u0000${event.id}`;
     if (event.k === 'fill' && !seen.has(key)) seen.set(key, receivedAt);
   });
