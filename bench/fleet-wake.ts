@@ -58,12 +58,14 @@ function roundTrips(info: string): { scripts: number; probes: number; other: num
  * (`fillEventMaxBytes: 0`: how every waiter woke before issue 22, reading L2 once more). Counts
  * the Valkey round trips (scripts run, from `INFO commandstats`) of the holder (a round of one
  * process) and of a waiter (a round of six, less the holder's, ÷ 5), and times each waiter's
- * answer from the moment Valkey wrote the value (its version: Valkey's µs clock, one host).
+ * answer from the moment the fill's event reached the bench's own subscriber (as it reaches
+ * the waiters' subscribers; one host, one clock).
  */
 export async function fleetWake(bench: WakeBench): Promise<Record<string, unknown>> {
   const { rounds, latencyMs, reaper, worker: WORKER, tagOf } = bench;
   const server = await spawnValkey({ track: (child) => reaper.track(child) });
   const admin = new Redis(server.url, { maxRetriesPerRequest: 0 });
+  const fills = await watchFills(server.url);
   const variants = [
     { name: 'fill event with the value (default)', policy: {} },
     { name: 'fill event with the version only (before)', policy: { fillEventMaxBytes: 0 } },
@@ -118,10 +120,12 @@ export async function fleetWake(bench: WakeBench): Promise<Record<string, unknow
         const loader = fleet.results.flatMap((r) => r.loaderMs);
         const latencies = fleet.results.flatMap((r) => r.latenciesMs);
         f.over.push(percentile(latencies, 99) - (loader.length > 0 ? median(loader) : latencyMs));
+        const filledAt = fills.at(tag, `w${round}`);
         for (const r of fleet.results) {
-          (r.sourceReads > 0 ? f.holderMs : f.wakeMs).push(...r.sinceWriteMs);
+          const since = r.answeredAtMs.map((t) => t - filledAt);
+          (r.sourceReads > 0 ? f.holderMs : f.wakeMs).push(...since);
           // The waiter's flight woke at its first answer; the rest is handing it to 200 callers.
-          f.firstMs.push(...r.wokeMs);
+          f.firstMs.push(...r.wokeAtMs.map((t) => t - filledAt));
         }
         // Two processes, one reader each, 40 ids 50 ms apart: the wake-up without a herd's CPU.
         const ids = Array.from({ length: PAIR_IDS }, (_, k) => `p${round}-${k}`);
@@ -134,10 +138,13 @@ export async function fleetWake(bench: WakeBench): Promise<Record<string, unknow
           together(200, 120_000),
           reaper,
         );
-        f.pairMs.push(...pair.flatMap((r) => r.wokeMs));
+        f.pairMs.push(
+          ...pair.flatMap((r) => r.wokeAtMs.map((t, k) => t - fills.at(tag, r.wokeIds[k] ?? ''))),
+        );
       }
     }
   } finally {
+    fills.close();
     admin.disconnect();
     await server.stop();
   }
@@ -183,7 +190,7 @@ export async function fleetWake(bench: WakeBench): Promise<Record<string, unknow
     ];
   });
   bench.print(
-    `fleet cold read, echostore: 6 processes × 200 readers of one id, own redis-server, ${rounds} rounds (median; wake: from Valkey's write of the value to a waiter process's first answer, and to each of its answers; then 2 processes × 1 reader, ${PAIR_IDS} ids per round; load average ${loadavg()[0]?.toFixed(1)})`,
+    `fleet cold read, echostore: 6 processes × 200 readers of one id, own redis-server, ${rounds} rounds (median; wake: from the fill event's arrival at the bench's own subscriber to a waiter process's first answer, and to each of its answers; then 2 processes × 1 reader, ${PAIR_IDS} ids per round; load average ${loadavg()[0]?.toFixed(1)})`,
     rows,
     [
       '',
@@ -203,6 +210,31 @@ export async function fleetWake(bench: WakeBench): Promise<Record<string, unknow
 }
 
 const PAIR_IDS = 40;
+
+/**
+ * When each `fill` event reached a subscriber of the bench's own (epoch ms), by table and id:
+ * the moment the waiters' subscribers get it too. `at` is NaN for a fill not seen.
+ */
+async function watchFills(url: string) {
+  const sub = new Redis(url, { maxRetriesPerRequest: 0 });
+  const seen = new Map<string, number>();
+  sub.on('pmessage', (_pattern: string, channel: string, message: string) => {
+    const receivedAt = performance.timeOrigin + performance.now();
+    let event: { k?: string; id?: string };
+    try {
+      event = JSON.parse(message) as { k?: string; id?: string };
+    } catch {
+      return; // not an event (the store's start-up probe of the channel)
+    }
+    const key = `${channel.slice('ecc:events:'.length)}\u0000${event.id}`;
+    if (event.k === 'fill' && !seen.has(key)) seen.set(key, receivedAt);
+  });
+  await sub.psubscribe('ecc:events:*');
+  return {
+    at: (table: string, id: string) => seen.get(`${table}\u0000${id}`) ?? Number.NaN,
+    close: () => sub.disconnect(),
+  };
+}
 const paced = (ids: string[]): Setup['shape'] => ({ kind: 'paced', ids, everyMs: 50 });
 
 /** One process of {@link fleetWake}: echostore, 200 readers of `id` in table `tag`. */

@@ -4,8 +4,8 @@
  * It builds one peer, answers `ready`, waits for `go` and then either fires a
  * herd (`readers` concurrent reads of one cold id) or a storm (`ids` read
  * `concurrency` at a time), and reports every read's latency, the source
- * reads it made and the loader's own durations; for echostore also how long
- * after its value was written to L2 each read was answered.
+ * reads it made and the loader's own durations; for echostore also when each
+ * read was answered (epoch ms), which the fleet bench sets against the fill's event.
  */
 import { inLanes } from '../drills/lib/load.js';
 import { runWorker } from '../drills/lib/workers.js';
@@ -33,13 +33,12 @@ export interface Result {
   failed: number;
   sourceReads: number;
   loaderMs: number[];
-  /**
-   * echostore: ms from the moment Valkey wrote each answer's value (its version is Valkey's
-   * clock then, µs) to the moment the read was answered here (wall clock; one host, one clock).
-   */
-  sinceWriteMs: number[];
+  /** echostore: when each read was answered, epoch ms (`performance.timeOrigin` + now: one host, one clock). */
+  answeredAtMs: number[];
   /** The same, for the reads a flight answered from L2 first (not coalesced): a waiter's wake-up. */
-  wokeMs: number[];
+  wokeAtMs: number[];
+  /** The id each of `wokeAtMs` read. */
+  wokeIds: string[];
 }
 
 runWorker<Setup>(async (setup) => {
@@ -53,8 +52,9 @@ runWorker<Setup>(async (setup) => {
   if (setup.settleMs !== undefined) await new Promise((r) => setTimeout(r, setup.settleMs));
   const run = async (): Promise<Result> => {
     const latenciesMs: number[] = [];
-    const sinceWriteMs: number[] = [];
-    const wokeMs: number[] = [];
+    const answeredAtMs: number[] = [];
+    const wokeAtMs: number[] = [];
+    const wokeIds: string[] = [];
     let failed = 0;
     const read = async (id: string) => {
       const started = performance.now();
@@ -62,11 +62,14 @@ runWorker<Setup>(async (setup) => {
         const answer = await peer.get(id);
         const answeredAt = performance.now();
         latenciesMs.push(answeredAt - started);
-        const { version, layer, coalesced } = (answer ?? {}) as Record<string, unknown>;
-        if (setup.peer === 'echostore' && typeof version === 'number') {
-          const ms = performance.timeOrigin + answeredAt - version / 1000;
-          sinceWriteMs.push(ms);
-          if (layer === 'l2' && coalesced === false) wokeMs.push(ms);
+        if (setup.peer === 'echostore') {
+          const { layer, coalesced } = (answer ?? {}) as Record<string, unknown>;
+          const at = performance.timeOrigin + answeredAt;
+          answeredAtMs.push(at);
+          if (layer === 'l2' && coalesced === false) {
+            wokeAtMs.push(at);
+            wokeIds.push(id);
+          }
         }
       } catch {
         failed++;
@@ -92,8 +95,9 @@ runWorker<Setup>(async (setup) => {
       failed,
       sourceReads: loader.durationsMs.length,
       loaderMs: loader.durationsMs,
-      sinceWriteMs,
-      wokeMs,
+      answeredAtMs,
+      wokeAtMs,
+      wokeIds,
     };
   };
   return { run, close: () => peer.close() };

@@ -9,6 +9,8 @@ import {
   errorOf,
   metricValue,
   openStore,
+  plantEnvelope,
+  readEnvelope,
   scopedValkey,
   storedValue,
   watchCommands,
@@ -161,7 +163,10 @@ describe('fleet lease', () => {
     const slowAnswer = await slowRead;
     expect(slowAnswer.found && slowAnswer.value).toEqual({ from: 'slow' });
     expect(await storedValue(raw, table, 'k')).toEqual({ from: 'fast' });
-    expect(await metricValue(slow, 'echostore_lease_total', table, { outcome: 'lost' })).toBe(1);
+    // The slow read is answered as its fill is sent; the refusal lands after.
+    await vi.waitFor(async () =>
+      expect(await metricValue(slow, 'echostore_lease_total', table, { outcome: 'lost' })).toBe(1),
+    );
     // The refused value was not kept in L1 either: the next read is the newer value.
     const again = await slow.table(table).get('k');
     expect(again.found && again.value).toEqual({ from: 'fast' });
@@ -403,5 +408,76 @@ describe('lease renewal (a lease lives only while its holder does)', () => {
     expect(await fromB).toMatchObject({ value: { from: 'b' }, layer: 'origin', stored: true });
     expect(await storedValue(raw, table, 'k')).toEqual({ from: 'b' });
     expect(await commands.carrying('a-taken-9d2e')).toEqual([]);
+  });
+
+  it('the holder answers its callers when its load returns, before its fill lands, with the version the fill stores', async () => {
+    const server = await spawnServer();
+    onTestFinished(() => server.stop());
+    const raw = scopedValkey(server.url);
+    onTestFinished(async () => {
+      await raw.client('UNPAUSE');
+    });
+    const table = uniqueTable('answered');
+    const a = await openStore(
+      {
+        [table]: {
+          load: async () => {
+            // Valkey runs no script from now on: the fill waits behind the pause.
+            await raw.client('PAUSE', 10_000, 'WRITE');
+            return { v: 'loaded-4b1e' };
+          },
+        },
+      },
+      { valkey: { url: server.url } },
+    );
+    const t = a.table(table);
+    const answers = await Promise.all([t.get('k'), t.get('k')]);
+    expect(await raw.exists(valueKey(table, 'k'))).toBe(0);
+    expect(answers.map((r) => [r.found && r.value, r.layer, r.stored])).toEqual([
+      [{ v: 'loaded-4b1e' }, 'origin', true],
+      [{ v: 'loaded-4b1e' }, 'origin', true],
+    ]);
+    const version = answers[0]?.version;
+    // Kept in L1 at once, at that version.
+    expect(await t.get('k')).toMatchObject({ found: true, layer: 'l1', version });
+    await raw.client('UNPAUSE');
+    await vi.waitFor(async () =>
+      expect(await readEnvelope(raw, table, 'k')).toMatchObject({
+        value: { v: 'loaded-4b1e' },
+        version,
+      }),
+    );
+  });
+
+  it('a fill refused after its holder answered is not kept: once refused, the next read gets the value that won', async () => {
+    const server = await spawnServer();
+    onTestFinished(() => server.stop());
+    const raw = scopedValkey(server.url);
+    onTestFinished(async () => {
+      await raw.client('UNPAUSE');
+    });
+    const table = uniqueTable('answered-lost');
+    const a = await openStore(
+      {
+        [table]: {
+          load: async () => {
+            // Another instance's PUT lands while this one loads (its event not seen here): it
+            // replaced the value and cancelled the lease. Then the fill waits behind a pause.
+            await plantEnvelope(raw, table, 'k', { value: { from: 'put-6c0d' } });
+            await raw.del(leaseKey(table, 'k'));
+            await raw.client('PAUSE', 10_000, 'WRITE');
+            return { from: 'load-6c0d' };
+          },
+        },
+      },
+      { valkey: { url: server.url } },
+    );
+    const t = a.table(table);
+    expect(await t.get('k')).toMatchObject({ value: { from: 'load-6c0d' }, layer: 'origin' });
+    await raw.client('UNPAUSE');
+    await vi.waitFor(async () => expect(await leaseCount(a, table, 'lost')).toBe(1));
+    await vi.waitFor(() => expect(t.stats().l1_entries).toBe(0));
+    const next = await t.get('k');
+    expect(next.found && next.value).toEqual({ from: 'put-6c0d' });
   });
 });

@@ -203,7 +203,10 @@ describe('a slot in migration', () => {
     await plantEnvelope(raw, table, id, { value: { written: true }, version: 2 ** 50 });
     gate.resolve();
     await read;
-    expect(await metricValue(store, 'echostore_lease_total', table, { outcome: 'lost' })).toBe(1);
+    // The read is answered as the fill is sent; the refusal lands after.
+    await vi.waitFor(async () =>
+      expect(await metricValue(store, 'echostore_lease_total', table, { outcome: 'lost' })).toBe(1),
+    );
     expect(await storedValue(raw, table, id)).toEqual({ written: true });
     expect(await raw.get(leaseKey(table, id))).toBeNull();
   });

@@ -52,6 +52,8 @@ export type Outcome =
  *   `miss`, `serveStale`, `landed`, close); the runner only reads the length.
  * - `background`: set at creation (no first waiter), and by the owner when it
  *   answered every waiter stale (`serveStale`).
+ * - `answered`: set only by the owner, when it answered the waiters before the flight landed
+ *   (`loaded`); read by the owner on landing.
  * - `superseded`, `eventsMissed`: set only by the owner (`superseded`: a PUT, DELETE or newer
  *   event of the id; `eventsMissed`: a flush, the subscriber having reconnected); `superseded`
  *   is read by the runner before it writes L2, both by the owner on landing.
@@ -70,6 +72,11 @@ export class Flight {
    * instance's lease, and its failure is a refresh failure.
    */
   background: boolean;
+  /**
+   * The waiters were answered, the value put in L1 and the flight ended when the load
+   * returned, before the fill landed: a fill not kept takes the row out of L1 again.
+   */
+  answered = false;
   /** A write or invalidation of this id came after the flight started: it must write nothing. */
   superseded = false;
   /**

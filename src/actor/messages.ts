@@ -58,6 +58,8 @@ export type Message =
   | { kind: 'landed'; flight: Flight; outcome: Outcome }
   /** A flight holds a stale value: answer its waiters with it now, load on behind (stale-while-revalidate). */
   | { kind: 'serveStale'; flight: Flight; envelope: Envelope }
+  /** A lease holder's load returned and its fill is sent: answer its waiters now, keep it once it lands. */
+  | { kind: 'loaded'; flight: Flight; envelope: Envelope }
   /** A caller saw a stale row, or XFetch said refresh early: refresh in the background. */
   | { kind: 'refresh'; id: string; reason: RefreshReason }
   /** A caller writes through: send it to Valkey, park the id's messages until acknowledged. */
@@ -106,6 +108,7 @@ export function waitersOf(m: Message): Array<{ reject(error: Error): void }> {
       return [m.waiter];
     case 'landed':
     case 'serveStale':
+    case 'loaded':
       return m.flight.waiters;
     default:
       return [];

@@ -17,7 +17,7 @@ import type { TableEvent } from '../l2/events.js';
 import type { Envelope } from '../l2/format.js';
 import { bump } from '../metrics.js';
 import { rowAnswer } from '../store/answers.js';
-import { HARD_PURGED, type Purge, SOFT_PURGED } from '../store/epochs.js';
+import { HARD_PURGED, NOT_PURGED, type Purge, SOFT_PURGED } from '../store/epochs.js';
 import { RefreshBackoff } from '../store/freshness.js';
 import type { L1 } from '../store/l1.js';
 import {
@@ -30,7 +30,7 @@ import {
 } from './flight.js';
 import { Mailbox } from './mailbox.js';
 import { type Message, type Miss, type RefreshReason, waitersOf } from './messages.js';
-import { type FlightRunner, flightRunner } from './run-flight.js';
+import { type FlightReports, type FlightRunner, flightRunner } from './run-flight.js';
 import { Writes } from './writes.js';
 
 type PurgeMessage = Extract<Message, { kind: 'purge' }>;
@@ -39,10 +39,7 @@ type PurgedMessage = Extract<Message, { kind: 'purged' }>;
 type Handlers = { [K in Message['kind']]: (m: Extract<Message, { kind: K }>) => void };
 
 /** Builds the runner of a table's flights (tests pass a fake one). */
-export type RunnerFactory = (
-  ctx: TableContext,
-  serveStale: (flight: Flight, stale: Envelope) => void,
-) => FlightRunner;
+export type RunnerFactory = (ctx: TableContext, reports: FlightReports) => FlightRunner;
 
 export class TableOwner {
   readonly #ctx: TableContext;
@@ -50,6 +47,8 @@ export class TableOwner {
   readonly #mailbox: Mailbox<Message>;
   readonly #run: FlightRunner;
   readonly #flights = new Map<string, Flight>();
+  /** Flights answered when their load returned (`#loaded`) whose fill has not landed yet. */
+  readonly #filling = new Set<Flight>();
   readonly #writes: Writes;
   readonly #backoff = new RefreshBackoff();
   /**
@@ -76,9 +75,10 @@ export class TableOwner {
       (m, err) => this.#failed(m, err),
       () => this.#checkIdle(),
     );
-    this.#run = runner(ctx, (flight, envelope) =>
-      this.post({ kind: 'serveStale', flight, envelope }),
-    );
+    this.#run = runner(ctx, {
+      serveStale: (flight, envelope) => this.post({ kind: 'serveStale', flight, envelope }),
+      loaded: (flight, envelope) => this.post({ kind: 'loaded', flight, envelope }),
+    });
     this.#writes = new Writes(
       ctx,
       l1,
@@ -168,6 +168,7 @@ export class TableOwner {
     miss: (m) => this.#miss(m),
     landed: (m) => this.#landed(m.flight, m.outcome),
     serveStale: (m) => this.#serveStale(m.flight, m.envelope),
+    loaded: (m) => this.#loaded(m.flight, m.envelope),
     refresh: (m) => this.#refresh(m.id, m.reason),
     put: (m) => this.#write(m, () => this.#writes.put(m)),
     written: (m) => this.#writes.written(m),
@@ -265,6 +266,10 @@ export class TableOwner {
 
   /** A flight finished: answer every waiter with its one outcome, and keep it in L1 if it may. */
   #landed(flight: Flight, outcome: Outcome): void {
+    if (flight.answered) {
+      this.#filled(flight, outcome);
+      return;
+    }
     if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
     const { counters } = this.#ctx;
     const now = this.#ctx.now();
@@ -323,6 +328,49 @@ export class TableOwner {
     answerAll(early, (coalesced) => answerOf(envelope, layer, coalesced, now, false));
     flight.callers -= earlyCallers;
     if (flight.waiters.length > 0) this.#relaunch(flight);
+  }
+
+  /**
+   * A lease holder's load returned and its fill is sent, at the version `envelope` carries:
+   * keep it in L1, answer the waiters and end the flight now, as landing would once the fill
+   * is kept (the answer needs nothing the fill returns). Left to landing when it would judge
+   * otherwise: the flight superseded or past a flush, or a purge applied while it ran. The
+   * next flight of the id asks Valkey after the fill, on the same connection. The fill's
+   * landing ({@link #filled}) takes the row out of L1 again if the fill was refused, so the
+   * refused value answers until then, as it always answered callers that joined the load.
+   */
+  #loaded(flight: Flight, envelope: Envelope): void {
+    if (flight.superseded || flight.eventsMissed || flight.waiters.length === 0) return;
+    if (flight.beforePurge !== undefined) return;
+    if (this.#ctx.epochs.judge(envelope.born ?? 0, envelope.tags) !== NOT_PURGED) return;
+    if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
+    this.#filling.add(flight);
+    flight.answered = true;
+    const now = this.#ctx.now();
+    this.#backoff.succeeded(flight.id);
+    this.#l1.set(flight.id, envelope, now);
+    this.#unconfirmed.delete(flight.id);
+    this.#ctx.counters.reads[envelope.negative ? 'negative' : 'origin'] += flight.callers;
+    answerAll(flight.waiters, (coalesced) => answerOf(envelope, 'origin', coalesced, now, true));
+    flight.waiters.length = 0;
+    flight.callers = 0;
+  }
+
+  /**
+   * The fill of a flight answered when its load returned ({@link #loaded}) landed: one that was
+   * not kept (refused, or its outcome unknown) takes its row out of L1, unless something newer
+   * replaced it.
+   */
+  #filled(flight: Flight, outcome: Outcome): void {
+    this.#filling.delete(flight);
+    if (outcome.kind === 'value' && !outcome.refused) return;
+    const row = this.#l1.peek(flight.id);
+    if (
+      row !== undefined &&
+      (outcome.kind !== 'value' || row.version === outcome.envelope.version)
+    ) {
+      this.#l1.delete(flight.id);
+    }
   }
 
   /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
@@ -528,7 +576,12 @@ export class TableOwner {
   }
 
   #busy(): boolean {
-    return this.#flights.size > 0 || this.#writes.size > 0 || this.mailboxDepth > 0;
+    return (
+      this.#flights.size > 0 ||
+      this.#filling.size > 0 ||
+      this.#writes.size > 0 ||
+      this.mailboxDepth > 0
+    );
   }
 
   #checkIdle(): void {

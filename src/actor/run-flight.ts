@@ -25,7 +25,7 @@ import {
   readMark,
   toJson,
 } from '../l2/format.js';
-import type { LeaseAnswer, RememberedFailure } from '../l2/scripts.js';
+import { fillVersion, type LeaseAnswer, type RememberedFailure } from '../l2/scripts.js';
 import { bump } from '../metrics.js';
 import type { LoadEnd, Permit } from '../protection/admission.js';
 import { HARD_PURGED, NOT_PURGED } from '../store/epochs.js';
@@ -43,37 +43,43 @@ const MIN_POLL_MS = 10;
 /** Runs one flight to its outcome. Never rejects. */
 export type FlightRunner = (flight: Flight) => Promise<Outcome>;
 
+/** What a flight tells its owner before it lands (each posts a message). */
+export interface FlightReports {
+  /**
+   * The flight holds a stale value it may serve while it loads (stale-while-revalidate):
+   * the owner answers the waiters now.
+   */
+  serveStale(flight: Flight, stale: Envelope): void;
+  /**
+   * The lease holder's load returned and its fill is sent, at the version it answers with:
+   * the owner answers the waiters now, and keeps the value once the fill lands (`landed`).
+   */
+  loaded(flight: Flight, envelope: Envelope): void;
+}
+
 /**
  * Picks how the table's flights run, once, when the table is built: with the
  * fleet lease (`coalescing: 'fleet'`) or as plain cache-aside (`process`,
  * `none`). Either falls back to the source alone while Valkey is unusable.
  *
- * @param serveStale called when a flight holds a stale value it may serve
- *   while it loads (stale-while-revalidate): the owner answers the waiters now.
+ * @param reports what a flight tells its owner before it lands (see {@link FlightReports}).
  * @returns a runner that never rejects: every failure becomes an error outcome.
  */
-export function flightRunner(
-  ctx: TableContext,
-  serveStale: (flight: Flight, stale: Envelope) => void,
-): FlightRunner {
+export function flightRunner(ctx: TableContext, reports: FlightReports): FlightRunner {
   const run = ctx.policy.coalescing === 'fleet' ? runLeased : runPlain;
   return async (flight) => {
     try {
-      return await run(ctx, flight, serveStale);
+      return await run(ctx, flight, reports);
     } catch (err) {
       return { kind: 'error', error: asStoreError(err, ctx.name, flight.id) };
     }
   };
 }
 
-type Run = (
-  ctx: TableContext,
-  flight: Flight,
-  serveStale: (flight: Flight, stale: Envelope) => void,
-) => Promise<Outcome>;
+type Run = (ctx: TableContext, flight: Flight, reports: FlightReports) => Promise<Outcome>;
 
 /** Plain cache-aside: GET, load on a miss, compare-and-set fill. */
-const runPlain: Run = async (ctx, flight, serveStale) => {
+const runPlain: Run = async (ctx, flight, { serveStale }) => {
   let text: string | null;
   let cached: Envelope | undefined;
   let failed: RememberedFailure | undefined;
@@ -127,7 +133,7 @@ const runPlain: Run = async (ctx, flight, serveStale) => {
  * least every {@link POLL_MS} and right when the lease expires (so exactly one
  * waiter takes over a dead holder's lease) — never past `waitTimeoutMs`.
  */
-const runLeased: Run = async (ctx, flight, serveStale) => {
+const runLeased: Run = async (ctx, flight, reports) => {
   const { name: table, policy, counters, metrics } = ctx;
   // Started before Valkey is first asked (an in-process entry, no command), so a
   // fill published after any contended answer wakes this flight: a contended
@@ -198,15 +204,10 @@ const runLeased: Run = async (ctx, flight, serveStale) => {
         const tookOver = waitStarted !== undefined && performance.now() >= holderEndsAt;
         counters.lease[tookOver ? 'takeover' : 'acquired']++;
         waited();
-        if (servableStale !== undefined && !flight.background) serveStale(flight, servableStale);
-        return await loadAndFill(
-          ctx,
-          flight,
-          answer.token,
-          answer.mark,
-          servableStale,
-          bornFloor(ctx, answer.valkeyNowUs),
-        );
+        if (servableStale !== undefined && !flight.background) {
+          reports.serveStale(flight, servableStale);
+        }
+        return await loadAndFill(ctx, flight, reports, answer, servableStale);
       }
       // Contended: another instance loads. A refresh has nothing to wait for, and a
       // reader with a stale value in hand is answered with it (stale-while-revalidate).
@@ -301,24 +302,30 @@ function fromFill(
 }
 
 /**
- * Holding the lease: load while renewing it, then `fillAndRelease` (over the
- * value the lease was taken over, `mark`); on a
- * failed load, release the lease and wake the waiters. A renewal that finds
- * the lease gone fences the flight: its answer is not stored. `previous` is
- * the servable value the key held, if any (see {@link confirmNotFound}).
+ * Holding the lease (`leased`): load while renewing it, then `fillAndRelease` (over the
+ * value the lease was taken over, its mark) at the version {@link fillVersion} gives it; on
+ * a failed load, release the lease and wake the waiters. A renewal that finds the lease gone
+ * fences the flight: its answer is not stored. `previous` is the servable value the key
+ * held, if any (see {@link confirmNotFound}).
+ *
+ * The waiters are answered once the fill is sent (`reports.loaded`), not once it lands: the
+ * answer needs nothing the fill returns. A fill refused after that (another instance's write
+ * landed during the load, before its event arrived) is not kept: its landing takes the value
+ * out of L1 again.
  */
 async function loadAndFill(
   ctx: TableContext,
   flight: Flight,
-  token: string,
-  mark: string,
+  reports: FlightReports,
+  leased: Extract<LeaseAnswer, { kind: 'leased' }>,
   previous: Envelope | undefined,
-  born: number,
 ): Promise<Outcome> {
+  const { token } = leased;
   let envelope: Envelope;
   const lease = keepLease(ctx, flight.id, token);
   try {
     // A failure is remembered before the lease goes: the waiters it wakes find it.
+    const born = bornFloor(ctx, leased.valkeyNowUs);
     envelope = confirmNotFound(ctx, flight, await loadOrRemember(ctx, flight, born), previous);
   } catch (err) {
     release(ctx, flight.id, token);
@@ -331,16 +338,17 @@ async function loadAndFill(
     return { kind: 'value', envelope, layer: 'origin', refused: false };
   }
   if (lease.fenced) return { kind: 'value', envelope, layer: 'origin', refused: true };
+  envelope = { ...envelope, version: fillVersion(leased.valkeyNowUs, leased.stale) };
   let refused = false;
+  const filling = ctx.l2.fillAndRelease(flight.id, token, leased.mark, envelope, ctx.now());
+  reports.loaded(flight, envelope);
   try {
-    const written = await ctx.l2.fillAndRelease(flight.id, token, mark, envelope, ctx.now());
+    const written = await filling;
     if (written === undefined) {
       refused = true;
       ctx.counters.lease.lost++;
     } else {
-      // Valkey gave it its version (above whatever the key held): answer what it stored.
       noteWritten(ctx, written);
-      envelope = { ...envelope, version: written.version };
     }
   } catch (err) {
     valkeyFailed(ctx, err, 'fill');

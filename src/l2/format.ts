@@ -266,11 +266,12 @@ export function writeArgs(
  *   when `v` is not of this format;
  * - `mark(v)`: as {@link readMark};
  * - `clock()`: Valkey's time, in ms and in µs since the epoch (`TIME`);
- * - `stored(cur, nowus, softIn, hardIn, delta, flags, born, fp, tags, json, nowms)`:
+ * - `stored(cur, nowus, softIn, hardIn, delta, flags, born, fp, tags, json, nowms, at)`:
  *   the text to store, its version above `cur` (the key's version) and at least
- *   Valkey's µs clock, so the order of versions is the order Valkey applied the
- *   writes, its expiries `softIn`/`hardIn` ms from Valkey's now, and `born`
- *   as given (`now`: Valkey's µs clock). Returns text, version.
+ *   `at` (absent: Valkey's µs clock), so the order of versions is the order Valkey
+ *   applied the writes, its expiries `softIn`/`hardIn` ms from Valkey's now, and `born`
+ *   as given (`now`: Valkey's µs clock). Returns text, version. A fill passes `at`: the
+ *   version its holder already answered with (see `fillAndRelease` in `lua.ts`).
  */
 export const LUA_ENVELOPE = `
 local function getv(k)
@@ -297,8 +298,8 @@ local function clock()
   local sec, us = tonumber(t[1]), tonumber(t[2])
   return sec * 1000 + math.floor(us / 1000), sec * 1000000 + us
 end
-local function stored(cur, nowus, softIn, hardIn, delta, flags, born, fp, tags, json, nowms)
-  local v = nowus
+local function stored(cur, nowus, softIn, hardIn, delta, flags, born, fp, tags, json, nowms, at)
+  local v = at or nowus
   if cur and cur >= v then v = cur + 1 end
   local f = function(n) return string.format('%.0f', n) end
   if born == 'now' then born = f(nowus) end

@@ -125,12 +125,12 @@ end
 
 // The written value's ARGV, shared by the write scripts: softIn, hardIn, delta, flags, born,
 // fingerprint, tags, json, pxMs. The SET is each write script's first effect: when Valkey refuses
-// it (OOM, READONLY) nothing was written.
+// it (OOM, READONLY) nothing was written. `at`: the version's floor (absent: Valkey's µs clock).
 const WRITE_ARGV = `
-local function write(key, cur, a)
+local function write(key, cur, a, at)
   local nowms, nowus = clock()
   local env, v = stored(cur, nowus, ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4],
-    ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], nowms)
+    ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], nowms, at)
   redis.call('SET', key, env, 'PX', ARGV[a + 8])
   return v, nowms, nowus, env
 end
@@ -138,23 +138,27 @@ end
 
 /**
  * fillAndRelease — KEYS: value, lease. ARGV: token, the written value (8,
- * see WRITE_ARGV), pxMs, channel, idjson, mark, eventMaxBytes. Writes only while the lease still
- * holds this token and the value is the one read when the lease was taken
+ * see WRITE_ARGV), pxMs, channel, idjson, mark, eventMaxBytes, version. Writes only while the
+ * lease still holds this token and the value is the one read when the lease was taken
  * (`mark`; or gone, expired): a PUT or DELETE (which delete the lease, after
  * writing on their one-key path) or an expiry in between refuses the stale
  * set (→ 0). With the value key alone (its one-key path, the lease checked
- * and released by separate commands) it is the mark that refuses. Its `fill`
+ * and released by separate commands) it is the mark that refuses. It writes at `version`
+ * exactly (its holder answered with it before sending the fill: Valkey's clock when the lease
+ * was taken, above the version of the value it was taken over), or nothing. Its `fill`
  * event carries the stored text when it is at most eventMaxBytes long.
  */
 const FILL_AND_RELEASE = `${LUA_ENVELOPE}${LUA_EVENT}${WRITE_ARGV}
 local leased = #KEYS > 1
 if leased and redis.pcall('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 local cur = getv(KEYS[1])
-if cur and mark(cur) ~= ARGV[13] then
+local n = header(cur)
+local at = tonumber(ARGV[15])
+if (cur and mark(cur) ~= ARGV[13]) or not at or (n and n >= at) then
   if leased then redis.call('DEL', KEYS[2]) end
   return 0
 end
-local v, nowms, _, env = write(KEYS[1], (header(cur)), 2)
+local v, nowms, _, env = write(KEYS[1], n, 2, at)
 if leased then redis.call('DEL', KEYS[2]) end
 return {string.format('%.0f', v), nowms, notify(ARGV[11], fillEvent(ARGV[12], v, env, ARGV[14]))}
 `;

@@ -479,15 +479,16 @@ export class L2 {
   }
 
   /**
-   * `fillAndRelease`: writes `envelope` if the lease still holds `token` and
-   * the value is still the one the lease was taken over (`mark`, from the
-   * `leased` answer), deletes the lease and publishes the fill (with the
+   * `fillAndRelease`: writes `envelope` at its version exactly (see {@link fillVersion}) if
+   * the lease still holds `token` and the value is still the one the lease was taken over
+   * (`mark`, from the `leased` answer), deletes the lease and publishes the fill (with the
    * stored text when it is at most `fillEventMaxBytes`). On a slot in
    * migration: `GET` the lease, `fillAlone`, `release`.
    *
    * @param now this process's clock, on which `envelope`'s expiries are.
-   * @returns the version Valkey wrote it at (and its clock), or undefined when the lease was
-   *   lost (expired, or cancelled by a PUT or DELETE) or the value replaced: nothing was written.
+   * @returns the version Valkey wrote it at (`envelope.version`) and its clock, or undefined
+   *   when the lease was lost (expired, or cancelled by a PUT or DELETE) or the value
+   *   replaced: nothing was written.
    */
   async fillAndRelease(
     id: string,
@@ -506,6 +507,7 @@ export class L2 {
       JSON.stringify(id),
       mark,
       this.#fillEventMaxBytes,
+      String(envelope.version),
     ];
     return this.#filled(
       await this.#keyByKey(
@@ -722,6 +724,19 @@ export class L2 {
     const message = JSON.stringify({ k: 'release', id });
     return (await this.#call('release', this.#lease(id), token, this.#channel, message)) === 1;
   }
+}
+
+/**
+ * The version a holder's fill is written at, known before it is sent (so the holder answers
+ * its callers with it at once): Valkey's clock when the lease was taken (`leasedAtUs`, the
+ * `leased` answer's µs), above the version of the value it was taken over (`stale`, that
+ * answer's text). Every write that lands between the lease and the fill refuses the fill (it
+ * cancels the lease or changes the value), so this version still orders the fill after every
+ * write it follows and before every write that follows it.
+ */
+export function fillVersion(leasedAtUs: number, stale: string | undefined): number {
+  const above = (stale === undefined ? 0 : (decodeHeader(stale)?.version ?? 0)) + 1;
+  return Math.max(Number.isSafeInteger(leasedAtUs) ? leasedAtUs : 0, above);
 }
 
 /** What `read` answers. */

@@ -23,6 +23,8 @@ export interface FakeRun {
   land(outcome: Outcome): void;
   fail(error: unknown): void;
   serveStale(envelope: Envelope): void;
+  /** The holder's load returned and its fill is sent (`FlightReports.loaded`). */
+  loaded(envelope: Envelope): void;
 }
 
 /** A fresh envelope for `value`, minted at `now`, good for `ttlMs`. */
@@ -84,13 +86,14 @@ export function fakeContext(policy: TablePolicyInput = {}, l2: Partial<L2> = {})
 export function fakeOwner(policy: TablePolicyInput = {}, l2: Partial<L2> = {}) {
   const { ctx, l1, now, advance } = fakeContext(policy, l2);
   const runs: FakeRun[] = [];
-  const owner = new TableOwner(ctx, l1, (_ctx, serveStale) => (flight) => {
+  const owner = new TableOwner(ctx, l1, (_ctx, reports) => (flight) => {
     const done = deferred<Outcome>();
     runs.push({
       flight,
       land: (outcome) => done.resolve(outcome),
       fail: (error) => done.reject(error),
-      serveStale: (envelope) => serveStale(flight, envelope),
+      serveStale: (envelope) => reports.serveStale(flight, envelope),
+      loaded: (envelope) => reports.loaded(flight, envelope),
     });
     return done.promise;
   });
