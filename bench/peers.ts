@@ -447,7 +447,9 @@ async function memory(): Promise<void> {
     'bench:memory',
   );
   out.push(text);
-  report.memory = parseMemory(text);
+  const figures = parseMemory(text);
+  if (figures === undefined) throw new Error('bench:memory printed no stream table to read');
+  report.memory = figures;
   process.stdout.write('\n');
 }
 
@@ -503,16 +505,21 @@ interface SummaryRow {
 function summary(): SummaryRow[] {
   const cold = (key: string) => report[key] as Record<PeerName, ColdFigures> | undefined;
   const rows: SummaryRow[] = [];
-  const add = (row: string, target: string, f: () => [string, boolean] | undefined) => {
+  const add = (
+    row: string,
+    target: string,
+    name: string,
+    f: () => [string, boolean] | undefined,
+  ) => {
     const got = f();
-    rows.push(
-      got === undefined
-        ? { row, target, figure: 'not measured in this run', met: undefined }
-        : { row, target, figure: got[0], met: got[1] },
-    );
+    const why = failed[name];
+    if (why !== undefined) rows.push({ row, target, figure: `failed: ${why}`, met: false });
+    else if (got === undefined) {
+      rows.push({ row, target, figure: 'not measured in this run', met: undefined });
+    } else rows.push({ row, target, figure: got[0], met: got[1] });
   };
   const acdOf = (f: Record<PeerName, ColdFigures>) => f['async-cache-dedupe'];
-  add('fleet herd 6 × 200: source reads; p99 − loader', '1 read; ≤ acd', () => {
+  add('fleet herd 6 × 200: source reads; p99 − loader', '1 read; ≤ acd', 'fleet', () => {
     const f = cold('fleet');
     if (f === undefined) return undefined;
     const es = f.echostore;
@@ -521,7 +528,7 @@ function summary(): SummaryRow[] {
       es.reads === 1 && es.overhead <= acdOf(f).overhead,
     ];
   });
-  add('herd 200, fresh process: p99 − loader', '≤ acd', () => {
+  add('herd 200, fresh process: p99 − loader', '≤ acd', 'herd', () => {
     const f = cold('herd');
     if (f === undefined) return undefined;
     const es = f.echostore;
@@ -530,7 +537,7 @@ function summary(): SummaryRow[] {
       es.overhead <= acdOf(f).overhead,
     ];
   });
-  add('HTTP L1 hit ÷ bare fastify, req/s', '≥ 0.95', () => {
+  add('HTTP L1 hit ÷ bare fastify, req/s', '≥ 0.95', 'http', () => {
     const h = report.http as { ratio: number; ratios: number[]; errors: number } | undefined;
     if (h === undefined) return undefined;
     return [
@@ -541,6 +548,7 @@ function summary(): SummaryRow[] {
   add(
     'cold storm 4 × 4000, Zipf 1.2 over 1000 keys: reads ÷ distinct; p99',
     '1.000; ≤ 1.2 × acd',
+    'storm',
     () => {
       const st = report.storm as ({ distinct: number } & Record<PeerName, ColdFigures>) | undefined;
       if (st === undefined) return undefined;
@@ -555,6 +563,7 @@ function summary(): SummaryRow[] {
   add(
     'L1 64 MiB, 400 k ids: heap after GC; RSS after GC (÷ maxBytes, worst setting)',
     '≤ 1.25 ×; ≤ 2 ×',
+    'memory',
     () => {
       const m = report.memory as MemoryFigures | undefined;
       if (m === undefined) return undefined;
@@ -564,12 +573,12 @@ function summary(): SummaryRow[] {
       ];
     },
   );
-  add('warm Table.get ÷ awaited lru-cache get', '≥ 0.9', () => {
+  add('warm Table.get ÷ awaited lru-cache get', '≥ 0.9', 'warm', () => {
     const w = report.warm as { ratio: number; ratioTtl: number } | undefined;
     if (w === undefined) return undefined;
     return [`${fmt(w.ratio, 2)} (÷ lru-cache with TTL: ${fmt(w.ratioTtl, 2)})`, w.ratio >= 0.9];
   });
-  add('hot key 20 000 readers: p99 − loader, none shed', '≤ 1.5 × acd', () => {
+  add('hot key 20 000 readers: p99 − loader, none shed', '≤ 1.5 × acd', 'hot', () => {
     const f = cold('hot20000');
     if (f === undefined) return undefined;
     const es = f.echostore;
@@ -589,16 +598,29 @@ const header = [
 ].join('\n');
 out.push(header);
 process.stdout.write(`${header}\n\n`);
-if (only.has('warm')) await warm();
-if (only.has('herd')) await herd();
-if (only.has('fleet')) await fleet();
-if (only.has('wake')) await wake();
-if (only.has('storm')) await storm();
-if (only.has('hot')) await hot();
-if (only.has('http')) await http();
-if (only.has('memory')) await memory();
+/** Sections that threw (a worker that never started, a child that failed): name → message. */
+const failed: Record<string, string> = {};
+/** Runs a section `--only` selects; its failure is printed and kept, and the run goes on. */
+async function section(name: string, run: () => Promise<void>): Promise<void> {
+  if (!only.has(name)) return;
+  try {
+    await run();
+  } catch (err) {
+    failed[name] = (err as Error).message;
+    print(`${name}: failed`, [[(err as Error).message]]);
+  }
+}
+await section('warm', warm);
+await section('herd', herd);
+await section('fleet', fleet);
+await section('wake', wake);
+await section('storm', storm);
+await section('hot', hot);
+await section('http', http);
+await section('memory', memory);
 const table = summary();
 report.summary = table;
+report.failed = failed;
 print(
   "issue 22's table, every figure from this run (acd: async-cache-dedupe)",
   table.map((r) => [r.row, r.target, r.figure, r.met === undefined ? '—' : verdict(r.met)]),
