@@ -5,6 +5,7 @@
  * Prints figures, asserts nothing. Usage: drills/README.md#bench.
  */
 import { execFile } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import type autocannon from 'autocannon';
 import Fastify from 'fastify';
@@ -46,7 +47,12 @@ async function inProcess(): Promise<Array<[string, string]>> {
   const ids = Array.from({ length: KEYS }, (_, i) => String(i + 1));
   for (const id of ids) await t.get(id);
   const lru = new LRUCache<string, object>({ max: KEYS * 2 });
-  for (const id of ids) lru.set(id, value(Number(id)));
+  // With a TTL as well: an L1 row has lifetimes, and every hit checks them.
+  const lruTtl = new LRUCache<string, object>({ max: KEYS * 2, ttl: 300_000 });
+  for (const id of ids) {
+    lru.set(id, value(Number(id)));
+    lruTtl.set(id, value(Number(id)));
+  }
 
   const ms = seconds * 1000;
   // Warm-up, then measure alternately so drift on the machine hits both.
@@ -54,6 +60,7 @@ async function inProcess(): Promise<Array<[string, string]>> {
   await opsPerSecond(300, (i) => lru.get(ids[i % KEYS] as string), true);
   const raw = await opsPerSecond(ms, (i) => lru.get(ids[i % KEYS] as string), true);
   const rawAwait = await opsPerSecond(ms, async (i) => lru.get(ids[i % KEYS] as string));
+  const ttlAwait = await opsPerSecond(ms, async (i) => lruTtl.get(ids[i % KEYS] as string));
   const warm = await opsPerSecond(ms, (i) => t.get(ids[i % KEYS] as string));
   const stats = t.stats();
   for (const id of ids) await t.invalidate(id);
@@ -63,12 +70,24 @@ async function inProcess(): Promise<Array<[string, string]>> {
     ['raw lru-cache get in an async fn + await', `${fmt(rawAwait)} ops/s`],
     ['Table.get, warm (L1 hit)', `${fmt(warm)} ops/s`],
     ['ratio Table.get / raw get', `${(warm / raw).toFixed(3)}`],
+    ['raw lru-cache (ttl 300 s) get in an async fn + await', `${fmt(ttlAwait)} ops/s`],
     ['ratio Table.get / awaited raw get', `${(warm / rawAwait).toFixed(3)}`],
+    ['ratio Table.get / awaited raw get with TTL', `${(warm / ttlAwait).toFixed(3)}`],
     ['L1 hits during the run (misses)', `${stats.hits} (${stats.misses - KEYS})`],
   ];
 }
 
-async function http(): Promise<Array<[string, string]>> {
+/** What the HTTP comparison measured (`--json`): medians and each round's req/s ratio. */
+export interface HttpFigures {
+  ratio: number;
+  ratios: number[];
+  cpuRatio: number;
+  bareRps: number;
+  cacheRps: number;
+  errors: number;
+}
+
+async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFigures }> {
   const tableName = `bench-http-${process.pid}`;
   const store = await createStore({
     valkey: valkey,
@@ -129,7 +148,15 @@ async function http(): Promise<Array<[string, string]>> {
   await bare.close();
   await store.table(tableName).invalidate('42');
   await store.close();
-  return [
+  const figures: HttpFigures = {
+    ratio: median(ratios),
+    ratios,
+    cpuRatio: median(cpuRatios),
+    bareRps: b.rps,
+    cacheRps: c.rps,
+    errors: [...bares, ...caches].reduce((n, r) => n + r.errors, 0),
+  };
+  const rows: Array<[string, string]> = [
     [
       'bare fastify route, same body',
       `${fmt(b.rps)} req/s, p99 ${b.p99} ms, errors ${b.errors}, ${b.cpuUs.toFixed(1)} µs CPU/req`,
@@ -148,6 +175,7 @@ async function http(): Promise<Array<[string, string]>> {
     ],
     ['target: req/s ratio ≥ 0.95', median(ratios) >= 0.95 ? 'met' : 'GAP'],
   ];
+  return { rows, figures };
 }
 
 /**
@@ -324,9 +352,15 @@ if (only.has('tags')) {
     `tagged rows against untagged ones, each table purged once by a tag no row carries\n${columns(tg)}\n\n`,
   );
 }
+const report: Record<string, unknown> = {};
 if (only.has('http')) {
   const h = await http();
+  report.http = h.figures;
   process.stdout.write(
-    `HTTP, autocannon ${args.connections} connections, ${seconds} s each (load generator in its own process)\n${columns(h)}\n`,
+    `HTTP, autocannon ${args.connections} connections, ${seconds} s each (load generator in its own process)\n${columns(h.rows)}\n`,
   );
+}
+// `--json <file>`: the figures `bench:peers` reads (its `http` section runs this one).
+if (args.json !== undefined && args.json !== '-') {
+  writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
 }

@@ -6,58 +6,78 @@
  */
 import { entityTag } from './etag.js';
 import type { L1Row } from './l1.js';
-import type { FoundResult, NotFoundResult, ReadLayer, ReadResult } from './types.js';
+import type { FoundResult, NotFoundResult, ReadResult } from './types.js';
 
 const UNDECODED: unique symbol = Symbol('undecoded');
+/** The answer's row (for its entity tag). */
+const ROW: unique symbol = Symbol('row');
+/** The decoded value, or {@link UNDECODED}. */
+const VALUE: unique symbol = Symbol('value');
+
+/** A found answer from L1: `value` is `JSON.parse(json)`, decoded when first read. */
+interface RowAnswer extends FoundResult {
+  readonly [ROW]: L1Row;
+  [VALUE]: unknown;
+  /** The entity tag of `json`, kept on the row: computed on its first answer only. */
+  readonly etag: string;
+}
+
+/** What an answer holds itself; the rest its prototype ({@link ANSWER}) reads from the row. */
+interface AnswerFields {
+  ttlMs: number;
+  coalesced: boolean;
+  [ROW]: L1Row;
+  [VALUE]: unknown;
+}
 
 /**
- * A found answer from L1: `value` is `JSON.parse(json)`, decoded when first read.
+ * The prototype of every L1 answer: the fields every answer shares, those its row holds, the
+ * lazy `value`, `etag` and `toJSON`.
  *
- * Its fields are `declare`d and set once, in the constructor: a class field
- * with or without an initializer is defined on every instance before the
- * constructor body runs, so each answer (one per L1 hit) would pay its stores twice.
+ * An answer is `Object.create(ANSWER)` given four fields (what such an object holds in itself),
+ * not a class instance: `Promise.resolve` looks up `then` on what it is given, and V8 proves
+ * "no `then`" when it compiles for this shape (a plain prototype) but not for a constructed
+ * instance, which pays a runtime lookup on every hit instead; a fifth field would take a second
+ * allocation. Measured by `bench:peers --only warm` (docs/benchmarks.md, "warm").
  */
-class RowAnswer implements FoundResult {
-  declare readonly found: true;
-  declare readonly layer: ReadLayer;
-  declare readonly coalesced: boolean;
-  declare readonly stale: boolean;
-  declare readonly version: number;
-  declare readonly ttlMs: number;
-  declare readonly stored: false;
-  declare readonly json: string;
-  readonly #row: L1Row;
-  #value: unknown;
-
-  constructor(row: L1Row, coalesced: boolean, ttlMs: number) {
-    this.found = true;
-    this.layer = 'l1';
-    this.coalesced = coalesced;
-    this.stale = ttlMs <= 0;
-    this.version = row.version;
-    this.ttlMs = ttlMs;
-    this.stored = false;
-    this.json = row.json;
-    this.#row = row;
-    this.#value = UNDECODED;
-  }
-
-  /** The value, decoded from `json` on first access. */
+const ANSWER = {
+  found: true,
+  layer: 'l1',
+  stored: false,
+  get stale(): boolean {
+    return (this as unknown as AnswerFields).ttlMs <= 0;
+  },
+  get version(): number {
+    return (this as unknown as AnswerFields)[ROW].version;
+  },
+  get json(): string {
+    return (this as unknown as AnswerFields)[ROW].json;
+  },
+  /** The value, decoded from `json` on first access: each answer its own copy. */
   get value(): unknown {
-    if (this.#value === UNDECODED) this.#value = JSON.parse(this.json);
-    return this.#value;
-  }
-
-  /** The entity tag of `json`, kept on the row: computed on its first answer only. */
+    const self = this as unknown as AnswerFields;
+    if (self[VALUE] === UNDECODED) self[VALUE] = JSON.parse(self[ROW].json);
+    return self[VALUE];
+  },
   get etag(): string {
-    return this.#row.etag;
-  }
-
+    return (this as unknown as AnswerFields)[ROW].etag;
+  },
   /** Plain fields, `value` included, for `JSON.stringify` and logs. */
   toJSON(): object {
-    const { found, layer, coalesced, stale, version, ttlMs, stored, json, value } = this;
+    const { found, layer, coalesced, stale, version, ttlMs, stored, json, value } =
+      this as unknown as RowAnswer;
     return { found, layer, coalesced, stale, version, ttlMs, stored, json, value };
-  }
+  },
+} as const;
+
+/** An answer on `row`; every answer gets its fields in this order (one shape). */
+function answerOf(row: L1Row, coalesced: boolean, ttlMs: number): RowAnswer {
+  const a = Object.create(ANSWER) as AnswerFields;
+  a.ttlMs = ttlMs;
+  a.coalesced = coalesced;
+  a[ROW] = row;
+  a[VALUE] = UNDECODED;
+  return a as unknown as RowAnswer;
 }
 
 /**
@@ -65,12 +85,14 @@ class RowAnswer implements FoundResult {
  * answer's comes from its row, computed once; any other is computed now.
  */
 export function entityTagOf(result: FoundResult): string {
-  return result instanceof RowAnswer ? result.etag : entityTag(result.json);
+  return Object.getPrototypeOf(result) === ANSWER
+    ? (result as RowAnswer).etag
+    : entityTag(result.json);
 }
 
 /** The answer of a plain L1 hit on a found `row` with `ttlMs` (> 0) of its soft TTL left. */
 export function freshAnswer(row: L1Row, ttlMs: number): FoundResult {
-  return new RowAnswer(row, false, ttlMs);
+  return answerOf(row, false, ttlMs);
 }
 
 /**
@@ -80,7 +102,7 @@ export function freshAnswer(row: L1Row, ttlMs: number): FoundResult {
  */
 export function rowAnswer(row: L1Row, now: number, coalesced = false, stale = false): ReadResult {
   const ttlMs = stale ? Math.min(0, row.softExpiresAt - now) : row.softExpiresAt - now;
-  if (!row.negative) return new RowAnswer(row, coalesced, ttlMs);
+  if (!row.negative) return answerOf(row, coalesced, ttlMs);
   const missing: NotFoundResult = {
     found: false,
     layer: 'l1',

@@ -4,8 +4,11 @@
  * much as the rest of the hit. It lags the true clock by at most a
  * millisecond, or the event loop's lag while the loop is blocked (the timer
  * that expires the cached reading cannot run before the loop turns); at most
- * 64 reads see one reading. L1 lifetimes are jittered by seconds, so neither
- * shows. Decisions off the hit path (flights, fills, writes) use the precise clock.
+ * 64 reads see one reading. A reading is whole milliseconds (rounded down, so
+ * it lags by up to one more): L1 rows keep whole-millisecond times, and a hit's
+ * comparisons and its answer's `ttlMs` then stay small integers, which V8 keeps
+ * unboxed. L1 lifetimes are jittered by seconds, so neither lag shows. Decisions
+ * off the hit path (flights, fills, writes) use the precise clock.
  */
 
 /** Reads sharing one clock reading at most. */
@@ -25,7 +28,7 @@ export function coarseClock(): () => number {
       uses--;
       return reading;
     }
-    reading = performance.now();
+    reading = Math.floor(performance.now());
     uses = MAX_USES - 1;
     if (timer === undefined) {
       timer = setTimeout(expire, 1);

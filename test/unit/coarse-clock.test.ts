@@ -8,11 +8,19 @@ describe('coarse clock', () => {
     const first = now();
     const readings = Array.from({ length: 63 }, () => now());
     expect(readings.every((r) => r === first)).toBe(true);
-    const spin = performance.now() + 0.2;
-    while (performance.now() < spin) {
-      // let the true clock move on, without a timer turn
+    while (performance.now() < first + 1) {
+      // let the true clock reach the next whole millisecond, without a timer turn
     }
     expect(now()).toBeGreaterThan(first);
+  });
+
+  it('reads whole milliseconds, rounded down', () => {
+    const now = coarseClock();
+    const before = performance.now();
+    const reading = now();
+    expect(Number.isInteger(reading)).toBe(true);
+    expect(reading).toBeGreaterThanOrEqual(Math.floor(before));
+    expect(reading).toBeLessThanOrEqual(performance.now());
   });
 
   it('reads the clock again once its millisecond timer has run', () => {
