@@ -6,7 +6,7 @@
  * x64 about 1.1 at a 256 MiB ceiling, 4 at 2 GiB and above). A cache's evicted
  * rows die in the old space, so the multiple is what RSS pays beyond the live
  * heap: with these flags `npm run bench:memory` measured peak RSS growth
- * 1.9–2.0 × `l1.maxBytes`, against 3.4–4.3 × under V8's defaults
+ * 1.9–2.1 × `l1.maxBytes`, against 3.4–4.3 × under V8's defaults
  * (docs/operations.md, memory). A ceiling too low for the configured L1s would
  * end in an out-of-memory crash, hence this check at start-up.
  */
