@@ -1,16 +1,19 @@
 /**
  * Does `l1.maxBytes` bound real memory? Streams `--ids` distinct ids through a store, each stream
- * in a fresh child process, at 64 and 256 readers at a time, under V8's defaults and under the
- * service's heap flags ({@link SERVICE_V8_FLAGS}), and prints heap after GC, RSS after GC and RSS
- * at its peak side by side (medians of `--rounds`); then calibrates what a row
+ * in a fresh child process, at 64 and 256 readers at a time, under V8's defaults, under the
+ * service's V8 flags (read from `npm start`, {@link serviceV8Flags}) and under each `--try`
+ * setting, and prints heap after GC, RSS after GC and RSS at its peak side by side (medians of
+ * `--rounds`) with what the flags cost (CPU and GC time per id); then calibrates what a row
  * takes against what L1 counts. With `--check`, exits 1 when the heap bound or its flatness is
  * missed. Usage: drills/README.md#benchmemory.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { getHeapSpaceStatistics } from 'node:v8';
-import { drillArgs, flag, int, valkeyOption } from '../drills/lib/cli.js';
+import { drillArgs, flag, int, text, valkeyOption } from '../drills/lib/cli.js';
 import { columns, machineLine } from '../drills/lib/report.js';
 import { connectAdmin, dropTable } from '../drills/lib/store.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../src/l2/format.js';
@@ -18,13 +21,33 @@ import { L1 } from '../src/store/l1.js';
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { createStore } from '../src/store/store.js';
 
-/** The heap flags of the service's start command (`package.json`, `Dockerfile`). */
-const SERVICE_V8_FLAGS = ['--max-old-space-size=512'];
+/**
+ * The V8 flags of `npm start`: the words between `node` and the script in package.json's `start`
+ * script (the Dockerfile's command repeats them, test/package.test.ts), with
+ * `ECHOSTORE_HEAP_MIB` at its default.
+ */
+function serviceV8Flags(startScript: string): string[] {
+  const words = startScript.replace(/\$\{ECHOSTORE_HEAP_MIB:-(\d+)\}/g, '$1').split(/\s+/);
+  const flags: string[] = [];
+  for (const w of words.slice(words.indexOf('node') + 1)) {
+    if (!w.startsWith('--')) break;
+    flags.push(w);
+  }
+  return flags;
+}
+const packageJson = JSON.parse(
+  readFileSync(new URL('../../package.json', import.meta.url), 'utf8'),
+) as { scripts: { start: string } };
+const SERVICE_V8_FLAGS = serviceV8Flags(packageJson.scripts.start);
 
 const args = drillArgs({
   ids: int(400_000, 1),
   'max-mib': int(64, 1),
   lanes: int(0, 0, 10_000),
+  /** More settings to measure, `;`-separated, each a space-separated list of node flags. */
+  try: text(''),
+  /** Leave out the V8 defaults' row. */
+  'no-defaults': flag(),
   rounds: int(1, 1, 9),
   child: flag(),
   check: flag(),
@@ -38,10 +61,15 @@ if (gc === undefined) {
 const MiB = 1024 * 1024;
 const mib = (bytes: number) => (bytes / MiB).toFixed(1);
 
+/** Time spent in the forced GCs of {@link settled}, ms (not the stream's cost). */
+let forcedGcMs = 0;
+
 /** Heap used after a full GC, RSS, what V8 holds for its heap, and ArrayBuffer contents; bytes. */
 function settled() {
+  const t0 = performance.now();
   gc?.();
   gc?.();
+  forcedGcMs += performance.now() - t0;
   const m = process.memoryUsage();
   return { heap: m.heapUsed, rss: m.rss, heapTotal: m.heapTotal, buffers: m.arrayBuffers };
 }
@@ -112,9 +140,18 @@ interface StreamReport {
   heapGrowth: number;
   rssGrowth: number;
   peakRssGrowth: number;
+  /** RSS at its peak, bytes. */
+  peakRss: number;
   /** Heap and RSS after GC, bytes, of the samples taken once L1 was full. */
   full: Array<{ heap: number; rss: number }>;
-  spaces: string;
+  /** CPU time of the stream (user + system) and the part of it V8's collectors took, ms. */
+  cpuMs: number;
+  gcMs: number;
+  scavenges: number;
+  markCompacts: number;
+  /** What V8 held at the start and at RSS's peak: the young and old generations, and RSS besides the heap, MiB. */
+  startHeld: string;
+  peakHeld: string;
   rows: number;
   countedBytes: number;
 }
@@ -142,6 +179,22 @@ async function stream(lanes: number): Promise<StreamReport> {
   await t.invalidate('warm-up');
   const start = settled();
   let peakRss = start.rss;
+  const startHeld = held(start.rss);
+  let peakHeld = startHeld;
+  let gcMs = 0;
+  let scavenges = 0;
+  let markCompacts = 0;
+  const gcs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      gcMs += e.duration;
+      const kind = (e as { detail?: { kind?: number } }).detail?.kind;
+      if (kind === constants.NODE_PERFORMANCE_GC_MINOR) scavenges++;
+      else if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) markCompacts++;
+    }
+  });
+  gcs.observe({ entryTypes: ['gc'] });
+  const forcedBefore = forcedGcMs;
+  const cpuBefore = process.cpuUsage();
   const full: Array<{ heap: number; rss: number }> = [];
   let next = 0;
   const failed: Record<string, number> = {};
@@ -158,7 +211,11 @@ async function stream(lanes: number): Promise<StreamReport> {
   const sampler = (async () => {
     while (next < ids) {
       await new Promise((r) => setTimeout(r, 20));
-      peakRss = Math.max(peakRss, process.memoryUsage.rss());
+      const rss = process.memoryUsage.rss();
+      if (rss > peakRss) {
+        peakRss = rss;
+        peakHeld = held(rss);
+      }
       if (next >= mark) {
         mark += ids / 10;
         if (t.stats().l1_bytes >= 0.95 * maxBytes) full.push(settled());
@@ -168,6 +225,11 @@ async function stream(lanes: number): Promise<StreamReport> {
   await Promise.all(Array.from({ length: lanes }, lane));
   await sampler;
   const seconds = (performance.now() - started) / 1000;
+  const cpu = process.cpuUsage(cpuBefore);
+  // Entries reach the observer after the GC: let the last ones land.
+  await new Promise((r) => setImmediate(r));
+  gcs.disconnect();
+  const streamGcMs = gcMs - (forcedGcMs - forcedBefore);
   const end = settled();
   const stats = t.stats();
   const redis = await connectAdmin(valkey);
@@ -181,17 +243,29 @@ async function stream(lanes: number): Promise<StreamReport> {
     heapGrowth: end.heap - start.heap,
     rssGrowth: end.rss - start.rss,
     peakRssGrowth: peakRss - start.rss,
+    peakRss,
     full,
-    spaces: getHeapSpaceStatistics()
-      .filter((x) => x.space_size > 4 * MiB)
-      .map(
-        (x) =>
-          `${x.space_name.replace('_space', '')} ${mib(x.space_size)}/${mib(x.space_used_size)}`,
-      )
-      .join(', '),
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    gcMs: streamGcMs,
+    scavenges,
+    markCompacts,
+    startHeld,
+    peakHeld,
     rows: stats.l1_entries,
     countedBytes: stats.l1_bytes,
   };
+}
+
+/** What V8 holds for its young and old generations (old, code, large objects) and RSS besides, MiB. */
+function held(rss: number): string {
+  let young = 0;
+  let old = 0;
+  for (const x of getHeapSpaceStatistics()) {
+    if (x.space_name === 'new_space' || x.space_name === 'new_large_object_space')
+      young += x.space_size;
+    else old += x.space_size;
+  }
+  return `${mib(young)}/${mib(old)}/${mib(rss - young - old)}`;
 }
 
 /** Runs one stream in a fresh process with `v8Flags`: the calibration's garbage or another stream's pages would flatter RSS. */
@@ -236,16 +310,21 @@ async function main(): Promise<void> {
   }
   const maxBytes = args['max-mib'] * MiB;
   process.stdout.write(`bench:memory ${new Date().toISOString()}\n${machineLine()}\n\n`);
-  const young = [
-    { label: 'V8 defaults', flags: [] },
-    { label: `service: ${SERVICE_V8_FLAGS.join(' ')}`, flags: SERVICE_V8_FLAGS },
+  const settings = [
+    ...(args['no-defaults'] ? [] : [{ label: 'V8 defaults', flags: [] as string[] }]),
+    { label: `npm start: ${SERVICE_V8_FLAGS.join(' ')}`, flags: SERVICE_V8_FLAGS },
+    ...args.try
+      .split(';')
+      .map((x) => x.trim())
+      .filter((x) => x !== '')
+      .map((x) => ({ label: x, flags: x.split(/\s+/) })),
   ];
   const laneCounts = args.lanes > 0 ? [args.lanes] : [64, 256];
   const runs = new Map<string, StreamReport[]>();
   // Rounds outermost, settings alternating within a round: the machine's load drifts alike for all.
   for (let round = 0; round < args.rounds; round++) {
     for (const lanes of laneCounts) {
-      for (const y of young) {
+      for (const y of settings) {
         const key = `${lanes}\u0000${y.label}`;
         runs.set(key, [...(runs.get(key) ?? []), await streamIn(lanes, y.flags)]);
       }
@@ -254,9 +333,11 @@ async function main(): Promise<void> {
   let heapHeld = true;
   const table: Array<Array<string | number>> = [];
   for (const lanes of laneCounts) {
-    for (const y of young) {
+    for (const y of settings) {
       const rs = runs.get(`${lanes}\u0000${y.label}`) ?? [];
-      const ratio = (f: (r: StreamReport) => number) => (median(rs.map(f)) / maxBytes).toFixed(2);
+      const ratio = (f: (r: StreamReport) => number) => median(rs.map(f)) / maxBytes;
+      const perId = (f: (r: StreamReport) => number) =>
+        Math.round(median(rs.map((r) => (1000 * f(r)) / args.ids)));
       const failed = rs.reduce((n, r) => n + Object.values(r.failed).reduce((a, b) => a + b, 0), 0);
       const isFlat = rs.every(
         (r) => flat(r.full.map((s) => s.heap)) && flat(r.full.map((s) => s.rss)),
@@ -264,25 +345,32 @@ async function main(): Promise<void> {
       heapHeld &&= rs.every(
         (r) => r.heapGrowth <= 1.25 * maxBytes && flat(r.full.map((s) => s.heap)),
       );
+      const peak = ratio((r) => r.peakRssGrowth);
+      const last = rs.at(-1);
       table.push([
         lanes,
         y.label,
         Math.round(median(rs.map((r) => args.ids / r.seconds))),
+        perId((r) => r.cpuMs),
+        perId((r) => r.gcMs),
+        last === undefined ? '' : `${last.scavenges}/${last.markCompacts}`,
         failed,
-        ratio((r) => r.heapGrowth),
-        ratio((r) => r.rssGrowth),
-        ratio((r) => r.peakRssGrowth),
+        ratio((r) => r.heapGrowth).toFixed(2),
+        ratio((r) => r.rssGrowth).toFixed(2),
+        peak.toFixed(2),
+        peak <= 2 ? 'met' : 'GAP',
+        mib(median(rs.map((r) => r.peakRss))),
         isFlat ? 'flat' : 'NOT FLAT',
-        rs.at(-1)?.spaces ?? '',
+        last === undefined ? '' : `${last.startHeld} → ${last.peakHeld}`,
       ]);
     }
   }
   const last = runs.values().next().value?.at(-1);
   process.stdout.write(
-    `stream: ${args.ids.toLocaleString('en-US')} distinct ids through Valkey, each setting in a fresh process; l1.maxBytes ${args['max-mib']} MiB, no row limit; ${last?.rows ?? 0} rows kept, ${mib(last?.countedBytes ?? 0)} MiB counted; growth from the start after warm-up, ÷ maxBytes, median of ${args.rounds} round(s)\n${columns(table, ['readers', 'V8 heap flags', 'ids/s', 'failed', 'heap (after GC)', 'RSS (after GC)', 'RSS peak', 'once full', 'V8 spaces at end, MiB held/used'])}\n`,
+    `stream: ${args.ids.toLocaleString('en-US')} distinct ids through Valkey, each setting in a fresh process; l1.maxBytes ${args['max-mib']} MiB, no row limit; ${last?.rows ?? 0} rows kept, ${mib(last?.countedBytes ?? 0)} MiB counted; growth from the start after warm-up, ÷ maxBytes, median of ${args.rounds} round(s)\n${columns(table, ['readers', 'V8 flags', 'ids/s', 'CPU µs/id', 'GC µs/id', 'scav./MC', 'failed', 'heap (after GC)', 'RSS (after GC)', 'RSS peak', 'peak ≤ 2', 'RSS peak MiB', 'once full', 'MiB held young/old/besides: start → peak'])}\n`,
   );
   process.stdout.write(
-    'targets: heap after GC ≤ 1.25 × maxBytes; RSS ≤ 2 × maxBytes; flat once L1 is full (heap and RSS after GC within ±10 %)\n',
+    'targets: heap after GC ≤ 1.25 × maxBytes; RSS (after GC and at its peak) ≤ 2 × maxBytes; flat once L1 is full (heap and RSS after GC within ±10 %)\n',
   );
   process.stdout.write(
     `\ncalibration: rows set into a bare L1, what a row takes after GC against what L1 counts\n${columns(calibrate(), ['values', 'rows', 'heap B/row', 'buffers B/row', 'counted B/row', 'taken ÷ counted'])}\n`,

@@ -1,13 +1,14 @@
 /**
  * Whether V8's heap ceiling leaves room for the L1 rows. The service starts
- * with `--max-old-space-size=512` (`npm start`, the Dockerfile): after each
- * full GC V8 lets the old space grow to a multiple of the live heap before the
- * next, and that multiple grows with the ceiling (on x64 about 1.1 at a
- * 256 MiB ceiling, 4 at 2 GiB and above). A cache's evicted rows die in the old
- * space, so the multiple is what RSS pays beyond the live heap: with 512 MiB,
- * `npm run bench:memory` measured peak RSS growth about 2 × `l1.maxBytes`,
- * against 3.6–3.9 × under V8's defaults. A ceiling too low for the configured
- * L1s would end in an out-of-memory crash, hence this check at start-up.
+ * with `--max-old-space-size=512 --max-semi-space-size=8` (`npm start`, the
+ * Dockerfile): after each full GC V8 lets the old space grow to a multiple of
+ * the live heap before the next, and that multiple grows with the ceiling (on
+ * x64 about 1.1 at a 256 MiB ceiling, 4 at 2 GiB and above). A cache's evicted
+ * rows die in the old space, so the multiple is what RSS pays beyond the live
+ * heap: with these flags `npm run bench:memory` measured peak RSS growth
+ * 1.9–2.1 × `l1.maxBytes`, against 3.4–4.3 × under V8's defaults
+ * (docs/operations.md, memory). A ceiling too low for the configured L1s would
+ * end in an out-of-memory crash, hence this check at start-up.
  */
 import { getHeapStatistics } from 'node:v8';
 

@@ -33,4 +33,14 @@ describe('the package', () => {
       expect(files, f).toContain(f.replace(/^\.\//, ''));
     }
   });
+
+  it("starts the service with npm start's V8 flags in the Dockerfile too", () => {
+    const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } };
+    const start = pkg.scripts.start.replace(/\$\{ECHOSTORE_HEAP_MIB:-(\d+)\}/g, '$1');
+    const npmFlags = start.split(/\s+/).filter((w) => w.startsWith('--'));
+    const cmd = /^CMD (\[.*\])$/m.exec(readFileSync('Dockerfile', 'utf8'))?.[1];
+    const dockerFlags = (JSON.parse(cmd ?? '[]') as string[]).filter((w) => w.startsWith('--'));
+    expect(npmFlags.length).toBeGreaterThan(0);
+    expect(dockerFlags).toEqual(npmFlags);
+  });
 });
