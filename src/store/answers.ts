@@ -22,42 +22,45 @@ interface RowAnswer extends FoundResult {
   readonly etag: string;
 }
 
-/** What an answer holds itself; the rest its prototype ({@link ANSWER}) reads from the row. */
+/** What an answer holds itself: every field but `value` (decoded on first read) and `etag`. */
 interface AnswerFields {
-  ttlMs: number;
+  found: true;
+  layer: 'l1';
   coalesced: boolean;
+  stale: boolean;
+  version: number;
+  ttlMs: number;
+  stored: false;
+  json: string;
   [ROW]: L1Row;
   [VALUE]: unknown;
 }
 
 /**
- * The prototype of every L1 answer: the fields every answer shares, those its row holds, the
- * lazy `value`, `etag` and `toJSON`.
+ * The prototype of every L1 answer: the lazy `value`, `etag` and `toJSON`.
  *
- * An answer is `Object.create(ANSWER)` given four fields (what such an object holds in itself),
- * not a class instance: `Promise.resolve` looks up `then` on what it is given, and V8 proves
- * "no `then`" when it compiles for this shape (a plain prototype) but not for a constructed
- * instance, which pays a runtime lookup on every hit instead; a fifth field would take a second
- * allocation. Measured by `bench:peers --only warm` (docs/benchmarks.md, "warm").
+ * An answer is `Object.create(ANSWER)` given its fields, not a class instance: `Promise.resolve`
+ * looks up `then` on what it is given, and V8 proves "no `then`" when it compiles for this shape
+ * (a plain prototype) but not for a constructed instance, which pays a runtime lookup on every
+ * hit instead. Its plain fields are its own, so a spread or `Object.keys` sees them (all but
+ * `value`, a getter: `{ ...r, value: r.value }` copies it too). Measured by
+ * `bench:peers --only warm` (docs/benchmarks.md, "warm").
  */
 const ANSWER = {
-  found: true,
-  layer: 'l1',
-  stored: false,
-  get stale(): boolean {
-    return (this as unknown as AnswerFields).ttlMs <= 0;
-  },
-  get version(): number {
-    return (this as unknown as AnswerFields)[ROW].version;
-  },
-  get json(): string {
-    return (this as unknown as AnswerFields)[ROW].json;
-  },
-  /** The value, decoded from `json` on first access: each answer its own copy. */
+  /**
+   * The value, decoded from `json` on first access: each answer its own copy. An answer frozen
+   * before its first access cannot keep the copy: each access decodes one.
+   */
   get value(): unknown {
     const self = this as unknown as AnswerFields;
-    if (self[VALUE] === UNDECODED) self[VALUE] = JSON.parse(self[ROW].json);
-    return self[VALUE];
+    if (self[VALUE] !== UNDECODED) return self[VALUE];
+    const value: unknown = JSON.parse(self.json);
+    Reflect.set(self, VALUE, value);
+    return value;
+  },
+  /** Replaces this answer's value (as on any other answer); `json` still says what was read. */
+  set value(value: unknown) {
+    (this as unknown as AnswerFields)[VALUE] = value;
   },
   get etag(): string {
     return (this as unknown as AnswerFields)[ROW].etag;
@@ -68,13 +71,19 @@ const ANSWER = {
       this as unknown as RowAnswer;
     return { found, layer, coalesced, stale, version, ttlMs, stored, json, value };
   },
-} as const;
+};
 
 /** An answer on `row`; every answer gets its fields in this order (one shape). */
 function answerOf(row: L1Row, coalesced: boolean, ttlMs: number): RowAnswer {
   const a = Object.create(ANSWER) as AnswerFields;
-  a.ttlMs = ttlMs;
+  a.found = true;
+  a.layer = 'l1';
   a.coalesced = coalesced;
+  a.stale = ttlMs <= 0;
+  a.version = row.version;
+  a.ttlMs = ttlMs;
+  a.stored = false;
+  a.json = row.json;
   a[ROW] = row;
   a[VALUE] = UNDECODED;
   return a as unknown as RowAnswer;

@@ -46,6 +46,36 @@ describe('L1 answers', () => {
     expect(b.value).not.toBe(a.value);
   });
 
+  it('has its plain fields as its own: a spread keeps all but the lazy value', () => {
+    const a = freshAnswer(row(), 250);
+    expect(Object.keys(a)).toEqual([
+      'found',
+      'layer',
+      'coalesced',
+      'stale',
+      'version',
+      'ttlMs',
+      'stored',
+      'json',
+    ]);
+    expect({ ...a, value: a.value }).toMatchObject({
+      found: true,
+      layer: 'l1',
+      version: 7,
+      json: '{"id":"1","tags":["a"]}',
+      value: { id: '1', tags: ['a'] },
+    });
+  });
+
+  it('decodes a frozen answer’s value, and takes a new value as any answer does', () => {
+    const frozen = Object.freeze(freshAnswer(row(), 250));
+    expect(frozen.value).toEqual({ id: '1', tags: ['a'] });
+    expect(JSON.parse(JSON.stringify(frozen))).toMatchObject({ value: { id: '1', tags: ['a'] } });
+    const a = freshAnswer(row(), 250);
+    a.value = { replaced: true };
+    expect(a.value).toEqual({ replaced: true });
+  });
+
   it('serialises to its plain fields, value included', () => {
     const a = freshAnswer(row(), 250);
     expect(JSON.parse(JSON.stringify(a))).toEqual({
