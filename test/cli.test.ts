@@ -243,11 +243,14 @@ describe('the echostore CLI against a running service', () => {
     expect(origin.readsOf('p1')).toBe(2);
   });
 
-  it('refuses the ids . and .. with the usage exit code: a URL would send them elsewhere', async () => {
+  it('refuses the ids and table names . and .. with exit 64: a URL would send them elsewhere', async () => {
     for (const args of [
       ['inspect', table, '.'],
       ['inspect', table, '..'],
       ['purge', table, '..'],
+      ['inspect', '..', 'x'],
+      ['purge', '.', '--all'],
+      ['warm', '..', '1'],
     ]) {
       const r = await cli([...args, ...remote]);
       expect(r.code, r.stderr).toBe(64);

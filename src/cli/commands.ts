@@ -4,11 +4,22 @@
  * exit code (docs/cli.md); errors are thrown to the dispatcher.
  */
 import { readFileUpTo } from '../config/bounded-read.js';
-import { MAX_IDS_FILE_BYTES } from '../warm/startup.js';
-import { call, itemPath, NotEchoStoreError, type Remote, UnreadableFileError } from './remote.js';
+import {
+  call,
+  itemPath,
+  NotEchoStoreError,
+  type Remote,
+  tablePath,
+  UnreadableFileError,
+} from './remote.js';
 
-/** The text of an ids file; a missing or unreadable one is the caller's mistake (exit 64). */
-function readIds(file: string): string {
+/**
+ * The text of an ids file, at most what start-up warming takes; a missing or unreadable one is
+ * the caller's mistake (exit 64).
+ */
+async function readIds(file: string): Promise<string> {
+  // Loaded here only: its module brings the store, which the other commands never need.
+  const { MAX_IDS_FILE_BYTES } = await import('../warm/startup.js');
   try {
     return readFileUpTo(file, MAX_IDS_FILE_BYTES);
   } catch (err) {
@@ -101,12 +112,9 @@ export async function purge(remote: Remote, table: string, target: PurgeTarget, 
     out(`purged ${table} ${JSON.stringify(target.id)}`);
     return 0;
   }
-  const r = (await call(
-    remote,
-    'POST',
-    `/v1/tables/${encodeURIComponent(table)}/purge`,
-    target,
-  )) as { epoch: number };
+  const r = (await call(remote, 'POST', `${tablePath('/v1', table)}/purge`, target)) as {
+    epoch: number;
+  };
   const what = 'all' in target ? 'every row' : `tags ${target.tags.join(' ')}`;
   out(`purged ${table}: ${what}, ${target.soft ? 'soft' : 'hard'} (epoch ${r.epoch})`);
   return 0;
@@ -125,7 +133,7 @@ export async function warm(
 ) {
   const all = [...ids];
   if (file !== undefined) {
-    for (const line of readIds(file).split('\n')) {
+    for (const line of (await readIds(file)).split('\n')) {
       if (line.trim() !== '') all.push(line.trim());
     }
   }
@@ -133,7 +141,7 @@ export async function warm(
   let notFound = 0;
   const failed: Array<{ id: string; code: string }> = [];
   for (let i = 0; i < all.length; i += 1000) {
-    const r = (await call(remote, 'POST', `/v1/tables/${encodeURIComponent(table)}/warm`, {
+    const r = (await call(remote, 'POST', `${tablePath('/v1', table)}/warm`, {
       ids: all.slice(i, i + 1000),
     })) as { warmed: number; notFound: number; failed: typeof failed };
     warmed += r.warmed;

@@ -116,14 +116,30 @@ export function under(base: string, path: string): URL {
 /** A command line the CLI refuses before it sends anything (exit 64, with the command's help). */
 export class UsageError extends Error {}
 
+/** `segment` percent-encoded; a usage error for `.` and `..` (`what` names it). */
+function pathSegment(what: string, segment: string): string {
+  // A URL client (WHATWG URL) resolves them as dot-segments, even percent-encoded: the request
+  // would reach another route.
+  if (segment === '.' || segment === '..') {
+    throw new UsageError(
+      `the ${what} "${segment}" cannot be sent in a URL path (it is a dot-segment)`,
+    );
+  }
+  return encodeURIComponent(segment);
+}
+
 /**
- * `/v1/tables/<table>/items/<id>` with both parts percent-encoded.
- * @throws UsageError for the ids `.` and `..`: a URL client resolves them as
- *   dot-segments, even percent-encoded (WHATWG URL), so the request would reach another route.
+ * `<prefix>/tables/<table>`, percent-encoded.
+ * @throws UsageError for the table names `.` and `..`.
+ */
+export function tablePath(prefix: string, table: string): string {
+  return `${prefix}/tables/${pathSegment('table', table)}`;
+}
+
+/**
+ * `<prefix>/tables/<table>/items/<id>` with both parts percent-encoded.
+ * @throws UsageError for the ids (or table names) `.` and `..`.
  */
 export function itemPath(prefix: string, table: string, id: string): string {
-  if (id === '.' || id === '..') {
-    throw new UsageError(`the id "${id}" cannot be sent in a URL path (it is a dot-segment)`);
-  }
-  return `${prefix}/tables/${encodeURIComponent(table)}/items/${encodeURIComponent(id)}`;
+  return `${tablePath(prefix, table)}/items/${pathSegment('id', id)}`;
 }
