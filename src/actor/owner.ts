@@ -47,8 +47,11 @@ export class TableOwner {
   readonly #mailbox: Mailbox<Message>;
   readonly #run: FlightRunner;
   readonly #flights = new Map<string, Flight>();
-  /** Flights answered when their load returned (`#loaded`) whose fill has not landed yet. */
-  readonly #filling = new Set<Flight>();
+  /**
+   * Flights answered when their load returned (`#loaded`) whose fill has not landed yet, each
+   * with the version it put in L1.
+   */
+  readonly #filling = new Map<Flight, number>();
   readonly #writes: Writes;
   readonly #backoff = new RefreshBackoff();
   /**
@@ -344,7 +347,7 @@ export class TableOwner {
     if (flight.beforePurge !== undefined) return;
     if (this.#ctx.epochs.judge(envelope.born ?? 0, envelope.tags) !== NOT_PURGED) return;
     if (this.#flights.get(flight.id) === flight) this.#flights.delete(flight.id);
-    this.#filling.add(flight);
+    this.#filling.set(flight, envelope.version);
     flight.answered = true;
     const now = this.#ctx.now();
     this.#backoff.succeeded(flight.id);
@@ -362,15 +365,10 @@ export class TableOwner {
    * replaced it.
    */
   #filled(flight: Flight, outcome: Outcome): void {
+    const version = this.#filling.get(flight);
     this.#filling.delete(flight);
     if (outcome.kind === 'value' && !outcome.refused) return;
-    const row = this.#l1.peek(flight.id);
-    if (
-      row !== undefined &&
-      (outcome.kind !== 'value' || row.version === outcome.envelope.version)
-    ) {
-      this.#l1.delete(flight.id);
-    }
+    if (this.#l1.peek(flight.id)?.version === version) this.#l1.delete(flight.id);
   }
 
   /** A flight holds a stale value: answer its waiters now; the flight goes on as a refresh. */
