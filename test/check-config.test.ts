@@ -21,9 +21,12 @@ interface Exit {
  * service that started) is killed and reported as `started`.
  */
 function run(args: string[], env: Record<string, string>, limitMs = 20_000): Promise<Exit> {
+  // The config file under test says where Valkey is: the shell's VALKEY_URL or
+  // VALKEY_CLUSTER_NODES would override it (and answer another question).
+  const { VALKEY_URL: _u, VALKEY_CLUSTER_NODES: _n, ...inherited } = process.env;
   return new Promise((resolve) => {
     const child = spawn(process.execPath, args, {
-      env: { ...process.env, ...env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent' },
+      env: { ...inherited, ...env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent' },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let stderr = '';
