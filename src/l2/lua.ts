@@ -5,6 +5,7 @@
  * own helpers (`LUA_ENVELOPE`) are prepended to the scripts that read or
  * write a value.
  */
+import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { LUA_ENVELOPE } from './format.js';
 
@@ -313,6 +314,10 @@ const SCRIPTS = {
 export type ScriptName = keyof typeof SCRIPTS;
 export type ScriptClient = (Redis | Cluster) &
   Record<string, (...args: (string | number)[]) => Promise<unknown>>;
+
+/** The SHA-1 (hex) a script runs under: what `EVALSHA`, `MONITOR` and `SCRIPT EXISTS` name it by. */
+export const scriptSha = (name: ScriptName): string =>
+  createHash('sha1').update(SCRIPTS[name].lua).digest('hex');
 
 export const commandOf = (name: ScriptName) => `ecc${name[0]?.toUpperCase()}${name.slice(1)}`;
 
