@@ -47,7 +47,7 @@ export type Outcome =
 
 /**
  * One in-flight load of one id. Who writes each field, and when:
- * - `id`, `abort`: fixed at creation.
+ * - `id`: fixed at creation; `abort`: made on its first use (a load, or a forced close).
  * - `waiters`, `callers`: appended to and emptied only by the owner (on
  *   `miss`, `serveStale`, `landed`, close); the runner only reads the length.
  * - `background`: set at creation (no first waiter), and by the owner when it
@@ -64,8 +64,7 @@ export class Flight {
   readonly waiters: Waiter[];
   /** The callers the waiters answer (a coalesced miss answers several): what metrics count and `maxWaitersPerFlight` bounds. */
   callers: number;
-  /** Aborted on load timeout or forced close; the loader's `signal`. */
-  readonly abort = new AbortController();
+  #abort: AbortController | undefined;
   /**
    * Nobody waits for this flight's answer (a background refresh, or a flight
    * whose waiters were already answered stale): it never waits on another
@@ -101,6 +100,12 @@ export class Flight {
    * waiters after them wait for a load that started after it. Set only by the owner.
    */
   beforePurge: number | undefined;
+
+  /** Aborted on load timeout or forced close; the loader's `signal`. Made on first use: most flights never load. */
+  get abort(): AbortController {
+    this.#abort ??= new AbortController();
+    return this.#abort;
+  }
 
   /** @param first the first waiter; none for a background refresh. */
   constructor(id: string, first?: Waiter) {

@@ -158,6 +158,12 @@ export class L2 {
   readonly #retries: Record<string, number>;
   readonly #fillEventMaxBytes: number;
   #corked = false;
+  /**
+   * The lease tokens of this L2: `<host>:<pid>/<random, per L2><counter>`, unique across
+   * the fleet without a random draw per `readOrLease` (most of which take no lease).
+   */
+  readonly #tokenPrefix = `${LEASE_HOLDER}/${randomBytes(9).toString('base64url')}.`;
+  #tokens = 0;
 
   /**
    * @param coherent false: the scripts publish nothing (coherence is off).
@@ -348,8 +354,8 @@ export class L2 {
    * migration, step by step (see {@link L2.#readOrLeaseAlone}).
    */
   async readOrLease(id: string, leaseMs: number, replaceUpTo: number): Promise<LeaseAnswer> {
-    // `<host>:<pid>/<random>`: unique, and it names the holder (`echostore inspect`).
-    const token = `${LEASE_HOLDER}/${randomBytes(12).toString('base64url')}`;
+    // Unique, and it names the holder (`echostore inspect`).
+    const token = this.#tokenPrefix + (this.#tokens++).toString(36);
     return this.#keyByKey(
       'lease',
       () => this.#readOrLeaseAll(id, token, leaseMs, replaceUpTo),
