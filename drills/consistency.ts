@@ -13,7 +13,7 @@ import { spawnValkey } from '../harness/valkey-server.js';
 import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
 import { BOUNDS_MS, Ledger, lagOf, nines } from './lib/consistency-report.js';
 import { Reaper } from './lib/reaper.js';
-import { columns, round } from './lib/report.js';
+import { columns, law, round } from './lib/report.js';
 
 const args = drillArgs({
   instances: int(3, 2, 8),
@@ -31,7 +31,7 @@ const PROBE_MS = 2;
 const PROBE_GIVE_UP_MS = 15_000;
 const TAKEOVER_WITHIN_MS = 10_000;
 
-async function main() {
+runDrill('consistency', args.json, async () => {
   process.env.LOG_LEVEL ??= 'error';
   const reaper = new Reaper();
   const db = await startPostgres();
@@ -42,31 +42,17 @@ async function main() {
   try {
     await admin.query('CREATE TABLE items (id integer PRIMARY KEY, version integer NOT NULL)');
     await admin.query('INSERT INTO items SELECT g, 1 FROM generate_series(1, $1) g', [args.rows]);
-    const config = {
-      valkey: { url: valkey.url },
-      tables: {
-        items: {
-          ttlMs: 3_600_000,
-          source: {
-            kind: 'postgres',
-            url: db.url,
-            query: 'SELECT id, version FROM items WHERE id = ANY($1)',
-            follow: {
-              slot: SLOT,
-              tables: [{ table: 'items', idColumn: 'id' }],
-              leaseMs: args['lease-ms'],
-            },
-          },
-        },
-      },
-    };
+    const query = 'SELECT id, version FROM items WHERE id = ANY($1)';
+    const tables = [{ table: 'items', idColumn: 'id' }];
+    const follow = { slot: SLOT, tables, leaseMs: args['lease-ms'] };
+    const source = { kind: 'postgres', url: db.url, query, follow };
+    const config = { valkey: { url: valkey.url }, tables: { items: { ttlMs: 3_600_000, source } } };
     services = await startServices(args.instances, config, (c) => reaper.track(c));
     await holderOf(services, TAKEOVER_WITHIN_MS);
 
     const ledger = new Ledger();
     const lags: Array<{ at: number; ms: number }> = [];
-    let never = 0;
-    let readErrors = 0;
+    let [never, readErrors] = [0, 0];
     const probes = new Set<Promise<void>>();
     const random = (n: number) => Math.floor(Math.random() * n);
     const versionAt = async (s: Service, id: string): Promise<number> => {
@@ -125,25 +111,22 @@ async function main() {
 
     // A third of the way: SIGKILL the instance reading the slot, time the takeover, start it again.
     await sleep(Math.max(0, began + (endAt - began) / 3 - performance.now()));
-    let killedAt = Number.NaN;
-    let takeoverMs = Number.NaN;
+    let [killedAt, takeoverMs] = [Number.NaN, Number.NaN];
     if (args.faults === 'both' || args.faults === 'kill') {
       const holder = await holderOf(services, TAKEOVER_WITHIN_MS);
       const killed = services[holder] as Service;
       killed.process.kill('SIGKILL');
       killedAt = performance.now();
-      const survivors = services.filter((s) => s !== killed);
-      services = survivors;
-      await holderOf(survivors, TAKEOVER_WITHIN_MS);
+      services = services.filter((s) => s !== killed);
+      await holderOf(services, TAKEOVER_WITHIN_MS);
       takeoverMs = performance.now() - killedAt;
-      services = [...survivors, await startService(config)];
-      reaper.track(services.at(-1)?.process as never);
+      services.push(await startService(config));
+      reaper.track((services.at(-1) as Service).process);
     }
 
     // Two thirds of the way: kill Valkey and start it again on the same port.
     await sleep(Math.max(0, began + ((endAt - began) * 2) / 3 - performance.now()));
-    let valkeyKilledAt = Number.NaN;
-    let downMs = Number.NaN;
+    let [valkeyKilledAt, downMs] = [Number.NaN, Number.NaN];
     if (args.faults === 'both' || args.faults === 'valkey') {
       valkeyKilledAt = performance.now();
       await valkey.kill();
@@ -163,19 +146,17 @@ async function main() {
     );
     let lost = 0;
     for (const s of services) {
-      for (const row of truth) {
-        const seen = await versionAt(s, String(row.id)).catch(() => -1);
-        if (seen < row.version) {
-          lost++;
-          process.stderr.write(
-            `stale at the end: ${s.url} id ${row.id} serves version ${seen}, the database ${row.version}\n`,
-          );
-        }
+      for (const { id, version } of truth) {
+        const seen = await versionAt(s, String(id)).catch(() => -1);
+        if (seen >= version) continue;
+        lost++;
+        process.stderr.write(
+          `stale at the end: ${s.url} id ${id} serves ${seen}, not ${version}\n`,
+        );
       }
     }
 
-    const stale = ledger.stale();
-    const reads = ledger.reads;
+    const [stale, reads] = [ledger.stale(), ledger.reads];
     // Outside the faults: from the SIGKILL until 1 s after the takeover, from Valkey's kill until 2 s after it answers.
     const faults = [
       [killedAt, killedAt + takeoverMs + 1_000],
@@ -184,44 +165,47 @@ async function main() {
     const steady = lags.filter(
       (l) => !faults.some(([from, to]) => l.at >= (from as number) && l.at <= (to as number)),
     );
-    const lag = lagOf(
-      steady.map((l) => l.ms),
-      never,
-    );
-    const lagAll = lagOf(
-      lags.map((l) => l.ms),
-      never,
-    );
-    const failures: string[] = [];
+    const [lag, lagAll] = [lagOf(steady, never), lagOf(lags, never)];
     const at1s = stale[BOUNDS_MS.indexOf(1_000)] ?? 0;
-    if (at1s > 0) failures.push(`${at1s} reads stale more than 1 s after a commit`);
     const lagBound = args['lag-p99-ms'];
-    if (!(lag.p99Ms <= lagBound))
-      failures.push(`invalidation lag p99 ${lag.p99Ms} ms > ${lagBound} ms`);
-    if (never > 0) failures.push(`${never} commits never reached every instance`);
-    if (takeoverMs > 3_000) failures.push(`takeover took ${Math.round(takeoverMs)} ms > 3 s`);
-    if (lost > 0) failures.push(`${lost} rows stale at the end`);
+    const lagLine = (l: typeof lag) =>
+      `${l.p50Ms} / ${l.p99Ms} / ${l.maxMs} ms (${l.measured} commits)`;
     return {
-      instances: args.instances,
-      rows: args.rows,
-      seconds: args.seconds,
-      reads,
-      readErrors,
-      commits: ledger.commits,
-      stale: BOUNDS_MS.map((boundMs, i) => ({
-        boundMs,
-        reads: stale[i] ?? 0,
-        nines: nines(stale[i] ?? 0, reads),
-      })),
-      /** Commit → no instance serves an older version, ms: outside the fault windows, and every commit. */
-      lag,
-      lagAll,
-      kill: { takeoverMs },
-      valkeyRestart: { downMs },
-      /** Rows some instance still served older than the database at the end (lost invalidations). */
-      lost,
-      pass: failures.length === 0,
-      failures,
+      title: `consistency drill: ${args.instances} instances, ${args.rows} rows, ${args.seconds} s, consumer SIGKILLed once, Valkey restarted once`,
+      body: [
+        columns([
+          ['reads / read errors / commits', `${reads} / ${readErrors} / ${ledger.commits}`],
+        ]),
+        columns(
+          BOUNDS_MS.map((boundMs, i) => {
+            const n = nines(stale[i] ?? 0, reads);
+            return [`${boundMs} ms`, stale[i] ?? 0, n === Number.POSITIVE_INFINITY ? '∞' : n];
+          }),
+          ['stale after commit', 'reads', 'nines'],
+        ),
+        columns([
+          ['invalidation lag p50 / p99 / max, every commit', lagLine(lagAll)],
+          ['Valkey down (kill → answers)', `${round(downMs, 0)} ms`],
+        ]),
+      ],
+      ...{ reads, readErrors, stale, lag, lagAll, takeoverMs, downMs, lost },
+      checks: [
+        law('reads stale more than 1 s after a commit', at1s, 0),
+        law(
+          'invalidation lag p50 / p99 / max, outside the faults',
+          lagLine(lag),
+          `p99 ≤ ${lagBound} ms`,
+          lag.p99Ms <= lagBound,
+        ),
+        law('commits that never reached every instance', never, 0),
+        law(
+          'new consumer reading after SIGKILL',
+          `${round(takeoverMs, 0)} ms`,
+          '≤ 3000 ms',
+          !(takeoverMs > 3_000),
+        ),
+        law('lost invalidations (stale at the end)', lost, 0),
+      ],
     };
   } finally {
     await Promise.all(services.map((s) => s.stop(2_000)));
@@ -230,7 +214,7 @@ async function main() {
     await valkey.stop();
     await db.stop();
   }
-}
+});
 
 /** The index of the one instance reading the slot (its `echostore_changes_holder` is 1), once there is one. */
 async function holderOf(services: Service[], withinMs: number): Promise<number> {
@@ -250,40 +234,3 @@ async function holderOf(services: Service[], withinMs: number): Promise<number> 
   }
   throw new Error(`no instance read the change stream within ${withinMs} ms`);
 }
-
-function render(r: Awaited<ReturnType<typeof main>>): string {
-  const lines = [
-    `consistency drill: ${r.instances} instances, ${r.rows} rows, ${r.seconds} s, consumer SIGKILLed once, Valkey restarted once`,
-    columns([
-      ['reads', r.reads],
-      ['read errors', r.readErrors],
-      ['commits', r.commits],
-    ]),
-    columns(
-      r.stale.map((s) => [
-        `${s.boundMs} ms`,
-        s.reads,
-        s.nines === Number.POSITIVE_INFINITY ? '∞' : s.nines,
-      ]),
-      ['stale after commit', 'reads', 'nines'],
-    ),
-    columns([
-      [
-        'invalidation lag p50 / p99 / max, outside the faults',
-        `${r.lag.p50Ms} / ${r.lag.p99Ms} / ${r.lag.maxMs} ms (${r.lag.measured} commits)`,
-      ],
-      [
-        'invalidation lag p50 / p99 / max, every commit',
-        `${r.lagAll.p50Ms} / ${r.lagAll.p99Ms} / ${r.lagAll.maxMs} ms (${r.lagAll.measured} commits)`,
-      ],
-      ['commits that never reached every instance', r.lag.never],
-      ['new consumer reading after SIGKILL', `${round(r.kill.takeoverMs, 0)} ms`],
-      ['Valkey down (kill → answers)', `${round(r.valkeyRestart.downMs, 0)} ms`],
-      ['lost invalidations (stale at the end)', r.lost],
-    ]),
-    r.pass ? 'PASS' : `FAIL: ${r.failures.join('; ')}`,
-  ];
-  return `${lines.join('\n')}\n`;
-}
-
-runDrill('consistency', args.json, main, render);

@@ -11,7 +11,7 @@ import { type Service, SKEW_CLOCK, startService, withServices } from '../harness
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { type OriginRead, readItem } from './lib/http.js';
-import { columns, median, p50p99, verdict } from './lib/report.js';
+import { check, columns, law, median, p50p99 } from './lib/report.js';
 import { originConfig } from './lib/store.js';
 
 const args = drillArgs({
@@ -67,18 +67,25 @@ async function skew() {
         }
         const boundS = Math.trunc((ttlMs * (1 + jitter)) / 1000);
         return {
-          hosts: 'clock right, +10 min, -10 min',
-          distinctKeys,
-          sourceReads: readsWhileFresh,
-          maxServedTtlS: maxTtlS,
-          ttlBoundS: boundS,
-          servedAfterExpiry: servedExpired,
-          failures,
-          pass:
-            readsWhileFresh === distinctKeys &&
-            maxTtlS <= boundS &&
-            servedExpired === 0 &&
-            failures === 0,
+          lines: [
+            'skew: 3 instances (clock right, +10 min, -10 min) on one Valkey, ttlMs 2000, jitter 0.2',
+          ],
+          figures: { distinctKeys, sourceReads: readsWhileFresh, maxTtlS, servedExpired, failures },
+          checks: [
+            law(
+              'skew: source reads (counted by the source), one per key',
+              readsWhileFresh,
+              distinctKeys,
+            ),
+            law(
+              'skew: largest Cache-Status ttl served',
+              `${maxTtlS} s`,
+              `≤ ${boundS}`,
+              maxTtlS <= boundS,
+            ),
+            law('skew: old values answered after the TTL', servedExpired, 0),
+            law('skew: failed reads', failures, 0),
+          ],
         };
       },
     );
@@ -110,15 +117,24 @@ async function holder() {
         );
         const sourceReads = origin.readsOf(id);
         const codes = results.filter((r) => r.status !== 200).map((r) => r.code);
+        const other = [...new Set(codes)].join(', ');
         return {
-          readers: results.length,
-          answered200: ok,
-          otherCodes: [...new Set(codes)].join(', ') || '-',
-          distinctAnswers: answers,
-          sourceReads,
-          p50Ms,
-          p99Ms,
-          pass: sourceReads === 2 && ok === 100 && answers === 1 && p99Ms <= 3_000,
+          lines: [
+            'holder: 3 instances, default policy; the lease holder SIGKILLed 0.3 s into a 2 s load; 100 readers on the other two; takeover load 300 ms',
+            `  latency p50 ${p50Ms} ms`,
+          ],
+          figures: { sourceReads, answered200: ok, distinctAnswers: answers, p50Ms, p99Ms },
+          checks: [
+            law('holder: source reads (counted by the source)', sourceReads, 2),
+            law(
+              'holder: answered 200',
+              `${ok} of ${results.length}${other && ` (others ${other})`}`,
+              'all',
+              ok === 100,
+            ),
+            law('holder: distinct answers', answers, 1),
+            law('holder: latency p99', `${p99Ms} ms`, '≤ 3000', p99Ms <= 3_000),
+          ],
         };
       },
     );
@@ -214,122 +230,84 @@ async function admission() {
       }
       const slowPeak = origin.peakInFlight();
       const medianOverMs = median(rounds.map((r) => r.overMs));
-      const { maxConcurrentLoads, initialConcurrentLoads } = DEFAULT_POLICY;
+      const { maxConcurrentLoads: max, initialConcurrentLoads: initial } = DEFAULT_POLICY;
+      const h = healthy;
+      const row = (r: Omit<typeof h, 'okP99Ms'> & { okP99Ms: number }) =>
+        [r.ok, r.shed, r.other, r.shedP99Ms, r.okP99Ms] as number[];
+      const last = rounds.length - 1;
       return {
-        healthy: { ...healthy, sourcePeak: healthyPeak },
-        trickle,
-        rounds,
-        slowPeak,
-        lowestLimit,
-        medianOverMs,
-        maxConcurrentLoads,
-        initialConcurrentLoads,
-        pass:
-          healthy.shed === 0 &&
-          healthy.other === 0 &&
-          healthy.ok === COLD &&
-          healthyPeak <= maxConcurrentLoads &&
-          rounds.every((r) => r.l2Ok && r.shed > 0 && r.other === 0 && r.ok + r.shed === COLD) &&
-          medianOverMs <= 50 &&
-          slowPeak <= initialConcurrentLoads,
+        lines: [
+          `admission: 1 instance under test (a second one only fills L2), default policy (the load limit starts at ${initial}, at most ${max}); each row: 400 concurrent GETs of distinct cold ids`,
+          `  between the healthy row and the slowed ones, a trickle of 32 GETs (16 at a time, twice) on the 500 ms source: limit ${trickle.limitBefore} → ${trickle.limitAfter}`,
+          columns(
+            [
+              ['healthy (20 ms)', ...row(h), healthyPeak, '-'],
+              ...rounds.map((r, i) => [
+                `slowed (500 ms) #${i + 1}`,
+                ...row(r),
+                i === last ? slowPeak : '',
+                i === last ? lowestLimit : '',
+              ]),
+            ],
+            [
+              ...['source', 'answered 200', 'shed', 'other', 'shed p99 ms', 'answered p99 ms'],
+              ...['source peak', 'lowest limit'],
+            ],
+          ),
+          `  with each slowed burst, 200 GETs of ids in L2 only: p99 ${rounds.map((r) => r.l2P99Ms).join(' / ')} ms; the shed p99 exceeds it by ${rounds.map((r) => r.overMs).join(' / ')} ms`,
+        ],
+        figures: {
+          healthy: { ...h, sourcePeak: healthyPeak },
+          trickle,
+          rounds,
+          slowPeak,
+          lowestLimit,
+        },
+        checks: [
+          check(
+            `admission: a healthy source is never shed: 400 answered 200, source peak ≤ ${max} (counted by the source)`,
+            h.shed === 0 && h.other === 0 && h.ok === COLD && healthyPeak <= max,
+            `${h.ok} answered, ${h.shed} shed, ${h.other} other; source peak ${healthyPeak}`,
+          ),
+          check(
+            'admission: a slow source sheds in every round, nothing else fails, the L2 ids answered without a source read (HTTP + one Valkey round trip)',
+            rounds.every((r) => r.l2Ok && r.shed > 0 && r.other === 0 && r.ok + r.shed === COLD),
+            rounds
+              .map(
+                (r) =>
+                  `${r.ok} answered, ${r.shed} shed, ${r.other} other, L2 ${r.l2Ok ? 'ok' : 'NOT ok'}`,
+              )
+              .join('; '),
+          ),
+          law(
+            "admission: the shed p99 over the L2 hits' p99, median of the rounds",
+            `${medianOverMs} ms`,
+            '≤ 50 ms',
+            medianOverMs <= 50,
+          ),
+          law(
+            'admission: slowed source peak (counted by the source)',
+            slowPeak,
+            `≤ ${initial}`,
+            slowPeak <= initial,
+          ),
+        ],
       };
     });
   });
 }
 
-async function main() {
+runDrill('fleet', args.json, async () => {
   const want = (s: string) => args.scenario === 'all' || args.scenario === s;
-  const report = {
-    drill: 'fleet',
-    skew: want('skew') ? await skew() : undefined,
-    holder: want('holder') ? await holder() : undefined,
-    admission: want('admission') ? await admission() : undefined,
-    pass: true,
+  const ran = [
+    want('skew') ? await skew() : undefined,
+    want('holder') ? await holder() : undefined,
+    want('admission') ? await admission() : undefined,
+  ].filter((x) => x !== undefined);
+  return {
+    title: `fleet drill: ${args.scenario === 'all' ? 'clock skew, a dead lease holder, admission' : args.scenario}`,
+    body: ran.flatMap((r) => r.lines),
+    scenarios: ran.map((r) => r.figures),
+    checks: ran.flatMap((r) => r.checks),
   };
-  report.pass = [report.skew, report.holder, report.admission].every(
-    (r) => r === undefined || r.pass,
-  );
-  return report;
-}
-
-function render(r: Awaited<ReturnType<typeof main>>): string {
-  const out: string[] = [];
-  if (r.skew !== undefined) {
-    const s = r.skew;
-    out.push(
-      `skew: 3 instances (${s.hosts}) on one Valkey, ttlMs 2000, jitter 0.2`,
-      columns([
-        [
-          'source reads (counted by the source)',
-          `${s.sourceReads}   (law: ${s.distinctKeys}, one per key)`,
-        ],
-        ['largest Cache-Status ttl served', `${s.maxServedTtlS} s   (law: ≤ ${s.ttlBoundS})`],
-        ['old values answered after the TTL', `${s.servedAfterExpiry}   (law: 0)`],
-        ['failed reads', `${s.failures}   (law: 0)`],
-      ]),
-      `${verdict(s.pass)}: one clock for the fleet`,
-    );
-  }
-  if (r.holder !== undefined) {
-    const h = r.holder;
-    out.push(
-      'holder: 3 instances, default policy; the lease holder SIGKILLed 0.3 s into a 2 s load; 100 readers on the other two; takeover load 300 ms',
-      columns([
-        ['source reads (counted by the source)', `${h.sourceReads}   (law: 2)`],
-        ['answered 200', `${h.answered200} of ${h.readers}   (law: all)`],
-        ['other answers', h.otherCodes],
-        ['distinct answers', `${h.distinctAnswers}   (law: 1)`],
-        ['latency p50 / p99', `${h.p50Ms} / ${h.p99Ms} ms   (law: p99 ≤ 3000)`],
-      ]),
-      `${verdict(h.pass)}: a dead holder costs one source read, every waiter answered`,
-    );
-  }
-  if (r.admission !== undefined) {
-    const a = r.admission;
-    out.push(
-      `admission: 1 instance under test (a second one only fills L2), default policy (the load limit starts at ${a.initialConcurrentLoads}, at most ${a.maxConcurrentLoads}); each row: 400 concurrent GETs of distinct cold ids`,
-      `  between the healthy row and the slowed ones, a trickle of 32 GETs (16 at a time, twice) on the 500 ms source: limit ${a.trickle.limitBefore} → ${a.trickle.limitAfter}`,
-      columns(
-        [
-          [
-            'healthy (20 ms)',
-            a.healthy.ok,
-            a.healthy.shed,
-            a.healthy.other,
-            a.healthy.shedP99Ms,
-            a.healthy.okP99Ms,
-            a.healthy.sourcePeak,
-            '-',
-          ],
-          ...a.rounds.map((round, i) => [
-            `slowed (500 ms) #${i + 1}`,
-            round.ok,
-            round.shed,
-            round.other,
-            round.shedP99Ms,
-            round.okP99Ms,
-            i === a.rounds.length - 1 ? a.slowPeak : '',
-            i === a.rounds.length - 1 ? a.lowestLimit : '',
-          ]),
-        ],
-        [
-          'source',
-          'answered 200',
-          'shed',
-          'other',
-          'shed p99 ms',
-          'answered p99 ms',
-          'source peak',
-          'lowest limit',
-        ],
-      ),
-      `  with each slowed burst, 200 GETs of ids in L2 only (HTTP + one Valkey round trip, the source not read: ${a.rounds.every((r) => r.l2Ok) ? 'yes' : 'NO'}): p99 ${a.rounds.map((r) => r.l2P99Ms).join(' / ')} ms; the shed p99 exceeds it by ${a.rounds.map((r) => r.overMs).join(' / ')} ms (median ${a.medianOverMs})`,
-      `  laws: healthy → 0 shed, source peak ≤ ${a.maxConcurrentLoads}; slowed → every round sheds, the median shed p99 ≤ the L2 hits' p99 + 50 ms, source peak ≤ ${a.initialConcurrentLoads} (counted by the source)`,
-      `${verdict(a.pass)}: a healthy source is never shed, a slow one sheds the excess fast`,
-    );
-  }
-  out.push(r.pass ? 'PASS: every fleet law holds' : 'FAIL: a fleet law is broken');
-  return `${out.join('\n')}\n`;
-}
-
-runDrill('fleet', args.json, main, render);
+});

@@ -73,7 +73,7 @@ export async function startOrigin(
     inFlight--;
     if (res.destroyed || res.writableEnded) return;
     read.answeredAtMs = Date.now();
-    const override = overrides.get(id);
+    const override = overrides.get(id) ?? overrides.get('*');
     if (override !== undefined) {
       res.writeHead(override.status, override.headers).end();
       return;
@@ -149,8 +149,9 @@ export async function startOrigin(
       held.delete(id);
     },
     /**
-     * From now on, reads of `id` are answered `status` with `headers` and an empty body (a 503
-     * with `Retry-After`, a blip of 404s), still counted; `undefined` restores the normal answer.
+     * From now on, reads of `id` (`'*'`: of every id) are answered `status` with `headers` and an
+     * empty body (a 503 with `Retry-After`, a blip of 404s, a failing source), still counted;
+     * `undefined` restores the normal answer.
      */
     answerWith(id: string, answer: OriginAnswer | undefined): void {
       if (answer === undefined) overrides.delete(id);

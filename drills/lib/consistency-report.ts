@@ -61,7 +61,8 @@ export const nines = (stale: number, reads: number) =>
   stale === 0 ? Number.POSITIVE_INFINITY : round(-Math.log10(stale / reads), 2);
 
 /** Lag figures of commit → no instance serves an older version, ms. */
-export function lagOf(samples: number[], never: number) {
+export function lagOf(lags: Array<{ ms: number }>, never: number) {
+  const samples = lags.map((l) => l.ms);
   return {
     p50Ms: round(percentile(samples, 50), 1),
     p99Ms: round(percentile(samples, 99), 1),

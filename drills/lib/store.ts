@@ -52,6 +52,9 @@ export function originConfig(
   };
 }
 
+/** The `log` section of a service whose warnings are what the drill provokes. */
+export const QUIET = { log: { level: 'error' } };
+
 /** Makes Node load `fetch` (undici) now, with a GET the origin answers 404 and does not count. */
 export async function loadFetch(template: string): Promise<void> {
   await (await fetch(new URL('/warm-up', template).href)).text();

@@ -5,6 +5,7 @@
  */
 import { fork } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import type { Reaper } from './reaper.js';
 
 /** Parent → workers after `ready`: fire at `atEpochMs` (one wall-clock moment for all; default at once), with a tool's own fields. */
@@ -141,3 +142,7 @@ export function runWorker<S extends { kind: 'setup' }, G extends Go = Go>(
     },
   );
 }
+
+/** The built file of the worker `name` (`drills/<name>.ts`). */
+export const workerFile = (name: string): string =>
+  fileURLToPath(new URL(`../${name}.js`, import.meta.url));
