@@ -10,8 +10,7 @@ import { startService, withServices } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
 import { bump, check, columns, listCounts, percentile, round, sum } from './lib/report.js';
-import { originConfig, QUIET } from './lib/store.js';
-import { drillValkey } from './lib/valkey-target.js';
+import { drillValkey, originConfig, QUIET } from './lib/store.js';
 
 const args = drillArgs({
   'phase-s': float(15, 1, 600),

@@ -9,8 +9,7 @@ import { startService, withServices } from '../harness/service.js';
 import { httpRead, readMany, storeRead } from './lib/burst.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { law, p50p99 } from './lib/report.js';
-import { dropId, originConfig, originStore } from './lib/store.js';
-import { drillValkey } from './lib/valkey-target.js';
+import { drillValkey, dropId, originConfig, originStore } from './lib/store.js';
 
 const args = drillArgs({
   readers: int(200, 1),

@@ -9,9 +9,9 @@ import { type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
 import { addCounts, check, columns, listCounts, p50p99, sum } from './lib/report.js';
-import { dropId } from './lib/store.js';
+import { type DrillValkey, drillValkey, dropId } from './lib/store.js';
 import { barChartSvg } from './lib/svg.js';
-import { type DrillValkey, drillValkey } from './lib/valkey-target.js';
+
 import { runWorkers, together, workerFile } from './lib/workers.js';
 import type { ReaderSetup, ReadsResult } from './reader-worker.js';
 

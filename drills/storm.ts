@@ -7,8 +7,8 @@ import { withOrigin } from '../harness/origin.js';
 import { drillArgs, flag, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { Reaper } from './lib/reaper.js';
 import { addCounts, law, listCounts, maxMs, p50p99, round, sum } from './lib/report.js';
-import { dropId } from './lib/store.js';
-import { drillValkey } from './lib/valkey-target.js';
+import { drillValkey, dropId } from './lib/store.js';
+
 import { runWorkers, together, workerFile } from './lib/workers.js';
 import type { ReaderSetup, ReadsResult } from './reader-worker.js';
 
