@@ -11,8 +11,8 @@ import { type Service, startService, withServices } from '../harness/service.js'
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
 import { type OriginRead, readItem, readItems, timed } from './lib/http.js';
 import { Loops, pick } from './lib/load.js';
-import { check, columns, law } from './lib/report.js';
-import { originConfig } from './lib/store.js';
+import { addCounts, check, columns, law, sum } from './lib/report.js';
+import { originConfig, QUIET } from './lib/store.js';
 
 const args = drillArgs({
   rows: int(1000, 50, 100_000),
@@ -40,21 +40,13 @@ const softTags = ['t5', 't6', 't7', 't8', 't9'];
 
 /** Nothing expires during the drill (every reload is a purge's); a table purge's reloads queue. */
 const POLICY = {
-  ttlMs: 600_000,
-  staleMs: 600_000,
-  earlyRefreshBeta: 0,
-  l1: { ttlMs: 600_000 },
-  maxConcurrentLoads: 256,
-  initialConcurrentLoads: 256,
-  maxQueueDelayMs: 10_000,
-  maxQueuedLoads: 10_000,
+  ...{ ttlMs: 600_000, staleMs: 600_000, earlyRefreshBeta: 0, l1: { ttlMs: 600_000 } },
+  ...{ maxConcurrentLoads: 256, initialConcurrentLoads: 256 },
+  ...{ maxQueueDelayMs: 10_000, maxQueuedLoads: 10_000 },
 };
 
 const config = (origin: Origin, namespace: string) =>
-  originConfig({ url: args.valkey }, table, origin.template, POLICY, {
-    namespace,
-    log: { level: 'error' },
-  });
+  originConfig({ url: args.valkey }, table, origin.template, POLICY, { namespace, ...QUIET });
 
 const get = (s: Service, id: string) => readItem(s.url, table, id);
 
@@ -93,7 +85,7 @@ const readsSince = (origin: Origin, id: string, sinceMs: number) =>
 
 /** Source reads of all of `ids` that arrived at or after `sinceMs`. */
 const readsOfSince = (origin: Origin, ids: Iterable<string>, sinceMs: number) =>
-  [...ids].reduce((n, id) => n + readsSince(origin, id, sinceMs), 0);
+  sum([...ids], (id) => readsSince(origin, id, sinceMs));
 
 /** Answers to requests sent after the purge's answer + the bound that carry a read from before it. */
 function oldServed(origin: Origin, answers: OriginRead[], ids: Set<string>, p: Purge) {
@@ -106,14 +98,12 @@ function oldServed(origin: Origin, answers: OriginRead[], ids: Set<string>, p: P
   ).length;
 }
 
+/** L1 rows the services dropped (`hard`) or marked for a refresh (`soft`) so far. */
 async function purgedRows(services: Service[]) {
-  const out = { hard: 0, soft: 0 };
-  for (const s of services) {
-    const rows = byLabels(await scrape(s.url), 'echostore_purged_rows_total', table);
-    out.hard += rows.hard ?? 0;
-    out.soft += rows.soft ?? 0;
-  }
-  return out;
+  const all: Record<string, number> = {};
+  for (const s of services)
+    addCounts(all, byLabels(await scrape(s.url), 'echostore_purged_rows_total', table));
+  return { hard: all.hard ?? 0, soft: all.soft ?? 0 };
 }
 
 async function fleet(origin: Origin) {
@@ -154,8 +144,7 @@ async function fleet(origin: Origin) {
     const purgeStart = Math.min(hard.issuedAtMs, soft.issuedAtMs);
     const others = rowIds.filter((id) => !hardIds.has(id) && !softIds.has(id));
     // A soft row's refresh: its second read's answer; old answers after it + the bound break the law.
-    let softOldAfterRefresh = 0;
-    let softStaleServed = 0;
+    let [softOldAfterRefresh, softStaleServed] = [0, 0];
     for (const x of answers) {
       if (!softIds.has(x.id) || x.sentAtMs <= soft.answeredAtMs + boundMs) continue;
       if (arrivedAt(origin, x.id, x.read) >= soft.issuedAtMs) continue;

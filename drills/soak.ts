@@ -142,13 +142,11 @@ runDrill('soak', args.json, async () => {
   let service: Service | undefined;
   const reaper = new Reaper(); // the service dies with the drill, however it ends
   // Bounded: startup, warm-up, the run, the settle and the shutdown fit well within this.
-  const watchdog = setTimeout(
-    () => {
-      process.stderr.write(`soak drill: still running after ${seconds + 120} s; giving up\n`);
-      process.exit(2);
-    },
-    (seconds + 120) * 1000,
-  );
+  const giveUp = () => {
+    process.stderr.write(`soak drill: still running after ${seconds + 120} s; giving up\n`);
+    process.exit(2);
+  };
+  const watchdog = setTimeout(giveUp, (seconds + 120) * 1000);
   const redis = await connectAdmin(args.valkey);
   try {
     return await withOrigin([args['latency-ms']], async (origin) => {
@@ -158,29 +156,21 @@ runDrill('soak', args.json, async () => {
       const l1 = { maxBytes: L1_BYTES, maxEntries: 10_000_000 };
       const policy = { maxConcurrentLoads: MAX_CONCURRENT_LOADS, l1 };
       const warn = { log: { level: 'warn' } };
-      service = await startService(
-        originConfig({ url: args.valkey }, table, origin.template, policy, warn),
-      );
+      const config = originConfig({ url: args.valkey }, table, origin.template, policy, warn);
+      service = await startService(config);
       reaper.track(service.process);
       const url = service.url;
       // Every hot id read once (32 at a time at most), so the run starts with them in L1.
       const hotIds = Array.from({ length: args['hot-ids'] }, (_, i) => `hot-${i}`);
-      const failed = (await readItems(url, table, hotIds, Math.min(connections, 32))).find(
-        (r) => r.status !== 200,
-      );
+      const warm = await readItems(url, table, hotIds, Math.min(connections, 32));
+      const failed = warm.find((r) => r.status !== 200);
       if (failed) throw new Error(`warm-up GET ${failed.id} answered ${failed.status}`);
       const readsBefore = origin.totalReads();
       const started = performance.now();
       const samples = [await memory(url, table, 0)];
       const sample = () => memory(url, table, Math.round((performance.now() - started) / 1000));
-      const sampler = setInterval(
-        () =>
-          sample().then(
-            (m) => samples.push(m),
-            () => {},
-          ),
-        5_000,
-      );
+      const keep = (m: Memory) => samples.push(m);
+      const sampler = setInterval(() => sample().then(keep, () => {}), 5_000);
       const { request, tally } = mixedLoad(table, tag);
       const failures: Record<string, number> = {};
       // Every request must be answered within 10 s (autocannon counts a timeout otherwise).
