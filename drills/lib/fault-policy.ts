@@ -80,6 +80,12 @@ export function boundCheck<S extends { ms: number }>(
   return check(`no request waits past ${FAULT_BOUND_MS} ms${why}`, late === 0, detail);
 }
 
+/** `name`: every one of `samples` answered 200. */
+export function all200(name: string, samples: Array<{ status: number }>): Check {
+  const bad = samples.filter((s) => s.status !== 200).length;
+  return check(name, bad === 0, `${bad} of ${samples.length} not answered 200`);
+}
+
 /** `name`: p99 `during` a fault within 2× of its `before` baseline. */
 export const p99Check = (name: string, before: number, during: number): Check =>
   check(

@@ -93,14 +93,10 @@ async function oomWithProbeInFlight(d: RefusalDrill, notes: string[]): Promise<C
   const stillOom = (await untilAll(d, (r) => r.reason === 'oom', 1)) !== undefined;
   await d.admin.config('SET', 'maxmemory', '0');
   const recovered = await untilAll(d, ready);
-  notes.push(
-    `degraded ${ms(opened)} after SIGSTOP; reason oom on both ${ms(oom)} after SIGCONT; ${listCounts(tally)}; ` +
-      `recovered in ${ms(recovered)} after maxmemory was raised`,
-  );
   return check(
     `OOM with a probe in flight: /readyz says oom, then ready within ${RECOVER_WITHIN_MS} ms of maxmemory being raised`,
     oom !== undefined && stillOom && inTime(recovered),
-    `oom after ${ms(oom)}, still oom 1.5 s later: ${stillOom}, recovered in ${ms(recovered)}`,
+    `degraded ${ms(opened)} after SIGSTOP, oom on both ${ms(oom)} after SIGCONT, still 1.5 s later: ${stillOom}; ${listCounts(tally)}; recovered in ${ms(recovered)}`,
   );
 }
 
@@ -128,14 +124,10 @@ async function oomDelete(d: RefusalDrill, notes: string[]): Promise<Check> {
   await d.admin.config('SET', 'maxmemory', '0');
   const recovered = await untilAll(d, ready);
   const reads = d.origin.readsOf(id);
-  notes.push(
-    `${listCounts(tally)}; old row gone from A and B ${noOld ? `within ${goneMs} ms` : 'NOT'}; ` +
-      `origin reads of the id: ${reads}; recovered in ${ms(recovered)} after maxmemory was raised`,
-  );
   return check(
     `OOM delete: DELETE answers 204, no instance serves the old row, ready within ${RECOVER_WITHIN_MS} ms of maxmemory being raised`,
     old !== '' && old === oldOnB && deleted === 204 && noOld && inTime(recovered),
-    `DELETE ${deleted}, old row gone: ${noOld}, origin reads ${reads} (first read, then A and B each read it again), recovered in ${ms(recovered)}`,
+    `${listCounts(tally)}; old row gone from A and B ${noOld ? `within ${goneMs} ms` : 'NOT'}; origin reads ${reads} (first read, then A and B each read it again); recovered in ${ms(recovered)}`,
   );
 }
 
@@ -153,14 +145,10 @@ async function readOnlyAndBack(d: RefusalDrill, notes: string[]): Promise<Check>
     await send(d, d.services[0] as Service, `ro-put-${d.run}`, tally, 'PUT');
     await d.admin.replicaof('NO', 'ONE');
     const recovered = await untilAll(d, ready);
-    notes.push(
-      `reason readonly on both ${ms(demoted)} after REPLICAOF; ${listCounts(tally)}; ` +
-        `recovered in ${ms(recovered)} after REPLICAOF NO ONE`,
-    );
     return check(
       `read-only demotion: /readyz says readonly, then ready within ${RECOVER_WITHIN_MS} ms of the promotion back`,
       demoted !== undefined && inTime(recovered),
-      `readonly after ${ms(demoted)}, recovered in ${ms(recovered)}`,
+      `readonly on both ${ms(demoted)} after REPLICAOF; ${listCounts(tally)}; recovered in ${ms(recovered)} after REPLICAOF NO ONE`,
     );
   } finally {
     await primary.stop();
@@ -197,10 +185,7 @@ async function aclWithoutChannels(d: RefusalDrill, notes: string[]): Promise<Che
     const got = (await send(d, s, id, tally)).status;
     await send(d, s, id, tally, 'PUT');
     const reads = d.origin.readsOf(id) - reads0;
-    notes.push(
-      `with channels required: exit ${code} after ${refusedMs} ms: "${stderr.trim().split('\n')[0]}"; ` +
-        `with coherence off: /readyz ${r.status}, coherence ${r.details?.coherence}; ${listCounts(tally)}; origin reads ${reads}`,
-    );
+    notes.push(`with channels required, its stderr: "${stderr.trim().split('\n')[0]}"`);
     return check(
       'ACL without channels: refused at start naming &ecc:events:*; runs with coherence off',
       code === 2 &&
@@ -210,7 +195,7 @@ async function aclWithoutChannels(d: RefusalDrill, notes: string[]): Promise<Che
         got === 200 &&
         tally['PUT 200'] === 1 &&
         reads === 1,
-      `exit ${code}, names the right: ${named}; coherence off: ${r.status}, ${listCounts(tally)}, origin reads ${reads}`,
+      `exit ${code} after ${refusedMs} ms, names the right: ${named}; with coherence off: /readyz ${r.status}, coherence ${r.details?.coherence}, ${listCounts(tally)}, origin reads ${reads}`,
     );
   } finally {
     await s.stop(5_000);
@@ -238,14 +223,10 @@ async function frozenSubscriber(d: RefusalDrill, notes: string[]): Promise<Check
       seen = Math.round(performance.now() - started);
     } else await sleep(25);
   }
-  const reads = d.origin.readsOf(id);
-  notes.push(
-    `${frozen} subscriber connection(s) frozen; PUT on A ${put}; B served the new value ${seen === undefined ? 'never' : `after ${seen} ms`} (recovered in ${ms(seen)}); origin reads of the id: ${reads}`,
-  );
   return check(
     `frozen subscriber: replaced within ${SUBSCRIBER_WITHIN_MS} ms, B serves A's PUT`,
     old !== '' && frozen === 2 && put === 200 && seen !== undefined && seen <= SUBSCRIBER_WITHIN_MS,
-    `${frozen} frozen, B saw the PUT after ${ms(seen)}, origin reads ${reads}`,
+    `${frozen} subscriber connection(s) frozen; PUT on A ${put}; B served it after ${ms(seen)} (recovered in ${ms(seen)}); origin reads ${d.origin.readsOf(id)}`,
   );
 }
 
