@@ -195,8 +195,8 @@ runDrill('faults', args.json, async () => {
     };
     for (const [i, [name, refusal]] of REFUSALS.entries()) {
       const p = String(i + 4);
-      await phase(`${p} ${name}`, async (notes) => {
-        checks.push(await refusal(drill, notes));
+      await phase(`${p} ${name}`, async () => {
+        checks.push(await refusal(drill));
         if (Number(p) <= 6) checks.push(await recovery(p, services, TABLE));
       });
     }

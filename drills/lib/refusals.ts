@@ -78,7 +78,7 @@ async function fillUp(admin: Redis): Promise<void> {
  * half-open probe meets OOM; the operator raises maxmemory: both instances must be ready within
  * {@link RECOVER_WITHIN_MS}.
  */
-async function oomWithProbeInFlight(d: RefusalDrill, notes: string[]): Promise<Check> {
+async function oomWithProbeInFlight(d: RefusalDrill): Promise<Check> {
   d.valkey.pause();
   const opened = await untilAll(d, (r) => r.status === 'degraded');
   // Sent while paused: run when it resumes, before any probe.
@@ -104,7 +104,7 @@ async function oomWithProbeInFlight(d: RefusalDrill, notes: string[]): Promise<C
  * At maxmemory (noeviction) a DELETE cannot write its tombstone: it must fall back to deleting,
  * answer 204, and neither instance may serve the old row.
  */
-async function oomDelete(d: RefusalDrill, notes: string[]): Promise<Check> {
+async function oomDelete(d: RefusalDrill): Promise<Check> {
   const [a, b] = d.services as [Service, Service];
   const id = `oom-del-${d.run}`;
   const bodies = async () => [(await send(d, a, id)).body, (await send(d, b, id)).body];
@@ -136,7 +136,7 @@ async function oomDelete(d: RefusalDrill, notes: string[]): Promise<Check> {
  * instances must say degraded (readonly), and be ready within {@link RECOVER_WITHIN_MS} of its
  * promotion back.
  */
-async function readOnlyAndBack(d: RefusalDrill, notes: string[]): Promise<Check> {
+async function readOnlyAndBack(d: RefusalDrill): Promise<Check> {
   const primary = await spawnValkey({ track: d.track });
   try {
     await d.admin.replicaof('127.0.0.1', String(primary.port));
@@ -160,7 +160,7 @@ async function readOnlyAndBack(d: RefusalDrill, notes: string[]): Promise<Check>
  * must refuse to start, naming the right (its exit code and stderr, within 15 s); with
  * `coherence: false` it must run, say so in `/readyz`, and write.
  */
-async function aclWithoutChannels(d: RefusalDrill, notes: string[]): Promise<Check> {
+async function aclWithoutChannels(d: RefusalDrill): Promise<Check> {
   await d.admin.call('ACL', 'SETUSER', 'nochan', 'on', '>pw', '~ecc:*', '+@all', 'resetchannels');
   const url = `redis://nochan:pw@127.0.0.1:${d.valkey.port}`;
   const started = performance.now();
@@ -185,7 +185,6 @@ async function aclWithoutChannels(d: RefusalDrill, notes: string[]): Promise<Che
     const got = (await send(d, s, id, tally)).status;
     await send(d, s, id, tally, 'PUT');
     const reads = d.origin.readsOf(id) - reads0;
-    notes.push(`with channels required, its stderr: "${stderr.trim().split('\n')[0]}"`);
     return check(
       'ACL without channels: refused at start naming &ecc:events:*; runs with coherence off',
       code === 2 &&
@@ -195,7 +194,7 @@ async function aclWithoutChannels(d: RefusalDrill, notes: string[]): Promise<Che
         got === 200 &&
         tally['PUT 200'] === 1 &&
         reads === 1,
-      `exit ${code} after ${refusedMs} ms, names the right: ${named}; with coherence off: /readyz ${r.status}, coherence ${r.details?.coherence}, ${listCounts(tally)}, origin reads ${reads}`,
+      `exit ${code} after ${refusedMs} ms ("${stderr.trim().split('\n')[0]}"), names the right: ${named}; with coherence off: /readyz ${r.status}, coherence ${r.details?.coherence}, ${listCounts(tally)}, origin reads ${reads}`,
     );
   } finally {
     await s.stop(5_000);
@@ -207,7 +206,7 @@ async function aclWithoutChannels(d: RefusalDrill, notes: string[]): Promise<Che
  * B within {@link SUBSCRIBER_WITHIN_MS}: the heartbeat finds the dead subscriber, replaces it, and
  * B flushes its L1.
  */
-async function frozenSubscriber(d: RefusalDrill, notes: string[]): Promise<Check> {
+async function frozenSubscriber(d: RefusalDrill): Promise<Check> {
   const [a, b] = d.services as [Service, Service];
   const id = `frozen-${d.run}`;
   const old = (await send(d, a, id)).body;
