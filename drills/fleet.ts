@@ -11,7 +11,7 @@ import { type Service, SKEW_CLOCK, startService, withServices } from '../harness
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { type OriginRead, readItem } from './lib/http.js';
-import { type Check, check, columns, law, median, p50p99, sum } from './lib/report.js';
+import { type Check, check, columns, law, median, msOf, p50p99, sum } from './lib/report.js';
 import { originConfig, QUIET } from './lib/store.js';
 
 const args = drillArgs({
@@ -31,8 +31,8 @@ const fleetOf = <T>(
   table: string,
   [latencyMs, holdMs]: [number, number?],
   starts: Array<Parameters<typeof startService>[1]>,
+  policy: object,
   body: (origin: Origin, services: Service[]) => Promise<T>,
-  policy: object = {},
 ) =>
   withOrigin([latencyMs, holdMs], (origin) => {
     const config = originConfig({ url: args.valkey }, table, origin.template, policy, QUIET);
@@ -55,61 +55,55 @@ function skew(): Promise<Scenario> {
   });
   const policy = { ttlMs, jitter, staleMs: 0, earlyRefreshBeta: 0 };
   const starts = [{}, skewed(600_000), skewed(-600_000)];
-  return fleetOf(
-    table,
-    [5],
-    starts,
-    async (origin, hosts) => {
-      let [maxTtlS, failures] = [Number.NEGATIVE_INFINITY, 0];
-      for (const [h, host] of hosts.entries()) {
-        for (let k = 0; k < keysPerHost; k++) {
-          for (const reader of [host, ...hosts.filter((x) => x !== host)]) {
-            const r = await get(reader, table, `h${h}-k${k}`);
-            if (r.status !== 200) failures++;
-            const ttl = /ttl=(-?\d+)/.exec(r.cacheStatus ?? '')?.[1];
-            if (ttl !== undefined) maxTtlS = Math.max(maxTtlS, Number(ttl));
-          }
+  return fleetOf(table, [5], starts, policy, async (origin, hosts) => {
+    let [maxTtlS, failures] = [Number.NEGATIVE_INFINITY, 0];
+    for (const [h, host] of hosts.entries()) {
+      for (let k = 0; k < keysPerHost; k++) {
+        for (const reader of [host, ...hosts.filter((x) => x !== host)]) {
+          const r = await get(reader, table, `h${h}-k${k}`);
+          if (r.status !== 200) failures++;
+          const ttl = /ttl=(-?\d+)/.exec(r.cacheStatus ?? '')?.[1];
+          if (ttl !== undefined) maxTtlS = Math.max(maxTtlS, Number(ttl));
         }
       }
-      const reads = origin.totalReads();
-      await sleep(ttlMs * (1 + jitter) + 300);
-      let servedExpired = 0;
-      for (const host of hosts) {
-        for (let k = 0; k < 5; k++)
-          if ((await get(host, table, `h0-k${k}`)).read === 1) servedExpired++;
-      }
-      const boundS = Math.trunc((ttlMs * (1 + jitter)) / 1000);
-      return {
-        lines: [
-          'skew: 3 instances (clock right, +10 min, -10 min) on one Valkey, ttlMs 2000, jitter 0.2',
-        ],
-        figures: { skew: { reads, maxTtlS, servedExpired, failures } },
-        checks: [
-          law(
-            'skew: source reads (counted by the source), one per key',
-            reads,
-            hosts.length * keysPerHost,
-          ),
-          law(
-            'skew: largest Cache-Status ttl served',
-            `${maxTtlS} s`,
-            `≤ ${boundS}`,
-            maxTtlS <= boundS,
-          ),
-          law('skew: old values answered after the TTL', servedExpired, 0),
-          law('skew: failed reads', failures, 0),
-        ],
-      };
-    },
-    policy,
-  );
+    }
+    const reads = origin.totalReads();
+    await sleep(ttlMs * (1 + jitter) + 300);
+    let servedExpired = 0;
+    for (const host of hosts) {
+      for (let k = 0; k < 5; k++)
+        if ((await get(host, table, `h0-k${k}`)).read === 1) servedExpired++;
+    }
+    const boundS = Math.trunc((ttlMs * (1 + jitter)) / 1000);
+    return {
+      lines: [
+        'skew: 3 instances (clock right, +10 min, -10 min) on one Valkey, ttlMs 2000, jitter 0.2',
+      ],
+      figures: { skew: { reads, maxTtlS, servedExpired, failures } },
+      checks: [
+        law(
+          'skew: source reads (counted by the source), one per key',
+          reads,
+          hosts.length * keysPerHost,
+        ),
+        law(
+          'skew: largest Cache-Status ttl served',
+          `${maxTtlS} s`,
+          `≤ ${boundS}`,
+          maxTtlS <= boundS,
+        ),
+        law('skew: old values answered after the TTL', servedExpired, 0),
+        law('skew: failed reads', failures, 0),
+      ],
+    };
+  });
 }
 
 /** The lease holder dies 0.3 s into a 2 s load: one more source read, every waiter answered. */
 function holder(): Promise<Scenario> {
   const [table, id, loadMs] = [`holder-${run}`, `${HOLD_PREFIX}${run}`, 300];
   // The first read is held 1.7 s, then answers after loadMs: a 2 s load. The holder dies before.
-  return fleetOf(table, [loadMs, 2_000 - loadMs], [{}, {}, {}], async (origin, [a, b, c]) => {
+  return fleetOf(table, [loadMs, 2_000 - loadMs], [{}, {}, {}], {}, async (origin, [a, b, c]) => {
     void get(a as Service, table, id).catch(() => {});
     if (!(await origin.seen(id, 5_000))) throw new Error('the holder never reached the source');
     await sleep(300);
@@ -121,14 +115,10 @@ function holder(): Promise<Scenario> {
     const results = await Promise.all(readers);
     const ok = results.filter((r) => r.status === 200).length;
     const answers = new Set(results.map((r) => r.read)).size;
-    const { p50Ms, p99Ms } = p50p99(
-      results.map((r) => r.ms),
-      0,
-    );
+    const { p50Ms, p99Ms } = p50p99(msOf(results), 0);
     const sourceReads = origin.readsOf(id);
-    const other = [...new Set(results.filter((r) => r.status !== 200).map((r) => r.code))].join(
-      ', ',
-    );
+    const codes = results.filter((r) => r.status !== 200).map((r) => r.code);
+    const other = [...new Set(codes)].join(', ');
     return {
       lines: [
         'holder: 3 instances, default policy; the lease holder SIGKILLed 0.3 s into a 2 s load; 100 readers on the other two; takeover load 300 ms',
@@ -155,13 +145,7 @@ const idsOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) =>
 
 /** Counts and p99s (0 when none) of one burst's answers. */
 function tally(results: OriginRead[]) {
-  const p99 = (xs: OriginRead[]) =>
-    xs.length === 0
-      ? 0
-      : p50p99(
-          xs.map((r) => r.ms),
-          0,
-        ).p99Ms;
+  const p99 = (xs: OriginRead[]) => (xs.length === 0 ? 0 : p50p99(msOf(xs), 0).p99Ms);
   const shed = results.filter((r) => r.code === 'ECC_SHED');
   const ok = results.filter((r) => r.status === 200);
   const other = results.length - ok.length - shed.length;
@@ -175,7 +159,7 @@ function tally(results: OriginRead[]) {
  */
 function admission(): Promise<Scenario> {
   const table = `admit-${run}`;
-  return fleetOf(table, [20], [{}, {}], async (origin, [s, filler]) => {
+  return fleetOf(table, [20], [{}, {}], {}, async (origin, [s, filler]) => {
     const burst = (on: Service | undefined, ids: string[]) =>
       Promise.all(ids.map((id) => get(on as Service, table, id, 15_000)));
     const limitNow = async () =>

@@ -74,10 +74,8 @@ async function runRegime(origin: Origin, valkey: DrillValkey, regime: (typeof RE
     failures === 0 &&
     distinctAnswers >= 1 &&
     distinctAnswers <= expectedReads;
-  const latency = p50p99(
-    results.flatMap((r) => r.latenciesMs),
-    1,
-  );
+  const ms = results.flatMap((r) => r.latenciesMs);
+  const latency = p50p99(ms, 1);
   return {
     regime,
     expectedReads,

@@ -1,8 +1,4 @@
-/**
- * A drill's command line and its ending: typed options (`--json [file]`
- * always among them), and {@link runDrill}, which prints the report and exits
- * 0 (the laws hold), 1 (one is broken) or 2 (the drill could not run).
- */
+/** A drill's command line (typed options, `--json [file]` always among them) and its ending ({@link runDrill}). */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -25,11 +21,9 @@ type Values<O extends Record<string, Option>> = {
         : number;
 } & { json: string | undefined };
 
-/** An integer option from `min` to `max`. */
+/** An integer (`int`) or a number (`float`) option from `min` to `max`. */
 export const int = (dflt: number, min: number, max = Number.POSITIVE_INFINITY) =>
   ({ kind: 'int', default: dflt, min, max }) as const;
-
-/** A number option from `min` to `max`. */
 export const float = (dflt: number, min: number, max = Number.POSITIVE_INFINITY) =>
   ({ kind: 'float', default: dflt, min, max }) as const;
 
@@ -62,11 +56,10 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     process.stderr.write(`${message}\n`);
     process.exit(2);
   };
+  const type = (k: string): 'boolean' | 'string' =>
+    options[k]?.kind === 'flag' ? 'boolean' : 'string';
   const config = Object.fromEntries(
-    [...Object.keys(options), 'json'].map((k) => [
-      k,
-      { type: options[k]?.kind === 'flag' ? ('boolean' as const) : ('string' as const) },
-    ]),
+    [...Object.keys(options), 'json'].map((k) => [k, { type: type(k) }]),
   );
   let given: Record<string, string | boolean | undefined> = {};
   try {

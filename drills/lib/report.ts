@@ -21,6 +21,9 @@ export const p50p99 = (samplesMs: number[], digits = 2) => ({
   p99Ms: round(percentile(samplesMs, 99), digits),
 });
 
+/** The `ms` of each of `xs`. */
+export const msOf = (xs: ReadonlyArray<{ ms: number }>): number[] => xs.map((x) => x.ms);
+
 /** The largest of `ms`, rounded; 0 when empty. */
 export const maxMs = (ms: number[]): number => Math.round(ms.reduce((m, x) => Math.max(m, x), 0));
 
