@@ -12,34 +12,18 @@ import { spawnValkey } from '../harness/valkey-server.js';
 import { sourceFingerprint } from '../src/sources/fingerprint.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import { readyz, timed } from './lib/http.js';
-import { law, percentile, round } from './lib/report.js';
+import { countBy, law, percentile, round } from './lib/report.js';
 
 const args = drillArgs({
   ids: int(1_000, 1, 1_000),
   'row-kb': int(300, 1, 2_000),
   'command-timeout-ms': int(1_000, 50, 60_000),
 });
-
 const TABLE = 'huge';
+const ids = Array.from({ length: args.ids }, (_, i) => String(i));
 /** Rows read before the measured batch, to warm the service up; not part of it. */
 const WARM_IDS = ['warm-1', 'warm-2', 'warm-3', 'warm-4'];
-/** The law's bound on a `/healthz` answer during the batch. */
 const HEALTHZ_BOUND_MS = 100;
-
-/** Plants the rows in L2 as the service's source would have written them (its fingerprint). */
-async function plant(url: string, fingerprint: string): Promise<void> {
-  const raw = new Redis(url, { maxRetriesPerRequest: 1 });
-  try {
-    const ids = [...Array.from({ length: args.ids }, (_, i) => String(i)), ...WARM_IDS];
-    await plantRows(raw, TABLE, ids, {
-      rowBytes: args['row-kb'] * 1_000,
-      ttlMs: 3_600_000,
-      fingerprint,
-    });
-  } finally {
-    raw.disconnect();
-  }
-}
 
 /**
  * The batch over a socket: its status and body as received, in pieces. Joining 64 MiB takes this
@@ -47,34 +31,17 @@ async function plant(url: string, fingerprint: string): Promise<void> {
  * counted only after polling stops, so that the drill times the service, not itself.
  */
 function batchGet(base: string, ids: string[]): Promise<{ status: number; body: Buffer[] }> {
+  const options = { method: 'POST', headers: { 'content-type': 'application/json' } };
   return new Promise((resolve, reject) => {
-    const req = request(
-      `${base}/v1/tables/${TABLE}/items:batchGet`,
-      { method: 'POST', headers: { 'content-type': 'application/json' } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', reject);
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: chunks }));
-      },
-    );
+    const req = request(`${base}/v1/tables/${TABLE}/items:batchGet`, options, (res) => {
+      const body: Buffer[] = [];
+      res.on('data', (c: Buffer) => body.push(c));
+      res.on('error', reject);
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
     req.on('error', reject);
     req.end(JSON.stringify({ ids }));
   });
-}
-
-/** The items of a 200 answer by status and code. */
-function countItems(body: Buffer[]): { found: number; tooLarge: number; other: number } {
-  const counts = { found: 0, tooLarge: 0, other: 0 };
-  const { items } = JSON.parse(Buffer.concat(body).toString()) as {
-    items: Array<{ status: string; error?: { code: string } }>;
-  };
-  for (const item of items) {
-    if (item.status === 'found') counts.found++;
-    else if (item.error?.code === 'ECC_BATCH_TOO_LARGE') counts.tooLarge++;
-    else counts.other++;
-  }
-  return counts;
 }
 
 runDrill('huge-batch', args.json, async () => {
@@ -86,7 +53,14 @@ runDrill('huge-batch', args.json, async () => {
     tables: { [TABLE]: { source } },
   };
   try {
-    await plant(valkey.url, sourceFingerprint(source));
+    // The rows in L2 as the service's source would have written them (its fingerprint).
+    const raw = new Redis(valkey.url, { maxRetriesPerRequest: 1 });
+    const row = { rowBytes: args['row-kb'] * 1_000, ttlMs: 3_600_000 };
+    await plantRows(raw, TABLE, [...ids, ...WARM_IDS], {
+      ...row,
+      fingerprint: sourceFingerprint(source),
+    });
+    raw.disconnect();
     return await withServices([startService(config)], async ([service]) => {
       const url = service?.url as string;
       // Warm up first (the scripts' first load, JIT): a few rows not in the batch, and the routes.
@@ -103,17 +77,22 @@ runDrill('huge-batch', args.json, async () => {
         }
       })();
       const started = performance.now();
-      const answer = await batchGet(
-        url,
-        Array.from({ length: args.ids }, (_, i) => String(i)),
-      );
+      const answer = await batchGet(url, ids);
       const batchMs = round(performance.now() - started);
       await sleep(200);
       polling = false;
       await poll;
-      const { found, tooLarge, other } =
-        answer.status === 200 ? countItems(answer.body) : { found: 0, tooLarge: 0, other: 0 };
-      const sourceReads = origin.totalReads();
+      type Item = { status: string; error?: { code: string } };
+      const { items = [] } =
+        answer.status === 200 ? JSON.parse(Buffer.concat(answer.body).toString()) : {};
+      const by = countBy(items as Item[], (x) =>
+        x.status === 'found'
+          ? 'found'
+          : x.error?.code === 'ECC_BATCH_TOO_LARGE'
+            ? 'tooLarge'
+            : 'other',
+      );
+      const [found, tooLarge, other] = [by.found ?? 0, by.tooLarge ?? 0, by.other ?? 0];
       const healthzMaxMs = round(Math.max(...healthzMs));
       return {
         title: `huge-batch drill: one batchGet of ${args.ids} ids, ${args['row-kb']} KB rows in L2, commandTimeoutMs ${args['command-timeout-ms']}`,
@@ -130,7 +109,7 @@ runDrill('huge-batch', args.json, async () => {
             `found > 0, other 0, ${args.ids} in all`,
             found > 0 && other === 0 && found + tooLarge === args.ids,
           ),
-          law('source reads (counted at the origin)', sourceReads, 0),
+          law('source reads (counted at the origin)', origin.totalReads(), 0),
           law('/readyz polls that said degraded', degraded, 0),
           law(
             '/healthz max (ms)',
