@@ -19,7 +19,7 @@ import { spawnValkey } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
 import { Loops } from './lib/load.js';
-import { Reaper } from './lib/reaper.js';
+import { track } from './lib/reaper.js';
 import { type Check, check } from './lib/report.js';
 import { originConfig } from './lib/store.js';
 
@@ -46,14 +46,13 @@ runDrill('alerts', args.json, async () => {
   const phaseMs = args['phase-s'] * 1_000;
   // The instances' warn lines (shedding, failed loads) are the faults themselves: keep them quiet.
   process.env.LOG_LEVEL ??= 'error';
-  const reaper = new Reaper();
   const valkey = await spawnValkey();
   // The origin answers in 5 ms; the drill makes it fail (500) or slow (1.5 s) for a phase.
   const origin = await startOrigin(5);
   const table = 'alerts';
   const policy = { loadTimeoutMs: 4_000 };
   const config = originConfig({ url: valkey.url }, table, origin.template, policy);
-  const services = await startServices(2, config, (child) => reaper.track(child));
+  const services = await startServices(2, config, track);
   const [a, b] = services as [Service, Service];
   /** GETs `id` on `s` with no client timeout; its status (0: no answer). */
   const status = async (s: Service, id: string) =>
@@ -75,7 +74,7 @@ runDrill('alerts', args.json, async () => {
     `--web.listen-address=127.0.0.1:${promPort}`,
   );
   const prometheus = spawn('prometheus', argv, { stdio: ['ignore', 'ignore', 'inherit'] });
-  reaper.track(prometheus);
+  track(prometheus);
   const api = `http://127.0.0.1:${promPort}/api/v1`;
   const up = () => fetch(`${api}/query?query=up`).then((r) => r.ok || `${r.status}`);
   await settle(10_000, 100, up, (last) => `prometheus did not answer: ${last}`, prometheus);

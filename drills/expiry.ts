@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { type StampedRead, startOrigin } from '../harness/origin.js';
 import type { ExpiryGo, ExpiryPolicy, Setup, WorkerResult } from './expiry-worker.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { Reaper } from './lib/reaper.js';
+import { reaper } from './lib/reaper.js';
 import { addCounts, bump, check, columns, law, sum } from './lib/report.js';
 import { connectAdmin, dropId, originStore } from './lib/store.js';
 import { runWorkers, workerFile } from './lib/workers.js';
@@ -123,7 +123,6 @@ runDrill('expiry', args.json, async () => {
   const id = `expiry-${Date.now()}-${randomBytes(6).toString('hex')}`;
   const admin = await connectAdmin(args.valkey);
   const origin = await startOrigin(latencyMs);
-  const reaper = new Reaper();
   // Set when the warm-up fill lands: the epoch ms of the fill, of the clients' stop, and the run's length.
   let [t0Ms, stopAtMs, runMs] = [0, 0, 0];
   try {
@@ -216,7 +215,6 @@ runDrill('expiry', args.json, async () => {
       ],
     };
   } finally {
-    reaper.killAll();
     await dropId(admin, TABLE, id).catch(() => {});
     admin.disconnect();
     await origin.close();

@@ -23,7 +23,6 @@ import {
 } from './lib/fault-policy.js';
 import { itemUrl, type Timed, timed } from './lib/http.js';
 import { inLanes, Loops, pick, summarize } from './lib/load.js';
-import { Reaper } from './lib/reaper.js';
 import { check, columns, listCounts } from './lib/report.js';
 
 const args = drillArgs({
@@ -62,7 +61,6 @@ interface ShardSample extends Timed {
 runDrill('failover', args.json, async () => {
   process.env.LOG_LEVEL ??= 'error'; // the degraded-shard warnings are what this drill provokes
   const began = performance.now();
-  const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   let topology: FailoverTopology | undefined;
   let pair: FaultPair | undefined;
@@ -70,8 +68,8 @@ runDrill('failover', args.json, async () => {
   let [killedAt, promotionMs, l1Flushes] = [Number.NaN, Number.NaN, [] as number[]];
   try {
     const start = args.mode === 'cluster' ? clusterTopology : sentinelTopology;
-    topology = await start(reaper, args.secure);
-    pair = await startFaultPair(reaper, topology.section, TABLE, args['latency-ms']);
+    topology = await start(args.secure);
+    pair = await startFaultPair(topology.section, TABLE, args['latency-ms']);
     const { origin, services, targets } = pair;
     const t = topology;
     const ids = (kind: string, n: number) =>
@@ -122,7 +120,6 @@ runDrill('failover', args.json, async () => {
     await load?.stop();
     await pair?.stop();
     await topology?.stop();
-    reaper.killAll();
   }
   const samples = load?.samples ?? [];
   const mode = (topology as FailoverTopology).mode;

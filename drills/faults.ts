@@ -23,7 +23,7 @@ import {
 } from './lib/fault-policy.js';
 import { itemUrl, type Timed, timed } from './lib/http.js';
 import { Loops, pick } from './lib/load.js';
-import { Reaper } from './lib/reaper.js';
+import { track } from './lib/reaper.js';
 import { REFUSALS, type RefusalDrill } from './lib/refusals.js';
 import { type Check, columns, countBy, law, listCounts, maxMs, sum } from './lib/report.js';
 
@@ -90,7 +90,6 @@ async function leaseHolderDies(a: Service, b: Service, origin: Origin) {
 runDrill('faults', args.json, async () => {
   process.env.LOG_LEVEL ??= 'error'; // degraded-mode warnings are what this drill provokes
   const began = performance.now();
-  const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   const rows: Array<Array<string | number>> = [];
   const notes: string[] = [];
@@ -102,13 +101,13 @@ runDrill('faults', args.json, async () => {
   let pair: FaultPair | undefined;
   let load: Loops<Sample> | undefined;
   try {
-    valkey = await spawnValkey({ track: (c) => reaper.track(c) });
+    valkey = await spawnValkey({ track });
     // The instances reach Valkey through a proxy, so phase 8 can freeze their subscribers.
     proxy = await startTcpProxy(valkey.port);
     admin = new Redis(valkey.url, { maxRetriesPerRequest: null });
     admin.on('error', () => {});
     const section = { url: proxy.url, coherence: true };
-    pair = await startFaultPair(reaper, section, TABLE, args['latency-ms']);
+    pair = await startFaultPair(section, TABLE, args['latency-ms']);
     const { origin, services, config } = pair;
     const [a, b] = services as [Service, Service];
     let targets = [
@@ -191,7 +190,7 @@ runDrill('faults', args.json, async () => {
     });
     const drill: RefusalDrill = {
       ...{ services, valkey: v, admin, proxy, origin: o, table: TABLE, configFor, run },
-      ...{ track: (c) => reaper.track(c), requestTimeoutMs: 10_000 },
+      ...{ track, requestTimeoutMs: 10_000 },
     };
     for (const [i, [name, refusal]] of REFUSALS.entries()) {
       const p = String(i + 4);
@@ -214,7 +213,6 @@ runDrill('faults', args.json, async () => {
     admin?.disconnect();
     await proxy?.close();
     await valkey?.stop();
-    reaper.killAll();
   }
   const samples = load?.samples ?? [];
   const hot = samples.filter((s) => s.hot);

@@ -31,7 +31,7 @@ import {
 } from './lib/fault-policy.js';
 import { itemUrl, readItems, readyz, type Timed, timed } from './lib/http.js';
 import { Loops, pick, summarize } from './lib/load.js';
-import { Reaper } from './lib/reaper.js';
+import { track } from './lib/reaper.js';
 import { addCounts, bump, check, columns, listCounts, sum } from './lib/report.js';
 
 const args = drillArgs({
@@ -64,7 +64,6 @@ interface Sample extends Timed {
 runDrill('reshard', args.json, async () => {
   process.env.LOG_LEVEL ??= 'error';
   const began = performance.now();
-  const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   let cluster: LocalCluster | undefined;
   let pair: FaultPair | undefined;
@@ -77,9 +76,9 @@ runDrill('reshard', args.json, async () => {
   const other = idsIn(`o-${run}`, Math.ceil(args.ids / 2), (slot) => slot >= args.slots);
   const written = idsIn(`w-${run}`, 20, (slot) => slot < args.slots);
   try {
-    cluster = await spawnCluster({ track: (c) => reaper.track(c) });
+    cluster = await spawnCluster({ track });
     const section = { cluster: { nodes: cluster.seeds } };
-    pair = await startFaultPair(reaper, section, TABLE, args['latency-ms'], POLICY);
+    pair = await startFaultPair(section, TABLE, args['latency-ms'], POLICY);
     const { origin, services, targets } = pair;
     const read = [...moving, ...other];
     await readItems(targets[0] as string, TABLE, read, 8);
@@ -140,7 +139,6 @@ runDrill('reshard', args.json, async () => {
     await load?.stop();
     await pair?.stop();
     await cluster?.stop();
-    reaper.killAll();
   }
   const samples = load?.samples ?? [];
   const of = (phase: string, kind: string, moving = [true, false]) =>

@@ -10,7 +10,7 @@ import { type Service, startService, startServices } from '../harness/service.js
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
 import { Loops, pick, summarize } from './lib/load.js';
-import { Reaper } from './lib/reaper.js';
+import { track } from './lib/reaper.js';
 import { columns, law, listCounts, sum } from './lib/report.js';
 import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
@@ -27,7 +27,6 @@ const TABLE = 'rolling';
 const PHASE_MS = 2_000;
 
 runDrill('rolling', args.json, async () => {
-  const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   const hotIds = Array.from({ length: args.hot }, (_, i) => `hot-${run}-${i}`);
   let cold = 0;
@@ -72,7 +71,7 @@ runDrill('rolling', args.json, async () => {
       const warm = { warm: { ids: hotIds } };
       const drain = { http: { shutdownDelayMs: args['delay-ms'] } };
       const config = originConfig({ url: args.valkey }, TABLE, origin.template, warm, drain);
-      services.push(...(await startServices(2, config, (c) => reaper.track(c))));
+      services.push(...(await startServices(2, config, track)));
       const a = services[0] as Service;
       for (const [i, s] of services.entries()) (backends[i] as { url: string }).url = s.url;
       client.phase = 'baseline';
@@ -93,7 +92,7 @@ runDrill('rolling', args.json, async () => {
 
       client.phase = 'restart';
       services[0] = await startService(config, { port: Number(new URL(a.url).port) });
-      reaper.track(services[0].process);
+      track(services[0].process);
       while (!backends[0]?.ready) await sleep(5);
       const readyAgainMs = since();
       client.phase = 'after';
@@ -147,6 +146,5 @@ runDrill('rolling', args.json, async () => {
     await Promise.all(services.map((s) => s.stop(5_000)));
     await dropTable(admin, TABLE);
     admin.disconnect();
-    reaper.killAll();
   }
 });

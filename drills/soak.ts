@@ -11,7 +11,7 @@ import { withOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { errorCode, itemUrl, readItems } from './lib/http.js';
-import { Reaper } from './lib/reaper.js';
+import { track } from './lib/reaper.js';
 import { bump, check, columns, law, listCounts, median, p50p99, round, sum } from './lib/report.js';
 import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
@@ -140,7 +140,6 @@ runDrill('soak', args.json, async () => {
   const tag = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
   const table = `soak-${tag}`;
   let service: Service | undefined;
-  const reaper = new Reaper(); // the service dies with the drill, however it ends
   // Bounded: startup, warm-up, the run, the settle and the shutdown fit well within this.
   const giveUp = () => {
     process.stderr.write(`soak drill: still running after ${seconds + 120} s; giving up\n`);
@@ -158,7 +157,7 @@ runDrill('soak', args.json, async () => {
       const warn = { log: { level: 'warn' } };
       const config = originConfig({ url: args.valkey }, table, origin.template, policy, warn);
       service = await startService(config);
-      reaper.track(service.process);
+      track(service.process); // the service dies with the drill, however it ends
       const url = service.url;
       // Every hot id read once (32 at a time at most), so the run starts with them in L1.
       const hotIds = Array.from({ length: args['hot-ids'] }, (_, i) => `hot-${i}`);

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { withOrigin } from '../harness/origin.js';
 import { drillArgs, flag, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { Reaper } from './lib/reaper.js';
+import { reaper } from './lib/reaper.js';
 import { addCounts, law, listCounts, maxMs, p50p99, round, sum } from './lib/report.js';
 import { drillValkey, dropId } from './lib/store.js';
 
@@ -40,7 +40,6 @@ runDrill('storm', args.json, async () => {
   const table = 'storm';
   const prefix = `storm-${randomBytes(3).toString('hex')}-`;
   const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
-  const reaper = new Reaper();
   try {
     return await withOrigin([args['latency-ms']], async (origin) => {
       const setups = Array.from(
@@ -98,6 +97,5 @@ runDrill('storm', args.json, async () => {
   } finally {
     for (let k = 1; k <= keys; k++) await dropId(valkey.admin, table, `${prefix}${k}`);
     await valkey.close();
-    reaper.killAll();
   }
 });

@@ -8,7 +8,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { type Origin, startOrigin } from '../../harness/origin.js';
 import { type Service, startServices } from '../../harness/service.js';
 import { itemUrl, readyWithin, timed } from './http.js';
-import type { Reaper } from './reaper.js';
+import { track } from './reaper.js';
 import { type Check, check, maxMs } from './report.js';
 import { originConfig } from './store.js';
 
@@ -45,10 +45,9 @@ export interface FaultPair {
 /**
  * Starts an origin answering after `latencyMs` and two instances of `table` on it (a 3 s grace
  * on a failed start), over `valkey` (a `valkey` section; {@link FAULT_VALKEY} added) with
- * `policy`; `reaper` kills them if the drill dies.
+ * `policy`; they die with the drill.
  */
 export async function startFaultPair(
-  reaper: Reaper,
   valkey: Record<string, unknown>,
   table: string,
   latencyMs: number,
@@ -56,12 +55,10 @@ export async function startFaultPair(
 ): Promise<FaultPair> {
   const origin = await startOrigin(latencyMs);
   const config = originConfig({ ...valkey, ...FAULT_VALKEY }, table, origin.template, policy);
-  const services = await startServices(2, config, (c) => reaper.track(c), 3_000).catch(
-    async (err: unknown) => {
-      await origin.close();
-      throw err;
-    },
-  );
+  const services = await startServices(2, config, track, 3_000).catch(async (err: unknown) => {
+    await origin.close();
+    throw err;
+  });
   const stop = async () => {
     await Promise.all(services.map((s) => s.stop(5_000)));
     await origin.close();

@@ -9,7 +9,7 @@ import { leaseKey, valueKey } from '../../src/l2/keys.js';
 import { httpSource } from '../../src/sources/http.js';
 import { createStore, type TableOptions } from '../../src/store/store.js';
 import { redactUrl, type ValkeyOptions } from '../../src/valkey/client.js';
-import { Reaper } from './reaper.js';
+import { track } from './reaper.js';
 
 /** A store with one table, `table`, whose loader GETs the origin's item `template`; `valkey` as `createStore` takes it. */
 export async function originStore(
@@ -93,7 +93,7 @@ export type DrillValkey = Awaited<ReturnType<typeof drillValkey>>;
 /**
  * The drill's Valkey: the server at `url` (which must answer), or with `cluster` a local
  * 3-primary + 3-replica cluster the drill starts itself (harness/cluster.ts) and stops at the
- * end, whose processes a {@link Reaper} kills if the drill dies; with `secure` too, that cluster
+ * end (its processes die with the drill); with `secure` too, that cluster
  * TLS-only with client certificates, the stores and services connecting as an ACL user with only
  * the service's rights (harness/secure.ts). `target` is `createStore`'s `valkey` option (JSON:
  * it travels to forked workers), `section` a service config's, `admin` a connection for the
@@ -115,8 +115,7 @@ export async function drillValkey(url: string, cluster: boolean, secure = false)
       close,
     };
   }
-  const reaper = new Reaper();
-  const local = await spawnCluster({ track: (c) => reaper.track(c), secure });
+  const local = await spawnCluster({ track, secure });
   const auth = local.secure === undefined ? {} : { redisOptions: adminConnection(local.secure) };
   const admin = new Cluster(
     local.seeds.map((s) => `redis://${s}`),
@@ -136,7 +135,6 @@ export async function drillValkey(url: string, cluster: boolean, secure = false)
     async close() {
       admin.disconnect();
       await local.stop();
-      reaper.killAll();
     },
   };
 }
