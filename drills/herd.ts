@@ -9,7 +9,7 @@ import { startService, withServices } from '../harness/service.js';
 import { httpRead, readMany, storeRead } from './lib/burst.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { law, p50p99 } from './lib/report.js';
-import { drillValkey, dropId, originConfig, originStore } from './lib/store.js';
+import { drillValkey, originConfig, originStore } from './lib/store.js';
 
 const args = drillArgs({
   readers: int(200, 1),
@@ -26,7 +26,6 @@ runDrill('herd', args.json, async () => {
   const id = `herd-${Date.now()}-${randomBytes(4).toString('hex')}`;
   const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
   try {
-    await dropId(valkey.admin, TABLE, id);
     const { run, sourceReads } = await withOrigin([args['latency-ms']], async (origin) => {
       if (via === 'inproc') {
         // The readers call `table.get` on one store in this process; `coalesced` from its stats.
@@ -70,7 +69,7 @@ runDrill('herd', args.json, async () => {
       ],
     };
   } finally {
-    await dropId(valkey.admin, TABLE, id).catch(() => {});
+    await valkey.drop(TABLE, [id]).catch(() => {});
     await valkey.close();
   }
 });

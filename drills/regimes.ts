@@ -9,7 +9,7 @@ import { type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
 import { addCounts, check, columns, listCounts, p50p99, sum } from './lib/report.js';
-import { type DrillValkey, drillValkey, dropId } from './lib/store.js';
+import { type DrillValkey, drillValkey } from './lib/store.js';
 import { barChartSvg } from './lib/svg.js';
 
 import { runWorkers, together, workerFile } from './lib/workers.js';
@@ -42,7 +42,6 @@ async function runRegime(origin: Origin, valkey: DrillValkey, regime: (typeof RE
   const policy = { coalescing: regime, ...POLICY };
   let services: Service[] = [];
   let results: ReadsResult[];
-  await dropId(valkey.admin, table, id);
   try {
     const setup = { kind: 'setup', table, id, reads: readers, lanes: readers } as const;
     let setups: ReaderSetup[];
@@ -61,7 +60,7 @@ async function runRegime(origin: Origin, valkey: DrillValkey, regime: (typeof RE
     results = await runWorkers<ReadsResult>(workerFile('reader-worker'), setups, go);
   } finally {
     await Promise.all(services.map((s) => s.stop()));
-    await dropId(valkey.admin, table, id);
+    await valkey.drop(table, [id]);
   }
   const expectedReads = { none: readers * instances, process: instances, fleet: 1 }[regime];
   const sourceReads = origin.readsOf(id);

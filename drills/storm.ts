@@ -7,7 +7,7 @@ import { withOrigin } from '../harness/origin.js';
 import { drillArgs, flag, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { reaper } from './lib/reaper.js';
 import { addCounts, law, listCounts, maxMs, p50p99, round, sum } from './lib/report.js';
-import { drillValkey, dropId } from './lib/store.js';
+import { drillValkey } from './lib/store.js';
 
 import { runWorkers, together, workerFile } from './lib/workers.js';
 import type { ReaderSetup, ReadsResult } from './reader-worker.js';
@@ -95,7 +95,10 @@ runDrill('storm', args.json, async () => {
       };
     });
   } finally {
-    for (let k = 1; k <= keys; k++) await dropId(valkey.admin, table, `${prefix}${k}`);
+    await valkey.drop(
+      table,
+      Array.from({ length: keys }, (_, k) => `${prefix}${k + 1}`),
+    );
     await valkey.close();
   }
 });

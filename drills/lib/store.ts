@@ -2,9 +2,8 @@
  * The store side of the drills: where their stores and services find Valkey, a store or a
  * service config whose table reads the counting origin, and the run's keys in Valkey.
  */
-import { Cluster, Redis } from 'ioredis';
+import { type Cluster, Redis } from 'ioredis';
 import { spawnCluster } from '../../harness/cluster.js';
-import { adminConnection } from '../../harness/secure.js';
 import { leaseKey, valueKey } from '../../src/l2/keys.js';
 import { httpSource } from '../../src/sources/http.js';
 import { createStore, type TableOptions } from '../../src/store/store.js';
@@ -93,11 +92,11 @@ export type DrillValkey = Awaited<ReturnType<typeof drillValkey>>;
 /**
  * The drill's Valkey: the server at `url` (which must answer), or with `cluster` a local
  * 3-primary + 3-replica cluster the drill starts itself (harness/cluster.ts) and stops at the
- * end (its processes die with the drill); with `secure` too, that cluster
- * TLS-only with client certificates, the stores and services connecting as an ACL user with only
- * the service's rights (harness/secure.ts). `target` is `createStore`'s `valkey` option (JSON:
- * it travels to forked workers), `section` a service config's, `admin` a connection for the
- * drill's own housekeeping, `label` what the report names.
+ * end (its processes die with the drill); with `secure` too, that cluster TLS-only with client
+ * certificates, the stores and services connecting as an ACL user with only the service's rights
+ * (harness/secure.ts). `target` is `createStore`'s `valkey` option (JSON: it travels to forked
+ * workers), `section` a service config's, `label` what the report names; `drop(table, ids)`
+ * deletes the run's keys from the server (a cluster goes with its keys).
  *
  * @throws {Error} when the server does not answer, the cluster does not form, or `secure` is
  *   asked without `cluster`.
@@ -105,36 +104,21 @@ export type DrillValkey = Awaited<ReturnType<typeof drillValkey>>;
 export async function drillValkey(url: string, cluster: boolean, secure = false) {
   if (secure && !cluster) throw new Error('--secure needs --cluster');
   if (!cluster) {
-    const admin: Redis | Cluster = await connectAdmin(url);
-    const close = async () => admin.disconnect();
+    const admin = await connectAdmin(url);
     return {
-      target: url as string | ValkeyOptions,
-      section: { url },
-      label: redactUrl(url),
-      admin,
-      close,
+      ...{ target: url as string | ValkeyOptions, section: { url }, label: redactUrl(url) },
+      drop: (table: string, ids: string[]) =>
+        Promise.all(ids.map((id) => dropId(admin, table, id))),
+      close: async () => admin.disconnect(),
     };
   }
   const local = await spawnCluster({ track, secure });
-  const auth = local.secure === undefined ? {} : { redisOptions: adminConnection(local.secure) };
-  const admin = new Cluster(
-    local.seeds.map((s) => `redis://${s}`),
-    { enableReadyCheck: true, ...auth },
-  );
-  admin.on('error', () => {});
-  await new Promise<void>((resolve, reject) => {
-    admin.once('ready', resolve);
-    setTimeout(() => reject(new Error('the drill cluster did not become ready')), 10_000).unref();
-  });
   const tls = local.secure === undefined ? '' : ', TLS + ACL user';
   return {
     target: local.valkey as string | ValkeyOptions,
     section: { ...local.valkey },
     label: `cluster 3+3${tls} (${local.seeds.join(', ')})`,
-    admin: admin as Redis | Cluster,
-    async close() {
-      admin.disconnect();
-      await local.stop();
-    },
+    drop: async (_table: string, _ids: string[]) => [],
+    close: () => local.stop(),
   };
 }
