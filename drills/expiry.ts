@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { type StampedRead, startOrigin } from '../harness/origin.js';
-import type { ExpiryGo, ExpiryPolicy, Setup, WorkerResult } from './expiry-worker.js';
+import type { ExpiryGo, Setup, WorkerResult } from './expiry-worker.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { reaper } from './lib/reaper.js';
 import { addCounts, bump, check, columns, law, sum } from './lib/report.js';
@@ -32,7 +32,7 @@ const args = drillArgs({
 });
 const [ttlMs, staleMs, latencyMs] = [args['ttl-ms'], args['stale-ms'], args['latency-ms']];
 const TABLE = 'expiry';
-const POLICY: ExpiryPolicy = {
+const POLICY = {
   ...{ ttlMs, staleMs, jitter: 0, earlyRefreshBeta: args.beta },
   l1: { ttlMs: 60_000 },
 };
