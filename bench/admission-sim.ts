@@ -24,48 +24,27 @@ interface Scenario {
   everyMs: number;
 }
 
+const exponential = (_: number, u: number) => -100 * Math.log(1 - u);
+const slowsDown = (now: number, _: number, runMs: number) => (now < runMs / 2 ? 20 : 500);
+const scenario = (
+  name: string,
+  durationMs: Scenario['durationMs'],
+  [limit, boundMs, burst, everyMs, initial]: [number, number, number, number, number?],
+): Scenario => ({ name, durationMs, limit, boundMs, burst, everyMs, initial });
 const SCENARIOS: Scenario[] = [
-  {
-    name: 'steady 100 ms, 8 slots, 30 every 600 ms',
-    durationMs: () => 100,
-    limit: 8,
-    boundMs: 1_000,
-    burst: 30,
-    everyMs: 600,
-  },
-  {
-    name: 'exponential mean 100 ms, 8 slots, 30 every 600 ms',
-    durationMs: (_, u) => -100 * Math.log(1 - u),
-    limit: 8,
-    boundMs: 1_000,
-    burst: 30,
-    everyMs: 600,
-  },
-  {
-    name: 'exponential mean 100 ms, 16 slots, 50 every 600 ms',
-    durationMs: (_, u) => -100 * Math.log(1 - u),
-    limit: 16,
-    boundMs: 2_000,
-    burst: 50,
-    everyMs: 600,
-  },
-  {
-    name: '20 ms, then 500 ms half-way, 16 slots, 100 every 500 ms',
-    durationMs: (now, _, runMs) => (now < runMs / 2 ? 20 : 500),
-    limit: 16,
-    boundMs: 2_000,
-    burst: 100,
-    everyMs: 500,
-  },
-  {
-    name: '20 ms, then 500 ms half-way, 16 growing to 256 slots, 100 every 500 ms',
-    durationMs: (now, _, runMs) => (now < runMs / 2 ? 20 : 500),
-    limit: 256,
-    initial: 16,
-    boundMs: 2_000,
-    burst: 100,
-    everyMs: 500,
-  },
+  scenario('steady 100 ms, 8 slots, 30 every 600 ms', () => 100, [8, 1_000, 30, 600]),
+  scenario('exponential mean 100 ms, 8 slots, 30 every 600 ms', exponential, [8, 1_000, 30, 600]),
+  scenario('exponential mean 100 ms, 16 slots, 50 every 600 ms', exponential, [16, 2_000, 50, 600]),
+  scenario(
+    '20 ms, then 500 ms half-way, 16 slots, 100 every 500 ms',
+    slowsDown,
+    [16, 2_000, 100, 500],
+  ),
+  scenario(
+    '20 ms, then 500 ms half-way, 16 growing to 256 slots, 100 every 500 ms',
+    slowsDown,
+    [256, 2_000, 100, 500, 16],
+  ),
 ];
 
 /** Runs one scenario on a virtual clock, one event at a time (promises settle between events). */
@@ -84,12 +63,7 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
     events.push({ at: t, run });
     events.sort((a, b) => a.at - b.at);
   };
-  let asked = 0;
-  let shed = 0;
-  let late = 0;
-  let longestWaitMs = 0;
-  let highestLimit = 0;
-  let slowPeak = 0;
+  let [asked, shed, late, longestWaitMs, highestLimit, slowPeak] = [0, 0, 0, 0, 0, 0];
   const shedError = (retryAfterMs: number) => new ShedError('shed', { retryAfterMs });
   const start = (id: string) => {
     asked++;
@@ -103,9 +77,7 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
         if (now >= runMs / 2) slowPeak = Math.max(slowPeak, admission.active);
         at(now + s.durationMs(now, random(), runMs), () => permit.release('ok'));
       },
-      () => {
-        shed++;
-      },
+      () => shed++,
     );
   };
   let n = 0;
@@ -119,10 +91,11 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
     e.run();
     await new Promise((r) => setImmediate(r));
   }
+  const shedPct = Number(((100 * shed) / asked).toFixed(1));
   return {
     scenario: s.name,
     asked,
-    shedPct: Number(((100 * shed) / asked).toFixed(1)),
+    shedPct,
     late,
     longestWaitMs: Math.round(longestWaitMs),
     highestLimit,
@@ -133,28 +106,11 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
 const runMs = args.seconds * 1000;
 const results = [];
 for (const s of SCENARIOS) results.push(await simulate(s, runMs, args.seed));
-process.stdout.write(
-  `admission on a virtual clock, ${args.seconds} s per scenario (seed ${args.seed})\n${columns(
-    results.map((r) => [
-      r.scenario,
-      r.asked,
-      `${r.shedPct} %`,
-      r.late,
-      r.longestWaitMs,
-      r.highestLimit,
-      r.secondHalfPeak,
-    ]),
-    [
-      'scenario',
-      'loads',
-      'shed',
-      'waited past the bound',
-      'longest wait ms',
-      'highest limit',
-      'loads at once, 2nd half',
-    ],
-  )}\n`,
-);
+const rows = results.map((r) => Object.values({ ...r, shedPct: `${r.shedPct} %` }));
+const header = ['scenario', 'loads', 'shed', 'waited past the bound', 'longest wait ms'];
+header.push('highest limit', 'loads at once, 2nd half');
+const title = `admission on a virtual clock, ${args.seconds} s per scenario (seed ${args.seed})`;
+process.stdout.write(`${title}\n${columns(rows, header)}\n`);
 if (args.json !== undefined) writeFileSync(args.json, JSON.stringify(results, null, 2));
 // A queued load's own timer (real time) would outlive the virtual run: stop here.
 process.exit(0);

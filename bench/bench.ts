@@ -23,28 +23,51 @@ const args = drillArgs({
   only: text('inproc,fleet,http,tags'),
   valkey: valkeyOption(),
 });
-const { seconds, valkey } = args;
+const { seconds, valkey, connections } = args;
 const KEYS = 1_000;
+const HTTP_ROUNDS = 5;
 const value = (i: number) => ({
   id: String(i),
   name: `product ${i}`,
   price_cents: 1000 + i,
   tags: ['a', 'b'],
 });
+const ids = Array.from({ length: KEYS }, (_, i) => String(i + 1));
+const nth = (i: number) => ids[i % KEYS] as string;
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+/** `0.987 (0.98, 1.01, …)`: the median ratio and each round's. */
+const ratios = (xs: number[]) =>
+  `${median(xs).toFixed(3)} (${xs.map((r) => r.toFixed(2)).join(', ')})`;
+
+/** Runs each of `runs` once per round, `rounds` times, in turn (ABBA with `swap`): per run, its results. */
+async function alternating<T>(rounds: number, runs: Array<() => Promise<T>>, swap = true) {
+  const out = runs.map(() => [] as T[]);
+  for (let round = 0; round < rounds; round++) {
+    const order = runs.map((_, i) => (swap && round % 2 === 1 ? runs.length - 1 - i : i));
+    for (const k of order) out[k]?.push(await (runs[k] as () => Promise<T>)());
+  }
+  return out;
+}
+
+/** autocannon in a child process against `url` (in this one it would take the event loop from the servers it measures). */
+function loadFrom(url: string, duration: number): Promise<autocannon.Result> {
+  const cli = createRequire(import.meta.url).resolve('autocannon/autocannon.js');
+  const argv = [cli, '--json', '-c', String(connections), '-d', String(duration), url];
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, argv, { maxBuffer: 16 * 1024 * 1024 }, (err, stdout) =>
+      err ? reject(err) : resolve(JSON.parse(stdout) as autocannon.Result),
+    );
+  });
+}
 
 async function inProcess(): Promise<Array<[string, string]>> {
-  const tableName = `bench-${process.pid}`;
+  const table = `bench-${process.pid}`;
+  const l1 = { ttlMs: 600_000, maxEntries: KEYS * 2 };
   const store = await createStore({
-    valkey: valkey,
-    tables: {
-      [tableName]: {
-        load: (id) => value(Number(id)),
-        l1: { ttlMs: 600_000, maxEntries: KEYS * 2 },
-      },
-    },
+    valkey,
+    tables: { [table]: { load: (id) => value(Number(id)), l1 } },
   });
-  const t = store.table(tableName);
-  const ids = Array.from({ length: KEYS }, (_, i) => String(i + 1));
+  const t = store.table(table);
   for (const id of ids) await t.get(id);
   const lru = new LRUCache<string, object>({ max: KEYS * 2 });
   // With a TTL as well: an L1 row has lifetimes, and every hit checks them.
@@ -53,15 +76,14 @@ async function inProcess(): Promise<Array<[string, string]>> {
     lru.set(id, value(Number(id)));
     lruTtl.set(id, value(Number(id)));
   }
-
   const ms = seconds * 1000;
   // Warm-up, then measure alternately so drift on the machine hits both.
-  await opsPerSecond(300, (i) => t.get(ids[i % KEYS] as string));
-  await opsPerSecond(300, (i) => lru.get(ids[i % KEYS] as string), true);
-  const raw = await opsPerSecond(ms, (i) => lru.get(ids[i % KEYS] as string), true);
-  const rawAwait = await opsPerSecond(ms, async (i) => lru.get(ids[i % KEYS] as string));
-  const ttlAwait = await opsPerSecond(ms, async (i) => lruTtl.get(ids[i % KEYS] as string));
-  const warm = await opsPerSecond(ms, (i) => t.get(ids[i % KEYS] as string));
+  await opsPerSecond(300, (i) => t.get(nth(i)));
+  await opsPerSecond(300, (i) => lru.get(nth(i)), true);
+  const raw = await opsPerSecond(ms, (i) => lru.get(nth(i)), true);
+  const rawAwait = await opsPerSecond(ms, async (i) => lru.get(nth(i)));
+  const ttlAwait = await opsPerSecond(ms, async (i) => lruTtl.get(nth(i)));
+  const warm = await opsPerSecond(ms, (i) => t.get(nth(i)));
   const stats = t.stats();
   for (const id of ids) await t.invalidate(id);
   await store.close();
@@ -88,112 +110,83 @@ export interface HttpFigures {
 }
 
 async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFigures }> {
-  const tableName = `bench-http-${process.pid}`;
+  const table = `bench-http-${process.pid}`;
   const store = await createStore({
-    valkey: valkey,
-    tables: { [tableName]: { load: () => value(42), l1: { ttlMs: 600_000 } } },
+    valkey,
+    tables: { [table]: { load: () => value(42), l1: { ttlMs: 600_000 } } },
   });
   const app = buildServer({ store, logger: pino({ level: 'silent' }) });
-  await app.listen({ host: '127.0.0.1', port: 0 });
   const body = JSON.stringify(value(42));
   const bare = Fastify({ logger: false });
   bare.get('/v1/tables/:table/items/:id', (_req, reply) => {
     reply.type('application/json; charset=utf-8').send(body);
   });
-  await bare.listen({ host: '127.0.0.1', port: 0 });
-  const path = `/v1/tables/${tableName}/items/42`;
-  const urlOf = (a: { server: { address(): unknown } }) => {
-    const { port } = a.server.address() as { port: number };
-    return `http://127.0.0.1:${port}${path}`;
-  };
-  const cacheUrl = urlOf(app);
-  const bareUrl = urlOf(bare);
-  const warm = await fetch(cacheUrl);
-  if ((await warm.text()) !== body) throw new Error('the cached body differs from the bare body');
-  // The load generator runs in its own process: in this one it would take the
-  // event loop from the servers it measures.
-  // Besides req/s (which the load generator on the same cores also decides),
-  // the servers' own CPU time per request: this process runs nothing else meanwhile.
+  const [cacheUrl, bareUrl] = (await Promise.all(
+    [app, bare].map(
+      async (a) => `${await a.listen({ host: '127.0.0.1', port: 0 })}/v1/tables/${table}/items/42`,
+    ),
+  )) as [string, string];
+  if ((await (await fetch(cacheUrl)).text()) !== body)
+    throw new Error('the cached body differs from the bare body');
+  // Besides req/s (which the load generator on the same cores also decides), the servers' own
+  // CPU time per request: this process runs nothing else meanwhile.
   const run = async (url: string, duration: number) => {
     const cpu = process.cpuUsage();
-    const r = await loadFrom(url, args.connections, duration);
+    const r = await loadFrom(url, duration);
     const used = process.cpuUsage(cpu);
-    return {
-      rps: r.requests.average,
-      p99: r.latency.p99,
-      errors: r.errors + r.non2xx,
-      cpuUs: (used.user + used.system) / Math.max(1, r.requests.total),
-    };
+    const cpuUs = (used.user + used.system) / Math.max(1, r.requests.total);
+    return { rps: r.requests.average, p99: r.latency.p99, errors: r.errors + r.non2xx, cpuUs };
   };
   await run(cacheUrl, 1);
   await run(bareUrl, 1);
-  // Alternating rounds, so drift on the machine hits both; the median round's figures.
-  type Round = { rps: number; p99: number; errors: number; cpuUs: number };
-  const bares: Round[] = [];
-  const caches: Round[] = [];
-  const ratios: number[] = [];
-  const cpuRatios: number[] = [];
-  for (let round = 0; round < HTTP_ROUNDS; round++) {
-    const bb = await run(bareUrl, seconds);
-    const cc = await run(cacheUrl, seconds);
-    bares.push(bb);
-    caches.push(cc);
-    ratios.push(cc.rps / bb.rps);
-    cpuRatios.push(bb.cpuUs / cc.cpuUs);
-  }
-  const mid = (xs: Array<{ rps: number }>) => [...xs].sort((x, y) => x.rps - y.rps)[xs.length >> 1];
-  const b = mid(bares) as Round;
-  const c = mid(caches) as Round;
+  // Rounds of bare then cache, so drift on the machine hits both; the median round's figures.
+  const [bares, caches] = (await alternating(
+    HTTP_ROUNDS,
+    [() => run(bareUrl, seconds), () => run(cacheUrl, seconds)],
+    false,
+  )) as [Array<Awaited<ReturnType<typeof run>>>, Array<Awaited<ReturnType<typeof run>>>];
+  const rps = bares.map((b, i) => (caches[i]?.rps as number) / b.rps);
+  const cpu = bares.map((b, i) => b.cpuUs / (caches[i]?.cpuUs as number));
+  const mid = (xs: typeof bares) =>
+    [...xs].sort((x, y) => x.rps - y.rps)[xs.length >> 1] as (typeof xs)[number];
+  const [b, c] = [mid(bares), mid(caches)];
   await app.close();
   await bare.close();
-  await store.table(tableName).invalidate('42');
+  await store.table(table).invalidate('42');
   await store.close();
-  const figures: HttpFigures = {
-    ratio: median(ratios),
-    ratios,
-    cpuRatio: median(cpuRatios),
-    bareRps: b.rps,
-    cacheRps: c.rps,
-    errors: [...bares, ...caches].reduce((n, r) => n + r.errors, 0),
+  const errors = [...bares, ...caches].reduce((n, r) => n + r.errors, 0);
+  const line = (x: typeof b) =>
+    `${fmt(x.rps)} req/s, p99 ${x.p99} ms, errors ${x.errors}, ${x.cpuUs.toFixed(1)} µs CPU/req`;
+  return {
+    rows: [
+      ['bare fastify route, same body', line(b)],
+      ['echostore GET (L1 hit)', line(c)],
+      [`ratio echostore / bare, median of ${HTTP_ROUNDS} rounds (each round)`, ratios(rps)],
+      ['ratio of server CPU per request, bare / echostore, median (each round)', ratios(cpu)],
+      ['target: req/s ratio ≥ 0.95', median(rps) >= 0.95 ? 'met' : 'GAP'],
+    ],
+    figures: {
+      ratio: median(rps),
+      ratios: rps,
+      cpuRatio: median(cpu),
+      bareRps: b.rps,
+      cacheRps: c.rps,
+      errors,
+    },
   };
-  const rows: Array<[string, string]> = [
-    [
-      'bare fastify route, same body',
-      `${fmt(b.rps)} req/s, p99 ${b.p99} ms, errors ${b.errors}, ${b.cpuUs.toFixed(1)} µs CPU/req`,
-    ],
-    [
-      'echostore GET (L1 hit)',
-      `${fmt(c.rps)} req/s, p99 ${c.p99} ms, errors ${c.errors}, ${c.cpuUs.toFixed(1)} µs CPU/req`,
-    ],
-    [
-      `ratio echostore / bare, median of ${HTTP_ROUNDS} rounds (each round)`,
-      `${median(ratios).toFixed(3)} (${ratios.map((r) => r.toFixed(2)).join(', ')})`,
-    ],
-    [
-      'ratio of server CPU per request, bare / echostore, median (each round)',
-      `${median(cpuRatios).toFixed(3)} (${cpuRatios.map((r) => r.toFixed(2)).join(', ')})`,
-    ],
-    ['target: req/s ratio ≥ 0.95', median(ratios) >= 0.95 ? 'met' : 'GAP'],
-  ];
-  return { rows, figures };
 }
 
 /**
- * Fleet herd: S stores (separate Valkey connections, as separate instances
- * would have) each with R concurrent cold readers of one id. One store holds
- * the lease and loads; the others are contended and must be woken by the
- * fill's PUBLISH. The overhead a reader pays beyond the loader's own time is
- * p99 − loader time, measured in the same run; polling alone would cost up to
- * the 250 ms poll interval.
+ * Fleet herd: S stores (separate Valkey connections, as separate instances would have) each
+ * with R concurrent cold readers of one id. One store holds the lease and loads; the others are
+ * contended and must be woken by the fill's PUBLISH. The overhead a reader pays beyond the
+ * loader's own time is p99 − loader time, measured in the same run; polling alone would cost up
+ * to the 250 ms poll interval.
  */
 async function fleetHerd(): Promise<Array<[string, string]>> {
-  const stores = 4;
-  const readers = 50;
-  const loadMs = 50;
-  const rounds = 5;
-  const tableName = `bench-fleet-${process.pid}`;
-  let loaderMs = 0;
-  let loads = 0;
+  const [stores, readers, loadMs, rounds] = [4, 50, 50, 5];
+  const table = `bench-fleet-${process.pid}`;
+  let [loaderMs, loads] = [0, 0];
   const load = async (id: string) => {
     const started = performance.now();
     await new Promise((r) => setTimeout(r, loadMs));
@@ -202,31 +195,23 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
     return { id };
   };
   const all = await Promise.all(
-    Array.from({ length: stores }, () =>
-      createStore({ valkey: valkey, tables: { [tableName]: { load } } }),
-    ),
+    Array.from({ length: stores }, () => createStore({ valkey, tables: { [table]: { load } } })),
   );
-  const overheads: number[] = [];
-  const p99s: number[] = [];
+  const [overheads, p99s] = [[] as number[], [] as number[]];
   for (let round = 0; round < rounds; round++) {
     const id = `fleet-${Date.now()}-${round}`;
     const started = performance.now();
+    const reads = all.flatMap((s) => Array.from({ length: readers }, () => s.table(table).get(id)));
     const latencies = await Promise.all(
-      all.flatMap((s) =>
-        Array.from({ length: readers }, () =>
-          s
-            .table(tableName)
-            .get(id)
-            .then(() => performance.now() - started),
-        ),
-      ),
+      reads.map((r) => r.then(() => performance.now() - started)),
     );
     const p99 = percentile(latencies, 99);
     p99s.push(p99);
     overheads.push(p99 - loaderMs);
-    await all[0]?.table(tableName).invalidate(id);
+    await all[0]?.table(table).invalidate(id);
   }
   await Promise.all(all.map((s) => s.close()));
+  const o = overheads;
   // rounds is odd, so the nearest-rank 50th percentile is the middle round.
   return [
     ['instances × readers, rounds', `${stores} × ${readers}, ${rounds}`],
@@ -235,132 +220,88 @@ async function fleetHerd(): Promise<Array<[string, string]>> {
     ['herd p99, median of rounds', `${median(p99s).toFixed(1)} ms`],
     [
       'p99 − loader time, median (worst)',
-      `${median(overheads).toFixed(1)} ms (${Math.max(...overheads).toFixed(1)} ms)`,
+      `${median(o).toFixed(1)} ms (${Math.max(...o).toFixed(1)} ms)`,
     ],
     ['poll interval, for comparison', '250 ms'],
   ];
 }
 
-const HTTP_ROUNDS = 5;
-
-/** The tags of bench row `i`: three, as a catalogue row might carry (product, category, brand). */
-const tagsOf = (i: number) => [`product:${i}`, `category:${i % 50}`, `brand:${i % 7}`];
-
 /**
- * Tagged against untagged rows, in one store: warm `Table.get` (alternating rounds of each,
- * the median ratio) and the HTTP L1 hit (autocannon, alternating rounds). Both tables are
- * purged by a tag none of their rows carries after the rows were read, so each row has
- * outlived a purge (the case that makes a hit look at the epochs at all).
+ * Tagged against untagged rows, in one store: warm `Table.get` and the HTTP L1 hit, in
+ * alternating rounds of each (ABBA), the median ratio. Both tables are purged by a tag none of
+ * their rows carries after the rows were read, so each row has outlived a purge (the case that
+ * makes a hit look at the epochs at all). A row carries three tags, as a catalogue row might
+ * (product, category, brand).
  */
 async function taggedRows(): Promise<Array<[string, string]>> {
-  const plain = `bench-plain-${process.pid}`;
-  const tagged = `bench-tagged-${process.pid}`;
+  const [plain, tagged] = [`bench-plain-${process.pid}`, `bench-tagged-${process.pid}`];
   const l1 = { ttlMs: 600_000, maxEntries: KEYS * 2 };
+  const tags = (i: number) => [`product:${i}`, `category:${i % 50}`, `brand:${i % 7}`];
   const store = await createStore({
     valkey,
     tables: {
       [plain]: { load: (id) => value(Number(id)), l1 },
-      [tagged]: { load: (id) => withPolicy(value(Number(id)), { tags: tagsOf(Number(id)) }), l1 },
+      [tagged]: { load: (id) => withPolicy(value(Number(id)), { tags: tags(Number(id)) }), l1 },
     },
   });
-  const ids = Array.from({ length: KEYS }, (_, i) => String(i + 1));
-  const tables = [store.table(plain), store.table(tagged)] as const;
+  const tables = [store.table(plain), store.table(tagged)];
   for (const t of tables) {
     for (const id of ids) await t.get(id);
     await t.purge({ tags: ['no-row-has-it'] });
+    await opsPerSecond(300, (i) => t.get(nth(i)));
   }
   const ms = Math.max(500, (seconds * 1000) / 2);
-  const get = (t: (typeof tables)[number]) => (i: number) => t.get(ids[i % KEYS] as string);
-  for (const t of tables) await opsPerSecond(300, get(t));
-  const inproc: number[][] = [[], []];
-  // Alternating which goes first (ABBA), so drift on a shared machine hits both alike.
-  for (let round = 0; round < 6; round++) {
-    const order = round % 2 === 0 ? [0, 1] : [1, 0];
-    for (const k of order)
-      inproc[k]?.push(await opsPerSecond(ms, get(tables[k] as (typeof tables)[number])));
-  }
-  const [plainOps, taggedOps] = inproc.map((xs) => median(xs)) as [number, number];
-  const inprocRatios = (inproc[1] as number[]).map((x, i) => x / (inproc[0]?.[i] as number));
-
+  const [plainOps, taggedOps] = (await alternating(
+    6,
+    tables.map((t) => () => opsPerSecond(ms, (i) => t.get(nth(i)))),
+  )) as [number[], number[]];
   const app = buildServer({ store, logger: pino({ level: 'silent' }) });
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  const { port } = app.server.address() as { port: number };
-  const urlOf = (table: string) => `http://127.0.0.1:${port}/v1/tables/${table}/items/42`;
-  for (const t of [plain, tagged]) await loadFrom(urlOf(t), args.connections, 1);
-  const rps: number[][] = [[], []];
-  for (let round = 0; round < HTTP_ROUNDS + 1; round++) {
-    const order = round % 2 === 0 ? [0, 1] : [1, 0];
-    for (const k of order) {
-      const t = [plain, tagged][k] as string;
-      rps[k]?.push((await loadFrom(urlOf(t), args.connections, seconds)).requests.average);
-    }
-  }
-  const httpRatios = (rps[1] as number[]).map((x, i) => x / (rps[0]?.[i] as number));
+  const base = await app.listen({ host: '127.0.0.1', port: 0 });
+  const urls = [plain, tagged].map((t) => `${base}/v1/tables/${t}/items/42`);
+  for (const url of urls) await loadFrom(url, 1);
+  const [plainRps, taggedRps] = (await alternating(
+    HTTP_ROUNDS + 1,
+    urls.map((url) => async () => (await loadFrom(url, seconds)).requests.average),
+  )) as [number[], number[]];
   await app.close();
   for (const t of tables) await t.purge({ all: true });
   await store.close();
-  const within = (r: number) => (r >= 0.95 ? 'met' : 'GAP');
+  const inproc = taggedOps.map((x, i) => x / (plainOps[i] as number));
+  const viaHttp = taggedRps.map((x, i) => x / (plainRps[i] as number));
+  const within = (xs: number[]) => (median(xs) >= 0.95 ? 'met' : 'GAP');
   return [
-    ['Table.get warm, untagged rows (median of 6)', `${fmt(plainOps)} ops/s`],
-    ['Table.get warm, rows of 3 tags (median of 6)', `${fmt(taggedOps)} ops/s`],
-    [
-      'ratio tagged / untagged, median (each round)',
-      `${median(inprocRatios).toFixed(3)} (${inprocRatios.map((r) => r.toFixed(2)).join(', ')})`,
-    ],
-    ['HTTP L1 hit, untagged row (median)', `${fmt(median(rps[0] as number[]))} req/s`],
-    ['HTTP L1 hit, row of 3 tags (median)', `${fmt(median(rps[1] as number[]))} req/s`],
-    [
-      `ratio tagged / untagged, median of ${HTTP_ROUNDS + 1} rounds (each round)`,
-      `${median(httpRatios).toFixed(3)} (${httpRatios.map((r) => r.toFixed(2)).join(', ')})`,
-    ],
-    [
-      'target: both ratios ≥ 0.95',
-      `${within(median(inprocRatios))} / ${within(median(httpRatios))}`,
-    ],
+    ['Table.get warm, untagged rows (median of 6)', `${fmt(median(plainOps))} ops/s`],
+    ['Table.get warm, rows of 3 tags (median of 6)', `${fmt(median(taggedOps))} ops/s`],
+    ['ratio tagged / untagged, median (each round)', ratios(inproc)],
+    ['HTTP L1 hit, untagged row (median)', `${fmt(median(plainRps))} req/s`],
+    ['HTTP L1 hit, row of 3 tags (median)', `${fmt(median(taggedRps))} req/s`],
+    [`ratio tagged / untagged, median of ${HTTP_ROUNDS + 1} rounds (each round)`, ratios(viaHttp)],
+    ['target: both ratios ≥ 0.95', `${within(inproc)} / ${within(viaHttp)}`],
   ];
 }
 
-/** autocannon in a child process against `url`; its JSON result. */
-function loadFrom(url: string, connections: number, seconds: number): Promise<autocannon.Result> {
-  const cli = createRequire(import.meta.url).resolve('autocannon/autocannon.js');
-  return new Promise((resolve, reject) => {
-    execFile(
-      process.execPath,
-      [cli, '--json', '-c', String(connections), '-d', String(seconds), url],
-      { maxBuffer: 16 * 1024 * 1024 },
-      (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout) as autocannon.Result)),
-    );
-  });
-}
-
-function fmt(n: number): string {
-  return Math.round(n).toLocaleString('en-US');
-}
-
 const only = new Set(args.only.split(','));
-if (only.has('inproc')) {
-  const ip = await inProcess();
-  process.stdout.write(`in-process, ${KEYS} warm keys, ${seconds} s each\n${columns(ip)}\n\n`);
-}
-if (only.has('fleet')) {
-  const f = await fleetHerd();
-  process.stdout.write(`fleet herd (lease; losers woken by the fill's PUBLISH)\n${columns(f)}\n\n`);
-}
+const print = (title: string, rows: Array<[string, string]>) =>
+  process.stdout.write(`${title}\n${columns(rows)}\n\n`);
+if (only.has('inproc'))
+  print(`in-process, ${KEYS} warm keys, ${seconds} s each`, await inProcess());
+if (only.has('fleet'))
+  print("fleet herd (lease; losers woken by the fill's PUBLISH)", await fleetHerd());
 if (only.has('tags')) {
-  const tg = await taggedRows();
-  process.stdout.write(
-    `tagged rows against untagged ones, each table purged once by a tag no row carries\n${columns(tg)}\n\n`,
+  print(
+    'tagged rows against untagged ones, each table purged once by a tag no row carries',
+    await taggedRows(),
   );
 }
 const report: Record<string, unknown> = {};
 if (only.has('http')) {
   const h = await http();
   report.http = h.figures;
-  process.stdout.write(
-    `HTTP, autocannon ${args.connections} connections, ${seconds} s each (load generator in its own process)\n${columns(h.rows)}\n`,
+  print(
+    `HTTP, autocannon ${connections} connections, ${seconds} s each (load generator in its own process)`,
+    h.rows,
   );
 }
 // `--json <file>`: the figures `bench:peers` reads (its `http` section runs this one).
-if (args.json !== undefined && args.json !== '-') {
+if (args.json !== undefined && args.json !== '-')
   writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
-}

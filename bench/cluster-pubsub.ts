@@ -102,12 +102,9 @@ async function main() {
     const pubs = new Map(primaries.map((p) => [p, connect(p)]));
     const tags = slotTags();
     // Each message is published on the primary of a random item's slot, as the fill scripts do.
-    const plainRun = await measure(
-      cluster,
-      'publish',
-      (i, text) => (pubs.get(ownerPort(i % SLOTS)) as Redis).publish('ecc:events:bench', text),
-      plainHeard,
-    );
+    const publish = (i: number, text: string) =>
+      (pubs.get(ownerPort(i % SLOTS)) as Redis).publish('ecc:events:bench', text);
+    const plainRun = await measure(cluster, 'publish', publish, plainHeard);
 
     // Sharded: a channel per slot, SSUBSCRIBEd on the node that owns the slot.
     const shardHeard = { count: 0, latencies: [] as number[] };
@@ -120,34 +117,30 @@ async function main() {
     );
     const shardSubscribeMs = performance.now() - t0;
     for (const s of ssubs.values()) s.on('smessage', onMessage(shardHeard));
-    const shardRun = await measure(
-      cluster,
-      'publishshard',
-      (i, text) => {
-        const slot = i % SLOTS;
-        return (pubs.get(ownerPort(slot)) as Redis).spublish(
-          `ecc:events:bench:{${tags[slot]}}`,
-          text,
-        );
-      },
-      shardHeard,
-    );
+    const spublish = (i: number, text: string) =>
+      (pubs.get(ownerPort(i % SLOTS)) as Redis).spublish(
+        `ecc:events:bench:{${tags[i % SLOTS]}}`,
+        text,
+      );
+    const shardRun = await measure(cluster, 'publishshard', spublish, shardHeard);
+    const row = (design: (string | number)[], x: typeof plainRun) => [
+      ...[...design, x.busPerMessage, x.serverCpuUsPerMessage],
+      ...[x.publishedPerSecond, x.p50Ms, x.p99Ms, x.heard],
+    ];
+    const rows = [
+      row(['PUBLISH (broadcast)', 1, 1, round(plainSubscribeMs, 1)], plainRun),
+      row(['SPUBLISH (per slot)', primaries.length, SLOTS, round(shardSubscribeMs, 1)], shardRun),
+    ];
     return {
-      drill: 'cluster-pubsub',
-      messages: args.messages,
-      plain: {
-        connections: 1,
-        subscriptions: 1,
-        subscribeMs: round(plainSubscribeMs, 1),
-        ...plainRun,
-      },
-      sharded: {
-        connections: primaries.length,
-        subscriptions: SLOTS,
-        subscribeMs: round(shardSubscribeMs, 1),
-        ...shardRun,
-      },
-      pass: true,
+      title: `cluster Pub/Sub on a local 3+3 cluster, one table, ${args.messages} messages`,
+      body: [
+        columns(rows, [
+          ...['design', 'connections', 'subscriptions', 'subscribe ms', 'bus msgs / msg'],
+          ...['server CPU µs / msg', 'published / s', 'p50 ms', 'p99 ms', 'heard'],
+        ]),
+      ],
+      rows,
+      checks: [],
     };
   } finally {
     for (const c of clients) c.disconnect();
@@ -155,32 +148,4 @@ async function main() {
   }
 }
 
-runDrill('cluster-pubsub', args.json, main, (r) => {
-  const row = (name: string, x: typeof r.plain) => [
-    name,
-    x.connections,
-    x.subscriptions,
-    x.subscribeMs,
-    x.busPerMessage,
-    x.serverCpuUsPerMessage,
-    x.publishedPerSecond,
-    x.p50Ms,
-    x.p99Ms,
-    x.heard,
-  ];
-  return `cluster Pub/Sub on a local 3+3 cluster, one table, ${r.messages} messages\n${columns(
-    [row('PUBLISH (broadcast)', r.plain), row('SPUBLISH (per slot)', r.sharded)],
-    [
-      'design',
-      'connections',
-      'subscriptions',
-      'subscribe ms',
-      'bus msgs / msg',
-      'server CPU µs / msg',
-      'published / s',
-      'p50 ms',
-      'p99 ms',
-      'heard',
-    ],
-  )}\n`;
-});
+runDrill('cluster-pubsub', args.json, main);

@@ -14,7 +14,7 @@ import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { getHeapSpaceStatistics } from 'node:v8';
 import { drillArgs, flag, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { columns, machineLine } from '../drills/lib/report.js';
+import { bump, columns, machineLine } from '../drills/lib/report.js';
 import { connectAdmin, dropTable } from '../drills/lib/store.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../src/l2/format.js';
 import { L1 } from '../src/store/l1.js';
@@ -28,12 +28,9 @@ import { createStore } from '../src/store/store.js';
  */
 function serviceV8Flags(startScript: string): string[] {
   const words = startScript.replace(/\$\{ECHOSTORE_HEAP_MIB:-(\d+)\}/g, '$1').split(/\s+/);
-  const flags: string[] = [];
-  for (const w of words.slice(words.indexOf('node') + 1)) {
-    if (!w.startsWith('--')) break;
-    flags.push(w);
-  }
-  return flags;
+  const after = words.slice(words.indexOf('node') + 1);
+  const end = after.findIndex((w) => !w.startsWith('--'));
+  return after.slice(0, end);
 }
 const packageJson = JSON.parse(
   readFileSync(new URL('../../package.json', import.meta.url), 'utf8'),
@@ -115,48 +112,23 @@ function calibrate(): Array<Array<string | number>> {
         l1.set(id, envelopeOf(id, bytes, fromL2), performance.now());
       }
       const after = settled();
-      const heap = after.heap - before.heap;
-      const buffers = after.buffers - before.buffers;
-      rows.push([
-        `${label}, ${fromL2 ? 'from L2' : 'from the loader'}`,
-        n,
-        Math.round(heap / n),
-        Math.round(buffers / n),
-        Math.round(l1.bytes / n),
-        ((heap + buffers) / l1.bytes).toFixed(2),
-      ]);
+      const [heap, buffers] = [after.heap - before.heap, after.buffers - before.buffers];
+      const perRow = [heap, buffers, l1.bytes].map((x) => Math.round(x / n));
+      const taken = ((heap + buffers) / l1.bytes).toFixed(2);
+      rows.push([`${label}, ${fromL2 ? 'from L2' : 'from the loader'}`, n, ...perRow, taken]);
       l1.clear();
     }
   }
   return rows;
 }
 
-/** What one stream measured (a child process prints it as one line of JSON). */
-interface StreamReport {
-  lanes: number;
-  seconds: number;
-  failed: Record<string, number>;
-  /** Growth from the start (after warm-up), bytes: heap after GC, RSS after GC, RSS at its peak. */
-  heapGrowth: number;
-  rssGrowth: number;
-  peakRssGrowth: number;
-  /** RSS at its peak, bytes. */
-  peakRss: number;
-  /** Heap and RSS after GC, bytes, of the samples taken once L1 was full. */
-  full: Array<{ heap: number; rss: number }>;
-  /** CPU time of the stream (user + system) and the part of it V8's collectors took, ms. */
-  cpuMs: number;
-  gcMs: number;
-  scavenges: number;
-  markCompacts: number;
-  /** What V8 held at the start and at RSS's peak: the young and old generations, and RSS besides the heap, MiB. */
-  startHeld: string;
-  peakHeld: string;
-  rows: number;
-  countedBytes: number;
-}
-
-async function stream(lanes: number): Promise<StreamReport> {
+/**
+ * One stream of `--ids` ids through a store, `lanes` at a time: its growth from the start (after
+ * warm-up), bytes: heap after GC, RSS after GC, RSS at its peak; heap and RSS after GC of the
+ * samples taken once L1 was full; CPU time and the part V8's collectors took; what V8 held at the
+ * start and at RSS's peak. A child process prints it as one line of JSON.
+ */
+async function stream(lanes: number) {
   const { ids, valkey } = args;
   const maxBytes = args['max-mib'] * MiB;
   const table = `bm-${randomBytes(4).toString('hex')}`;
@@ -178,12 +150,9 @@ async function stream(lanes: number): Promise<StreamReport> {
   await t.get('warm-up');
   await t.invalidate('warm-up');
   const start = settled();
-  let peakRss = start.rss;
   const startHeld = held(start.rss);
-  let peakHeld = startHeld;
-  let gcMs = 0;
-  let scavenges = 0;
-  let markCompacts = 0;
+  let [peakRss, peakHeld] = [start.rss, startHeld];
+  let [gcMs, scavenges, markCompacts] = [0, 0, 0];
   const gcs = new PerformanceObserver((list) => {
     for (const e of list.getEntries()) {
       gcMs += e.duration;
@@ -196,16 +165,13 @@ async function stream(lanes: number): Promise<StreamReport> {
   const forcedBefore = forcedGcMs;
   const cpuBefore = process.cpuUsage();
   const full: Array<{ heap: number; rss: number }> = [];
-  let next = 0;
   const failed: Record<string, number> = {};
-  let mark = ids / 10;
+  let [next, mark] = [0, ids / 10];
   const started = performance.now();
   const lane = async () => {
     while (next < ids) {
       const id = String(next++);
-      await t.get(id).catch((err: { code?: string }) => {
-        failed[err.code ?? 'other'] = (failed[err.code ?? 'other'] ?? 0) + 1;
-      });
+      await t.get(id).catch((err: { code?: string }) => bump(failed, err.code ?? 'other'));
     }
   };
   const sampler = (async () => {
@@ -229,37 +195,25 @@ async function stream(lanes: number): Promise<StreamReport> {
   // Entries reach the observer after the GC: let the last ones land.
   await new Promise((r) => setImmediate(r));
   gcs.disconnect();
-  const streamGcMs = gcMs - (forcedGcMs - forcedBefore);
+  gcMs -= forcedGcMs - forcedBefore;
   const end = settled();
   const stats = t.stats();
   const redis = await connectAdmin(valkey);
   await store.close();
   await dropTable(redis, table).catch(() => 0);
   redis.disconnect();
+  const [heapGrowth, rssGrowth] = [end.heap - start.heap, end.rss - start.rss];
+  const cpuMs = (cpu.user + cpu.system) / 1000;
   return {
-    lanes,
-    seconds,
-    failed,
-    heapGrowth: end.heap - start.heap,
-    rssGrowth: end.rss - start.rss,
-    peakRssGrowth: peakRss - start.rss,
-    peakRss,
-    full,
-    cpuMs: (cpu.user + cpu.system) / 1000,
-    gcMs: streamGcMs,
-    scavenges,
-    markCompacts,
-    startHeld,
-    peakHeld,
-    rows: stats.l1_entries,
-    countedBytes: stats.l1_bytes,
+    ...{ lanes, seconds, failed, heapGrowth, rssGrowth, peakRssGrowth: peakRss - start.rss },
+    ...{ peakRss, full, cpuMs, gcMs, scavenges, markCompacts, startHeld, peakHeld },
+    ...{ rows: stats.l1_entries, countedBytes: stats.l1_bytes },
   };
 }
 
 /** What V8 holds for its young and old generations (old, code, large objects) and RSS besides, MiB. */
 function held(rss: number): string {
-  let young = 0;
-  let old = 0;
+  let [young, old] = [0, 0];
   for (const x of getHeapSpaceStatistics()) {
     if (x.space_name === 'new_space' || x.space_name === 'new_large_object_space')
       young += x.space_size;
@@ -270,20 +224,10 @@ function held(rss: number): string {
 
 /** Runs one stream in a fresh process with `v8Flags`: the calibration's garbage or another stream's pages would flatter RSS. */
 function streamIn(lanes: number, v8Flags: string[]): Promise<StreamReport> {
-  const argv = [
-    '--expose-gc',
-    ...v8Flags,
-    fileURLToPath(import.meta.url),
-    '--child',
-    '--lanes',
-    String(lanes),
-    '--ids',
-    String(args.ids),
-    '--max-mib',
-    String(args['max-mib']),
-    '--valkey',
-    args.valkey,
-  ];
+  const argv = ['--expose-gc', ...v8Flags, fileURLToPath(import.meta.url), '--child'];
+  for (const [k, v] of Object.entries({ lanes, ids: args.ids, 'max-mib': args['max-mib'] }))
+    argv.push(`--${k}`, String(v));
+  argv.push('--valkey', args.valkey);
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -297,6 +241,8 @@ function streamIn(lanes: number, v8Flags: string[]): Promise<StreamReport> {
     });
   });
 }
+
+type StreamReport = Awaited<ReturnType<typeof stream>>;
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 /** Within ±10 % of their middle. */
@@ -347,19 +293,12 @@ async function main(): Promise<void> {
       );
       const peak = ratio((r) => r.peakRssGrowth);
       const last = rs.at(-1);
+      const idsPerS = Math.round(median(rs.map((r) => args.ids / r.seconds)));
       table.push([
-        lanes,
-        y.label,
-        Math.round(median(rs.map((r) => args.ids / r.seconds))),
-        perId((r) => r.cpuMs),
-        perId((r) => r.gcMs),
+        ...[lanes, y.label, idsPerS, perId((r) => r.cpuMs), perId((r) => r.gcMs)],
         last === undefined ? '' : `${last.scavenges}/${last.markCompacts}`,
-        failed,
-        ratio((r) => r.heapGrowth).toFixed(2),
-        ratio((r) => r.rssGrowth).toFixed(2),
-        peak.toFixed(2),
-        peak <= 2 ? 'met' : 'GAP',
-        mib(median(rs.map((r) => r.peakRss))),
+        ...[failed, ratio((r) => r.heapGrowth).toFixed(2), ratio((r) => r.rssGrowth).toFixed(2)],
+        ...[peak.toFixed(2), peak <= 2 ? 'met' : 'GAP', mib(median(rs.map((r) => r.peakRss)))],
         isFlat ? 'flat' : 'NOT FLAT',
         last === undefined ? '' : `${last.startHeld} → ${last.peakHeld}`,
       ]);

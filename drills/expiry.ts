@@ -3,17 +3,21 @@
  * → at most one source read per expiry, and (stale on) no reader waits on the loader. The parent
  * warms the key; the workers read until (expiries + 0.5) × ttlMs after that fill. Usage and laws:
  * drills/README.md#expiry.
+ *
+ * The judgement places every source read (stamped by the origin) and every instance's reads on
+ * the timeline of the values they produced and saw. A value is a *generation*: the origin's read
+ * number `n` that produced it (the answer carries it). Source read `n` refreshed the newest
+ * generation answered before it arrived; the law is at most one such read per generation, i.e.
+ * one source read per expiry across the fleet.
  */
 import { randomBytes } from 'node:crypto';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type Origin, startOrigin } from '../harness/origin.js';
-import type { ExpiryGo, ExpiryPolicy, Setup, WorkerResult } from './expiry-worker.js';
+import { type StampedRead, startOrigin } from '../harness/origin.js';
+import type { ExpiryGo, Setup, WorkerResult } from './expiry-worker.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { type ExpiryPlan, judgeExpiry, renderExpiry } from './lib/expiry-report.js';
-import { Reaper } from './lib/reaper.js';
+import { reaper } from './lib/reaper.js';
+import { addCounts, bump, check, columns, law, sum } from './lib/report.js';
 import { connectAdmin, dropId, originStore } from './lib/store.js';
-import { runWorkers } from './lib/workers.js';
+import { runWorkers, workerFile } from './lib/workers.js';
 
 const args = drillArgs({
   instances: int(3, 2, 16),
@@ -26,82 +30,193 @@ const args = drillArgs({
   'pause-ms': int(1, 0, 1_000),
   valkey: valkeyOption(),
 });
-
-const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'expiry-worker.js');
+const [ttlMs, staleMs, latencyMs] = [args['ttl-ms'], args['stale-ms'], args['latency-ms']];
 const TABLE = 'expiry';
-/** Lead time between `go` and the first read, so every instance starts together. */
-const GO_LEAD_MS = 100;
-/** Beyond the run: a last read may wait `waitTimeoutMs` (5 s), then the store closes (≤ 5 s). */
-const RESULT_GRACE_MS = 30_000;
+const POLICY = {
+  ...{ ttlMs, staleMs, jitter: 0, earlyRefreshBeta: args.beta },
+  l1: { ttlMs: 60_000 },
+};
 
-/** One source read through a short-lived store of the same policy: the value every expiry starts from. */
-async function warm(origin: Origin, policy: ExpiryPolicy, id: string): Promise<number> {
-  const { store, close } = await originStore(args.valkey, TABLE, origin.template, policy);
-  try {
-    const r = await store.table(TABLE).get(id);
-    if (r.layer !== 'origin') throw new Error(`warm-up answered from ${r.layer}, not the source`);
-  } finally {
-    await close();
+/**
+ * Judges the run: `t0Ms` is the warm-up fill (the first source read's answer), `stopAtMs` when
+ * the clients stopped, both epoch ms; one row per expiry.
+ */
+function judge(reads: StampedRead[], workers: WorkerResult[], t0Ms: number, stopAtMs: number) {
+  const answered = (r: StampedRead) => r.answeredAtMs ?? r.arrivedAtMs + latencyMs;
+  // The newest generation answered at or before `atMs`.
+  const currentAt = (atMs: number) =>
+    reads.reduce((gen, r) => (answered(r) <= atMs && r.n > gen ? r.n : gen), 1);
+  const replaces = new Map<number, number>();
+  for (const r of reads) if (r.n > 1) replaces.set(r.n, currentAt(r.arrivedAtMs));
+  const seenOf = (gen: number) =>
+    workers.flatMap((w) => w.generations.filter((g) => g.gen === gen));
+  const softAt = (gen: number) => {
+    const seen = seenOf(gen);
+    if (seen.length > 0) return Math.min(...seen.map((g) => g.softAtMs));
+    const r = reads.find((x) => x.n === gen);
+    return r === undefined ? Number.POSITIVE_INFINITY : answered(r) + ttlMs;
+  };
+  const waitedFor = new Map<number, number>();
+  for (const s of workers.flatMap((w) => w.slowReads).filter((s) => s.waited)) {
+    // A read that waited for generation g waited for the refresh of the one g replaced;
+    // a failed one is placed by when it started.
+    const gen = s.gen > 0 ? (replaces.get(s.gen) ?? 0) : currentAt(s.atMs);
+    waitedFor.set(gen, (waitedFor.get(gen) ?? 0) + 1);
   }
-  const first = origin.readsLog(id)[0]?.answeredAtMs;
-  if (first === undefined) throw new Error('the warm-up read never reached the origin');
-  return first;
+  const refreshes = new Map<number, { early: number; stale: number }>();
+  for (const { refreshSamples: rs } of workers) {
+    for (let i = 1; i < rs.length; i++) {
+      const [[atMs, early, stale], [, early0, stale0]] = [rs[i], rs[i - 1]] as number[][] as [
+        [number, number, number],
+        [number, number, number],
+      ];
+      const gen = currentAt(atMs);
+      const r = refreshes.get(gen) ?? { early: 0, stale: 0 };
+      refreshes.set(gen, { early: r.early + early - early0, stale: r.stale + stale - stale0 });
+    }
+  }
+  const rows = [];
+  for (const { n: gen } of reads) {
+    const soft = softAt(gen);
+    const refreshedBy = reads.filter((x) => replaces.get(x.n) === gen);
+    if (soft >= stopAtMs && refreshedBy.length === 0) continue;
+    const first = refreshedBy[0];
+    const seen = seenOf(gen);
+    const lastStale = Math.max(...seen.map((g) => g.lastStaleAtMs ?? Number.NEGATIVE_INFINITY));
+    const sourceReads = refreshedBy.length;
+    const waited = waitedFor.get(gen) ?? 0;
+    const superseded = sourceReads === 0 && reads.some((x) => x.n > gen && answered(x) <= soft);
+    const never = sourceReads === 0 && !superseded && stopAtMs - soft > 2 * latencyMs;
+    const why = [
+      ...(sourceReads > 1 ? [`${sourceReads} source reads`] : []),
+      ...(superseded ? ['superseded'] : never ? ['never refreshed'] : []),
+      ...(waited > 0 && staleMs > 0 ? [`${waited} waited`] : []),
+    ];
+    const ms = (x: number | undefined) => (x === undefined ? undefined : Math.round(x - soft));
+    rows.push({
+      expiry: rows.length + 1,
+      /** The generation that expired (origin read number), and its soft expiry after the warm-up fill. */
+      gen,
+      softAtMs: Math.round(soft - t0Ms),
+      /** Source reads that replaced it (goal 1), counted by the origin. */
+      sourceReads,
+      /** The first of them at the origin, and its answer, ms relative to the soft expiry. */
+      refreshReadAtMs: ms(first?.arrivedAtMs),
+      newValueAtMs: ms(first && answered(first)),
+      /** Reads that waited on the loader for the value replacing it (goal 0 with stale on). */
+      waited,
+      /** Reads answered with it after its soft expiry, and the last of them. */
+      staleServed: sum(seen, (g) => g.stale),
+      staleForMs: Number.isFinite(lastStale) ? ms(lastStale) : undefined,
+      /** Background refreshes started while it was the newest, all instances. */
+      earlyRefreshes: refreshes.get(gen)?.early ?? 0,
+      staleRefreshes: refreshes.get(gen)?.stale ?? 0,
+      verdict: why.length === 0 ? 'ok' : why.join(', '),
+      superseded,
+      never,
+    });
+  }
+  return rows;
 }
 
-async function main() {
-  const plan: ExpiryPlan = {
-    instances: args.instances,
-    clients: args.clients,
-    expiries: args.expiries,
-    ttlMs: args['ttl-ms'],
-    staleMs: args['stale-ms'],
-    beta: args.beta,
-    latencyMs: args['latency-ms'],
-    pauseMs: args['pause-ms'],
-  };
-  const policy: ExpiryPolicy = {
-    ttlMs: plan.ttlMs,
-    staleMs: plan.staleMs,
-    jitter: 0,
-    earlyRefreshBeta: plan.beta,
-    l1: { ttlMs: 60_000 },
-  };
+runDrill('expiry', args.json, async () => {
   const id = `expiry-${Date.now()}-${randomBytes(6).toString('hex')}`;
   const admin = await connectAdmin(args.valkey);
-  const origin = await startOrigin(plan.latencyMs);
-  const reaper = new Reaper();
+  const origin = await startOrigin(latencyMs);
   // Set when the warm-up fill lands: the epoch ms of the fill, of the clients' stop, and the run's length.
   let [t0Ms, stopAtMs, runMs] = [0, 0, 0];
   try {
     await dropId(admin, TABLE, id);
     const setup: Setup = {
-      kind: 'setup',
-      table: TABLE,
-      id,
-      template: origin.template,
-      valkey: args.valkey,
-      policy,
-      clients: plan.clients,
-      pauseMs: plan.pauseMs,
-      waitedAtMs: plan.latencyMs,
+      ...{ kind: 'setup', table: TABLE, id, template: origin.template, valkey: args.valkey },
+      ...{
+        policy: POLICY,
+        clients: args.clients,
+        pauseMs: args['pause-ms'],
+        waitedAtMs: latencyMs,
+      },
     };
     const go = async () => {
-      t0Ms = await warm(origin, policy, id);
-      stopAtMs = t0Ms + (plan.expiries + 0.5) * plan.ttlMs;
-      const atMs = Date.now() + GO_LEAD_MS;
+      // One source read through a short-lived store of the same policy: the value every expiry starts from.
+      const { store, close } = await originStore(args.valkey, TABLE, origin.template, POLICY);
+      const layer = (await store.table(TABLE).get(id).finally(close)).layer;
+      if (layer !== 'origin') throw new Error(`warm-up answered from ${layer}, not the source`);
+      t0Ms = origin.readsLog(id)[0]?.answeredAtMs as number;
+      stopAtMs = t0Ms + (args.expiries + 0.5) * ttlMs;
+      // 100 ms between `go` and the first read, so every instance starts together.
+      const atMs = Date.now() + 100;
       runMs = stopAtMs - atMs;
       const message: ExpiryGo = { kind: 'go', atEpochMs: atMs, stopAtMs };
-      return { message, resultWithinMs: stopAtMs - Date.now() + RESULT_GRACE_MS };
+      // Beyond the run: a last read may wait `waitTimeoutMs` (5 s), then the store closes (≤ 5 s).
+      return { message, resultWithinMs: stopAtMs - Date.now() + 30_000 };
     };
-    const setups = Array.from({ length: plan.instances }, () => setup);
-    const results = await runWorkers<WorkerResult>(WORKER, setups, go, reaper);
-    return judgeExpiry(plan, origin.readsLog(id), results, t0Ms, stopAtMs, runMs);
+    const setups = Array.from({ length: args.instances }, () => setup);
+    const workers = await runWorkers<WorkerResult>(workerFile('expiry-worker'), setups, go, reaper);
+    const sourceReads = origin.readsLog(id);
+    const rows = judge(sourceReads, workers, t0Ms, stopAtMs);
+    const [errorCodes, waitedBy, metrics] = [{}, {}, {} as Record<string, Record<string, number>>];
+    for (const w of workers) {
+      addCounts(errorCodes, w.errorCodes);
+      for (const s of w.slowReads) if (s.waited) bump(waitedBy, s.source);
+      for (const [name, values] of Object.entries(w.metrics)) {
+        metrics[name] = addCounts(metrics[name] ?? {}, values);
+      }
+    }
+    const inRun = (r: (typeof rows)[number]) => r.softAtMs + t0Ms < stopAtMs;
+    const observed = rows.filter((r) => inRun(r) && r.verdict !== 'superseded').length;
+    const [asked, waitedOf] = [args.expiries, (r: (typeof rows)[number]) => r.waited];
+    const total = (k: 'reads' | 'waited' | 'failures') => sum(workers, (w) => w[k]);
+    const [reads, waited, failures] = [total('reads'), total('waited'), total('failures')];
+    const labelled = (m: Record<string, number> = {}) =>
+      Object.entries(m)
+        .filter(([, n]) => n > 0)
+        .map(([k, n]) => `${k || 'all'} ${n}`)
+        .join(', ') || '0';
+    const early = rows.filter((x) => x.newValueAtMs !== undefined && x.newValueAtMs < 0).length;
+    const many = rows.filter((r) => r.sourceReads > 1);
+    const never = rows.filter((r) => r.never);
+    const ms = (x: number | undefined) => (x === undefined ? '-' : x);
+    const m = (name: string) => labelled(metrics[`echostore_${name}_total`]);
+    return {
+      title: `expiry drill: ${args.instances} processes × ${args.clients} client loops on one hot key, ttlMs ${ttlMs}, staleMs ${staleMs}, jitter 0, earlyRefreshBeta ${args.beta}, source latency ${latencyMs} ms, pause ${args['pause-ms']} ms`,
+      body: [
+        columns(
+          rows.map((x) => [
+            ...[x.expiry, `#${x.gen}`, x.softAtMs, x.sourceReads, ms(x.refreshReadAtMs)],
+            ...[ms(x.newValueAtMs), x.waited, x.staleServed, ms(x.staleForMs)],
+            ...[x.earlyRefreshes, x.staleRefreshes, x.verdict],
+          ]),
+          [
+            ...['expiry', 'value', 'soft at ms', 'source reads', 'refresh read at', 'new value at'],
+            ...['waited', 'stale served', 'stale for ms', 'early refr.', 'stale refr.', 'result'],
+          ],
+        ),
+        '  (soft at: ms after the warm-up fill; refresh read / new value at: ms relative to that soft expiry, negative = before it)',
+        `  ${early} of ${rows.length} values replaced before their soft expiry (XFetch); source reads ${sourceReads.length} incl. the warm-up`,
+        `  reads ${reads} (${Math.round(reads / (runMs / 1000))}/s); waited on the loader ${waited} (${labelled(waitedBy)})${staleMs === 0 ? ', not judged with staleMs 0' : ''}`,
+        `  latency worst p99 ${Math.max(...workers.map((w) => w.p99Ms))} ms, max ${Math.max(...workers.map((w) => w.maxMs))} ms`,
+        `  store counters: refreshes ${m('refreshes')}; lease ${m('lease')}; coherence ${m('coherence')}; fills ${m('fills')}; refresh failures ${m('refresh_failures')}`,
+      ],
+      ...{ observed, rows, sourceReads: sourceReads.length, reads, waited, waitedBy, metrics },
+      checks: [
+        law('soft expiries within the run', observed, `≥ ${args.expiries}`, observed >= asked),
+        check(
+          'at most one source read per expiry across the fleet (counted by the origin)',
+          many.length === 0,
+          `source reads per expiry ${rows.map((r) => r.sourceReads).join(', ')}`,
+        ),
+        check(
+          'every expiry refreshed, or superseded by an earlier refresh',
+          never.length === 0,
+          never.length === 0 ? 'all' : `never: expiry ${never.map((r) => r.expiry).join(', ')}`,
+        ),
+        ...(staleMs > 0 ? [law('reads that waited on the loader', sum(rows, waitedOf), 0)] : []),
+        law('failed reads', failures && `${failures} (${labelled(errorCodes)})`, 0),
+      ],
+    };
   } finally {
-    reaper.killAll();
     await dropId(admin, TABLE, id).catch(() => {});
     admin.disconnect();
     await origin.close();
   }
-}
-
-runDrill('expiry', args.json, main, renderExpiry);
+});

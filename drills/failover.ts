@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { metric, scrape } from '../harness/metrics.js';
+import { type MetricSample, metric, scrape } from '../harness/metrics.js';
 import type { Origin } from '../harness/origin.js';
 import { drillArgs, flag, int, oneOf, runDrill } from './lib/cli.js';
 import {
@@ -14,11 +14,16 @@ import {
   type Side,
   sentinelTopology,
 } from './lib/failover-topology.js';
-import { FAULT_BOUND_MS as BOUND_MS, type FaultPair, startFaultPair } from './lib/fault-policy.js';
-import { answer, itemUrl, type Timed, timed } from './lib/http.js';
-import { inLanes, Loops, pick } from './lib/load.js';
-import { Reaper } from './lib/reaper.js';
-import { bump, type Check, checkLines, columns, listCounts, p50p99 } from './lib/report.js';
+import {
+  all200,
+  boundCheck,
+  type FaultPair,
+  p99Check,
+  startFaultPair,
+} from './lib/fault-policy.js';
+import { itemUrl, type Timed, timed } from './lib/http.js';
+import { inLanes, Loops, pick, summarize } from './lib/load.js';
+import { check, columns, listCounts } from './lib/report.js';
 
 const args = drillArgs({
   mode: oneOf('cluster', 'sentinel'),
@@ -40,7 +45,7 @@ const PROMOTION_WITHIN_MS = 30_000;
 type RequestKind = 'hot GET' | 'cold GET' | 'PUT';
 
 /** One request as the client saw it. */
-interface ShardSample extends Omit<Timed, 'body' | 'cacheStatus'> {
+interface ShardSample extends Timed {
   phase: string;
   kind: RequestKind;
   side: Side;
@@ -53,24 +58,18 @@ interface ShardSample extends Omit<Timed, 'body' | 'cacheStatus'> {
   atMs: number;
 }
 
-async function main() {
+runDrill('failover', args.json, async () => {
   process.env.LOG_LEVEL ??= 'error'; // the degraded-shard warnings are what this drill provokes
   const began = performance.now();
-  const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   let topology: FailoverTopology | undefined;
   let pair: FaultPair | undefined;
   let load: Loops<ShardSample> | undefined;
-  let promotionMs = Number.NaN;
-  let killedAt = Number.NaN;
-  let promotedAt = Number.NaN;
-  let l1Flushes: number[] = [];
+  let [killedAt, promotionMs, l1Flushes] = [Number.NaN, Number.NaN, [] as number[]];
   try {
-    topology = await (args.mode === 'cluster' ? clusterTopology : sentinelTopology)(
-      reaper,
-      args.secure,
-    );
-    pair = await startFaultPair(reaper, topology.section, TABLE, args['latency-ms']);
+    const start = args.mode === 'cluster' ? clusterTopology : sentinelTopology;
+    topology = await start(args.secure);
+    pair = await startFaultPair(topology.section, TABLE, args['latency-ms']);
     const { origin, services, targets } = pair;
     const t = topology;
     const ids = (kind: string, n: number) =>
@@ -96,7 +95,7 @@ async function main() {
         const atMs = gen.now();
         const put = kind === 'PUT' ? { id, write: ++writes } : undefined;
         const url = itemUrl(targets[target] as string, TABLE, id);
-        const answered = await answer(url, REQUEST_TIMEOUT_MS, put);
+        const answered = await timed(url, REQUEST_TIMEOUT_MS, put ? 'PUT' : 'GET', put);
         return { phase, kind, side: t.sideOf(TABLE, id), id, target, atMs, ...answered };
       },
     });
@@ -108,80 +107,112 @@ async function main() {
     killedAt = gen.now();
     await t.kill();
     await t.waitPromoted(PROMOTION_WITHIN_MS);
-    promotedAt = gen.now();
-    promotionMs = Math.round(promotedAt - killedAt);
+    promotionMs = Math.round(gen.now() - killedAt);
     await sleep(LEARN_MS);
     gen.phase = '3 after';
     await sleep(args['after-s'] * 1_000);
     await gen.stop();
     await judgeFills(gen.samples, targets, origin);
-    l1Flushes = await Promise.all(
-      services.map(
-        async (s) =>
-          metric(await scrape(s.url), 'echostore_l1_flushes_total', { table: TABLE }) ?? 0,
-      ),
-    );
+    const flushes = (m: MetricSample[]) =>
+      metric(m, 'echostore_l1_flushes_total', { table: TABLE });
+    l1Flushes = await Promise.all(services.map(async (s) => flushes(await scrape(s.url)) ?? 0));
   } finally {
     await load?.stop();
     await pair?.stop();
     await topology?.stop();
-    reaper.killAll();
   }
   const samples = load?.samples ?? [];
   const mode = (topology as FailoverTopology).mode;
-  const phases = ['1 baseline', '2 failover', '3 after'];
   const sides = mode === 'cluster' ? (['other', 'lost'] as const) : (['lost'] as const);
-  const rows = phases.flatMap((p) => sides.map((side) => sideRow(samples, p, side)));
+  const of = (phase: string, side: string, kind?: string) =>
+    samples.filter((s) => s.phase === phase && s.side === side && (!kind || s.kind === kind));
+  const inL2 = (xs: ShardSample[]) => xs.filter((s) => s.inL2 === true).length;
+  const rows = ['1 baseline', '2 failover', '3 after'].flatMap((phase) =>
+    sides.map((side) => {
+      const mine = of(phase, side);
+      const r = summarize(mine, (s) => `${s.kind} ${s.code ?? s.status}`);
+      const [hot, cold] = [of(phase, side, 'hot GET'), of(phase, side, 'cold GET')];
+      const l1 = hot.filter((s) => s.l1).length;
+      return [
+        phase,
+        side,
+        r.requests,
+        listCounts(r.failed),
+        r.p50Ms,
+        r.p99Ms,
+        r.maxMs,
+        `${l1}/${hot.length}`,
+        `${inL2(cold)}/${cold.length}`,
+      ];
+    }),
+  );
   const firstFill = samples.find(
     (s) => s.side === 'lost' && s.kind === 'cold GET' && s.inL2 === true && s.atMs > killedAt,
   );
-  const checks = judge(mode, samples, rows);
+  const fill =
+    firstFill === undefined
+      ? 'never'
+      : `${Math.round(firstFill.atMs - killedAt)} ms after the kill`;
+  const p99 = (phase: string) => summarize(of(phase, 'other')).p99Ms;
+  const other = samples.filter((s) => s.side === 'other');
+  const otherFilled = of('2 failover', 'other', 'cold GET');
+  const lostGets = samples.filter((s) => s.side === 'lost' && s.kind !== 'PUT');
+  const refused = samples.filter((s) => s.kind === 'PUT' && s.status !== 200);
+  const badPuts = refused.filter((s) => s.code !== 'ECC_VALKEY_UNAVAILABLE');
+  const [after, outage] = [of('3 after', 'lost', 'cold GET'), of('2 failover', 'lost', 'cold GET')];
   return {
-    drill: 'failover' as const,
-    mode,
-    topology: (topology as FailoverTopology).label,
-    loops: args.loops,
-    sourceLatencyMs: args['latency-ms'],
-    boundMs: BOUND_MS,
-    promotionMs,
-    firstFillAfterKillMs:
-      firstFill === undefined ? undefined : Math.round(firstFill.atMs - killedAt),
-    l1Flushes,
+    title: `failover drill (${mode}): ${(topology as FailoverTopology).label}; 2 instances, ${args.loops} loops, source latency ${args['latency-ms']} ms, runtime ${((performance.now() - began) / 1000).toFixed(1)} s`,
+    body: [
+      columns(rows, [
+        'phase',
+        'shard',
+        'requests',
+        'not 200',
+        'p50 ms',
+        'p99 ms',
+        'max ms',
+        'hot L1',
+        'cold in L2',
+      ]),
+      `  replica promoted ${promotionMs} ms after the kill; lost shard filled L2 again ${fill}; L1 flushes per instance: ${l1Flushes.join(' / ')}`,
+      '  cold in L2: cold GETs whose id, read again on the other instance after the run, cost the source nothing',
+    ],
     rows,
-    checks,
-    runtimeMs: Math.round(performance.now() - began),
-    pass: checks.every((c) => c.pass),
+    promotionMs,
+    checks: [
+      ...(mode === 'cluster'
+        ? [
+            all200('other shards: no request fails, in any phase', other),
+            p99Check('other shards: p99 during the failover', p99('1 baseline'), p99('2 failover')),
+            check(
+              'other shards keep filling L2 during the failover: degraded for the lost shard only (counted at the source)',
+              otherFilled.length > 0 && inL2(otherFilled) === otherFilled.length,
+              `${inL2(otherFilled)} of ${otherFilled.length} cold GETs in L2`,
+            ),
+          ]
+        : []),
+      all200(
+        'lost shard: every GET answered 200 (from L1 or the source), in every phase',
+        lostGets,
+      ),
+      check(
+        'a PUT fails only with ECC_VALKEY_UNAVAILABLE (its shard has no primary)',
+        badPuts.length === 0,
+        `${refused.length} PUTs refused, ${badPuts.length} of them otherwise (${badPuts.map((s) => s.code).join(', ') || 'none'})`,
+      ),
+      boundCheck(
+        samples,
+        ' (waitTimeoutMs + loadTimeoutMs + commandTimeoutMs + 1000), nor goes unanswered',
+        (s) => s.status === 0,
+      ),
+      check(
+        `fills resume on the lost shard: cold GETs from ${LEARN_MS} ms after the promotion on reach L2 (counted at the source)`,
+        after.length > 0 && inL2(after) === after.length,
+        `${inL2(after)} of ${after.length} in L2 (during the failover: ${inL2(outage)} of ${outage.length}, the rest answered from the source)`,
+      ),
+    ],
   };
-}
-
-type Report = Awaited<ReturnType<typeof main>>;
-
-/** What the clients saw of one side during one phase. */
-function sideRow(samples: ShardSample[], phase: string, side: Side) {
-  const mine = samples.filter((s) => s.phase === phase && s.side === side);
-  const failed: Record<string, number> = {};
-  for (const s of mine) if (s.status !== 200) bump(failed, `${s.kind} ${s.code ?? s.status}`);
-  const cold = mine.filter((s) => s.kind === 'cold GET');
-  return {
-    phase,
-    side,
-    requests: mine.length,
-    /** Requests not answered 200, by `<kind> <code>`. */
-    failed,
-    ...p50p99(
-      mine.map((s) => s.ms),
-      1,
-    ),
-    maxMs: Math.round(Math.max(0, ...mine.map((s) => s.ms))),
-    hotL1: mine.filter((s) => s.kind === 'hot GET' && s.l1).length,
-    hot: mine.filter((s) => s.kind === 'hot GET').length,
-    /** Cold GETs whose answer was in L2 afterwards (counted at the source). */
-    coldInL2: cold.filter((s) => s.inL2 === true).length,
-    cold: cold.length,
-  };
-}
-
-type SideRow = ReturnType<typeof sideRow>;
+});
 
 /**
  * Whether each cold GET's fill reached L2, counted at the source: its id is read
@@ -195,92 +226,3 @@ async function judgeFills(samples: ShardSample[], targets: string[], origin: Ori
     s.inL2 = origin.readsOf(s.id) === 1;
   });
 }
-
-/** The laws, judged on what the clients and the source saw. */
-function judge(mode: 'cluster' | 'sentinel', samples: ShardSample[], rows: SideRow[]): Check[] {
-  const row = (phase: string, side: string) =>
-    rows.find((r) => r.phase === phase && r.side === side) as SideRow;
-  const cold = (phase: string, side: string) =>
-    samples.filter((s) => s.phase === phase && s.side === side && s.kind === 'cold GET');
-  const inL2 = (xs: ShardSample[]) => xs.filter((s) => s.inL2 === true).length;
-  const checks: Check[] = [];
-  if (mode === 'cluster') {
-    const other = samples.filter((s) => s.side === 'other');
-    const failed = other.filter((s) => s.status !== 200);
-    checks.push({
-      name: 'other shards: no request fails, in any phase',
-      pass: failed.length === 0,
-      detail: `${failed.length} of ${other.length} not answered 200`,
-    });
-    const [before, during] = [row('1 baseline', 'other').p99Ms, row('2 failover', 'other').p99Ms];
-    checks.push({
-      name: 'other shards: p99 during the failover within 2× of the baseline',
-      pass: during <= 2 * before,
-      detail: `${during} ms against ${before} ms (limit ${Math.round(2 * before * 10) / 10} ms)`,
-    });
-    const filled = cold('2 failover', 'other');
-    checks.push({
-      name: 'other shards keep filling L2 during the failover: degraded for the lost shard only (counted at the source)',
-      pass: filled.length > 0 && inL2(filled) === filled.length,
-      detail: `${inL2(filled)} of ${filled.length} cold GETs in L2`,
-    });
-  }
-  const lostGets = samples.filter((s) => s.side === 'lost' && s.kind !== 'PUT');
-  const lostFailed = lostGets.filter((s) => s.status !== 200);
-  checks.push({
-    name: 'lost shard: every GET answered 200 (from L1 or the source), in every phase',
-    pass: lostFailed.length === 0,
-    detail: `${lostFailed.length} of ${lostGets.length} not answered 200`,
-  });
-  const puts = samples.filter((s) => s.kind === 'PUT' && s.status !== 200);
-  const badPuts = puts.filter((s) => s.code !== 'ECC_VALKEY_UNAVAILABLE');
-  checks.push({
-    name: 'a PUT fails only with ECC_VALKEY_UNAVAILABLE (its shard has no primary)',
-    pass: badPuts.length === 0,
-    detail: `${puts.length} PUTs refused, ${badPuts.length} of them otherwise (${badPuts.map((s) => s.code).join(', ') || 'none'})`,
-  });
-  const late = samples.filter((s) => s.ms > BOUND_MS || s.status === 0);
-  checks.push({
-    name: `no request waits past ${BOUND_MS} ms (waitTimeoutMs + loadTimeoutMs + commandTimeoutMs + 1000)`,
-    pass: late.length === 0,
-    detail: `${late.length} late or unanswered; slowest ${Math.round(Math.max(0, ...samples.map((s) => s.ms)))} ms`,
-  });
-  const judged = cold('3 after', 'lost');
-  const outage = cold('2 failover', 'lost');
-  checks.push({
-    name: `fills resume on the lost shard: cold GETs from ${LEARN_MS} ms after the promotion on reach L2 (counted at the source)`,
-    pass: judged.length > 0 && inL2(judged) === judged.length,
-    detail: `${inL2(judged)} of ${judged.length} in L2 (during the failover: ${inL2(outage)} of ${outage.length}, the rest answered from the source)`,
-  });
-  return checks;
-}
-
-/** The phase × side table, the timeline, and one PASS/FAIL line per check. */
-function render(r: Report): string {
-  const table = columns(
-    r.rows.map((x) => [
-      x.phase,
-      x.side,
-      x.requests,
-      listCounts(x.failed),
-      x.p50Ms,
-      x.p99Ms,
-      x.maxMs,
-      `${x.hotL1}/${x.hot}`,
-      `${x.coldInL2}/${x.cold}`,
-    ]),
-    ['phase', 'shard', 'requests', 'not 200', 'p50 ms', 'p99 ms', 'max ms', 'hot L1', 'cold in L2'],
-  );
-  const fill =
-    r.firstFillAfterKillMs === undefined ? 'never' : `${r.firstFillAfterKillMs} ms after the kill`;
-  return [
-    `failover drill (${r.mode}): ${r.topology}; 2 instances, ${r.loops} loops, source latency ${r.sourceLatencyMs} ms, runtime ${(r.runtimeMs / 1000).toFixed(1)} s`,
-    table,
-    `  replica promoted ${r.promotionMs} ms after the kill; lost shard filled L2 again ${fill}; L1 flushes per instance: ${r.l1Flushes.join(' / ')}`,
-    '  cold in L2: cold GETs whose id, read again on the other instance after the run, cost the source nothing',
-    ...checkLines(r.checks),
-    '',
-  ].join('\n');
-}
-
-runDrill('failover', args.json, main, render);

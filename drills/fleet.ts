@@ -11,325 +11,273 @@ import { type Service, SKEW_CLOCK, startService, withServices } from '../harness
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { drillArgs, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { type OriginRead, readItem } from './lib/http.js';
-import { columns, median, p50p99, verdict } from './lib/report.js';
-import { originConfig } from './lib/store.js';
+import { type Check, check, columns, law, median, msOf, p50p99, sum } from './lib/report.js';
+import { originConfig, QUIET } from './lib/store.js';
 
 const args = drillArgs({
   scenario: oneOf('all', 'skew', 'holder', 'admission'),
   valkey: valkeyOption(),
 });
-
 const run = randomBytes(3).toString('hex');
+const { maxConcurrentLoads: MAX, initialConcurrentLoads: INITIAL } = DEFAULT_POLICY;
+/** Admission: rounds of the slowed burst (the law takes their median); per round, cold ids on the slowed source and ids in L2 only sent with them. */
+const [ROUNDS, COLD, IN_L2] = [3, 400, 200];
 
-const config = (origin: Origin, table: string, policy: object = {}) =>
-  originConfig({ url: args.valkey }, table, origin.template, policy, { log: { level: 'error' } });
+/** What one scenario printed and judged. */
+type Scenario = { lines: string[]; figures: object; checks: Check[] };
+
+/** Runs `body` on an origin (`latencyMs`, `holdMs`) and services of `table` on it (`starts` options each). */
+const fleetOf = <T>(
+  table: string,
+  [latencyMs, holdMs]: [number, number?],
+  starts: Array<Parameters<typeof startService>[1]>,
+  policy: object,
+  body: (origin: Origin, services: Service[]) => Promise<T>,
+) =>
+  withOrigin([latencyMs, holdMs], (origin) => {
+    const config = originConfig({ url: args.valkey }, table, origin.template, policy, QUIET);
+    return withServices(
+      starts.map((o) => startService(config, o)),
+      (services) => body(origin, services),
+    );
+  });
 
 /** What one GET showed: status, the origin's read number, and Cache-Status. */
 const get = (s: Service, table: string, id: string, timeoutMs = 10_000) =>
   readItem(s.url, table, id, timeoutMs);
 
-async function skew() {
-  const table = `skew-${run}`;
-  const ttlMs = 2_000;
-  const jitter = 0.2;
-  const keysPerHost = 20;
-  return withOrigin([5], async (origin) => {
-    const cfg = config(origin, table, { ttlMs, jitter, staleMs: 0, earlyRefreshBeta: 0 });
-    const skewed = (ms: number) => ({
-      nodeArgs: ['--import', SKEW_CLOCK],
-      env: { SKEW_MS: String(ms) },
-    });
-    return await withServices(
-      [startService(cfg), startService(cfg, skewed(600_000)), startService(cfg, skewed(-600_000))],
-      async (hosts) => {
-        let maxTtlS = Number.NEGATIVE_INFINITY;
-        let failures = 0;
-        for (const [h, host] of hosts.entries()) {
-          for (let k = 0; k < keysPerHost; k++) {
-            const id = `h${h}-k${k}`;
-            for (const reader of [host, ...hosts.filter((x) => x !== host)]) {
-              const r = await get(reader, table, id);
-              if (r.status !== 200) failures++;
-              const ttl = /ttl=(-?\d+)/.exec(r.cacheStatus ?? '')?.[1];
-              if (ttl !== undefined) maxTtlS = Math.max(maxTtlS, Number(ttl));
-            }
-          }
+/** Three instances, two with clocks 10 min off: one source read per key, no TTL stretched by a clock. */
+function skew(): Promise<Scenario> {
+  const [table, ttlMs, jitter, keysPerHost] = [`skew-${run}`, 2_000, 0.2, 20];
+  const skewed = (ms: number) => ({
+    nodeArgs: ['--import', SKEW_CLOCK],
+    env: { SKEW_MS: `${ms}` },
+  });
+  const policy = { ttlMs, jitter, staleMs: 0, earlyRefreshBeta: 0 };
+  const starts = [{}, skewed(600_000), skewed(-600_000)];
+  return fleetOf(table, [5], starts, policy, async (origin, hosts) => {
+    let [maxTtlS, failures] = [Number.NEGATIVE_INFINITY, 0];
+    for (const [h, host] of hosts.entries()) {
+      for (let k = 0; k < keysPerHost; k++) {
+        for (const reader of [host, ...hosts.filter((x) => x !== host)]) {
+          const r = await get(reader, table, `h${h}-k${k}`);
+          if (r.status !== 200) failures++;
+          const ttl = /ttl=(-?\d+)/.exec(r.cacheStatus ?? '')?.[1];
+          if (ttl !== undefined) maxTtlS = Math.max(maxTtlS, Number(ttl));
         }
-        const distinctKeys = hosts.length * keysPerHost;
-        const readsWhileFresh = origin.totalReads();
-        await sleep(ttlMs * (1 + jitter) + 300);
-        let servedExpired = 0;
-        for (const host of hosts) {
-          for (let k = 0; k < 5; k++) {
-            const r = await get(host, table, `h0-k${k}`);
-            if (r.read === 1) servedExpired++;
-          }
-        }
-        const boundS = Math.trunc((ttlMs * (1 + jitter)) / 1000);
-        return {
-          hosts: 'clock right, +10 min, -10 min',
-          distinctKeys,
-          sourceReads: readsWhileFresh,
-          maxServedTtlS: maxTtlS,
-          ttlBoundS: boundS,
-          servedAfterExpiry: servedExpired,
-          failures,
-          pass:
-            readsWhileFresh === distinctKeys &&
-            maxTtlS <= boundS &&
-            servedExpired === 0 &&
-            failures === 0,
-        };
-      },
-    );
+      }
+    }
+    const reads = origin.totalReads();
+    await sleep(ttlMs * (1 + jitter) + 300);
+    let servedExpired = 0;
+    for (const host of hosts) {
+      for (let k = 0; k < 5; k++)
+        if ((await get(host, table, `h0-k${k}`)).read === 1) servedExpired++;
+    }
+    const boundS = Math.trunc((ttlMs * (1 + jitter)) / 1000);
+    return {
+      lines: [
+        'skew: 3 instances (clock right, +10 min, -10 min) on one Valkey, ttlMs 2000, jitter 0.2',
+      ],
+      figures: { skew: { reads, maxTtlS, servedExpired, failures } },
+      checks: [
+        law(
+          'skew: source reads (counted by the source), one per key',
+          reads,
+          hosts.length * keysPerHost,
+        ),
+        law(
+          'skew: largest Cache-Status ttl served',
+          `${maxTtlS} s`,
+          `≤ ${boundS}`,
+          maxTtlS <= boundS,
+        ),
+        law('skew: old values answered after the TTL', servedExpired, 0),
+        law('skew: failed reads', failures, 0),
+      ],
+    };
   });
 }
 
-async function holder() {
-  const table = `holder-${run}`;
-  const id = `${HOLD_PREFIX}${run}`;
-  const loadMs = 300;
+/** The lease holder dies 0.3 s into a 2 s load: one more source read, every waiter answered. */
+function holder(): Promise<Scenario> {
+  const [table, id, loadMs] = [`holder-${run}`, `${HOLD_PREFIX}${run}`, 300];
   // The first read is held 1.7 s, then answers after loadMs: a 2 s load. The holder dies before.
-  return withOrigin([loadMs, 2_000 - loadMs], async (origin) => {
-    return await withServices(
-      [0, 1, 2].map(() => startService(config(origin, table))),
-      async ([a, b, c]) => {
-        if (a === undefined || b === undefined || c === undefined) throw new Error('no services');
-        void get(a, table, id).catch(() => {});
-        if (!(await origin.seen(id, 5_000))) throw new Error('the holder never reached the source');
-        await sleep(300);
-        a.process.kill('SIGKILL');
-        origin.release(id); // reads from now on answer after loadMs: the takeover load
-        const readers = Array.from({ length: 100 }, (_, i) => get(i % 2 === 0 ? b : c, table, id));
-        const results = await Promise.all(readers);
-        const ok = results.filter((r) => r.status === 200).length;
-        const answers = new Set(results.map((r) => r.read)).size;
-        const { p50Ms, p99Ms } = p50p99(
-          results.map((r) => r.ms),
-          0,
-        );
-        const sourceReads = origin.readsOf(id);
-        const codes = results.filter((r) => r.status !== 200).map((r) => r.code);
-        return {
-          readers: results.length,
-          answered200: ok,
-          otherCodes: [...new Set(codes)].join(', ') || '-',
-          distinctAnswers: answers,
-          sourceReads,
-          p50Ms,
-          p99Ms,
-          pass: sourceReads === 2 && ok === 100 && answers === 1 && p99Ms <= 3_000,
-        };
-      },
+  return fleetOf(table, [loadMs, 2_000 - loadMs], [{}, {}, {}], {}, async (origin, [a, b, c]) => {
+    void get(a as Service, table, id).catch(() => {});
+    if (!(await origin.seen(id, 5_000))) throw new Error('the holder never reached the source');
+    await sleep(300);
+    a?.process.kill('SIGKILL');
+    origin.release(id); // reads from now on answer after loadMs: the takeover load
+    const readers = Array.from({ length: 100 }, (_, i) =>
+      get((i % 2 ? c : b) as Service, table, id),
     );
+    const results = await Promise.all(readers);
+    const ok = results.filter((r) => r.status === 200).length;
+    const answers = new Set(results.map((r) => r.read)).size;
+    const { p50Ms, p99Ms } = p50p99(msOf(results), 0);
+    const sourceReads = origin.readsOf(id);
+    const codes = results.filter((r) => r.status !== 200).map((r) => r.code);
+    const other = [...new Set(codes)].join(', ');
+    return {
+      lines: [
+        'holder: 3 instances, default policy; the lease holder SIGKILLed 0.3 s into a 2 s load; 100 readers on the other two; takeover load 300 ms',
+        `  latency p50 ${p50Ms} ms`,
+      ],
+      figures: { holder: { sourceReads, ok, answers, p50Ms, p99Ms } },
+      checks: [
+        law('holder: source reads (counted by the source)', sourceReads, 2),
+        law(
+          'holder: answered 200',
+          `${ok} of ${results.length}${other && ` (others ${other})`}`,
+          'all',
+          ok === 100,
+        ),
+        law('holder: distinct answers', answers, 1),
+        law('holder: latency p99', `${p99Ms} ms`, '≤ 3000', p99Ms <= 3_000),
+      ],
+    };
   });
 }
 
 /** `n` ids: `<prefix>-0` … `<prefix>-<n-1>`. */
 const idsOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
 
-/** The p99 of `results`' latencies, ms (0 when none). */
-function p99Of(results: Array<{ ms: number }>): number {
-  const ms = results.map((r) => r.ms);
-  return ms.length === 0 ? 0 : p50p99(ms, 0).p99Ms;
-}
-
-/** Counts and p99s of one burst's answers. */
+/** Counts and p99s (0 when none) of one burst's answers. */
 function tally(results: OriginRead[]) {
+  const p99 = (xs: OriginRead[]) => (xs.length === 0 ? 0 : p50p99(msOf(xs), 0).p99Ms);
   const shed = results.filter((r) => r.code === 'ECC_SHED');
   const ok = results.filter((r) => r.status === 200);
-  return {
-    ok: ok.length,
-    shed: shed.length,
-    other: results.length - ok.length - shed.length,
-    shedP99Ms: p99Of(shed),
-    okP99Ms: p99Of(ok),
-  };
+  const other = results.length - ok.length - shed.length;
+  return { ok: ok.length, shed: shed.length, other, shedP99Ms: p99(shed), okP99Ms: p99(ok) };
 }
 
-/** GETs `ids` all at once on `s`; each answer with its latency. */
-const burst = (s: Service, table: string, ids: string[]) =>
-  Promise.all(ids.map((id) => get(s, table, id, 15_000)));
-
-/** Rounds of the slowed burst whose median the admission law judges. */
-const ADMISSION_ROUNDS = 3;
-/** Per round: cold ids on the slowed source, and ids in L2 only sent with them. */
-const COLD = 400;
-const IN_L2 = 200;
-
-async function admission() {
+/**
+ * A healthy source is never shed; a slow one sheds the excess fast. The instance under test
+ * takes a burst of cold ids on a fast source, then rounds of bursts on a slowed one; a second
+ * instance only fills L2.
+ */
+function admission(): Promise<Scenario> {
   const table = `admit-${run}`;
-  return withOrigin([20], async (origin) => {
-    // The instance under test, and a filler that puts ids in L2 without touching the first one's L1.
-    const starts = [startService(config(origin, table)), startService(config(origin, table))];
-    return await withServices(starts, async ([s, filler]) => {
-      if (s === undefined || filler === undefined) throw new Error('no service');
-      const limitNow = async () =>
-        metric(await scrape(s.url), 'echostore_load_limit', { table }) ?? Number.NaN;
-      const healthy = tally(await burst(s, table, idsOf('healthy', COLD)));
-      const healthyPeak = origin.peakInFlight();
-      // While the source is still fast: the filler reads each round's L2 ids (40 at a time, so
-      // that nothing is shed); the instance under test will find them in L2, not in its L1.
-      for (let round = 0; round < ADMISSION_ROUNDS; round++) {
-        const ids = idsOf(`l2-${round}`, IN_L2);
-        for (let i = 0; i < ids.length; i += 40) {
-          const filled = await burst(filler, table, ids.slice(i, i + 40));
-          if (filled.some((r) => r.status !== 200)) throw new Error('the filler could not fill L2');
-        }
+  return fleetOf(table, [20], [{}, {}], {}, async (origin, [s, filler]) => {
+    const burst = (on: Service | undefined, ids: string[]) =>
+      Promise.all(ids.map((id) => get(on as Service, table, id, 15_000)));
+    const limitNow = async () =>
+      metric(await scrape(s?.url as string), 'echostore_load_limit', { table }) ?? Number.NaN;
+    const healthy = tally(await burst(s, idsOf('healthy', COLD)));
+    const healthyPeak = origin.peakInFlight();
+    // While the source is still fast: the filler reads each round's L2 ids (40 at a time, so
+    // that nothing is shed); the instance under test will find them in L2, not in its L1.
+    for (let round = 0; round < ROUNDS; round++) {
+      const ids = idsOf(`l2-${round}`, IN_L2);
+      for (let i = 0; i < ids.length; i += 40) {
+        const filled = await burst(filler, ids.slice(i, i + 40));
+        if (filled.some((r) => r.status !== 200)) throw new Error('the filler could not fill L2');
       }
-      origin.setLatency(500);
-      origin.resetPeak();
-      // A trickle that lets the instance see the slowdown (16 at a time, twice).
-      const limitBefore = await limitNow();
-      let lowestLimit = limitBefore;
-      for (let wave = 0; wave < 2; wave++) {
-        await burst(s, table, idsOf(`trickle-${wave}`, 16));
-        lowestLimit = Math.min(lowestLimit, await limitNow());
-      }
-      const trickle = { limitBefore, limitAfter: lowestLimit };
-      // Each round: 400 new cold ids on the slowed source, and with them, interleaved (one in
-      // three), 200 ids in L2 only. An L2 hit is the transport plus the one Valkey round trip a
-      // shed must make too (a value in L2 is served, never shed), under the same burst at the
-      // same moment: a shed is "fast" when its p99 is at most 50 ms above theirs. The law takes
-      // the median of the rounds, so one scheduling hiccup in one p99 does not decide it.
-      const rounds: Array<
-        ReturnType<typeof tally> & { l2P99Ms: number; l2Ok: boolean; overMs: number }
-      > = [];
-      for (let round = 0; round < ADMISSION_ROUNDS; round++) {
-        const cold = idsOf(`slow-${round}`, COLD);
-        const inL2 = idsOf(`l2-${round}`, IN_L2);
-        const mixed = cold.flatMap((id, i) => (i % 2 === 1 ? [id, inL2[i >> 1] as string] : [id]));
-        const readsBefore = origin.totalReads();
-        const answers = await burst(s, table, mixed);
-        const coldAnswers = answers.filter((_, i) => mixed[i]?.startsWith('slow-'));
-        const l2Answers = answers.filter((_, i) => mixed[i]?.startsWith('l2-'));
-        const slow = tally(coldAnswers);
-        // Counted at the source: every source read of the round was a cold id's.
-        const l2Ok =
-          l2Answers.every((r) => r.status === 200) &&
-          origin.totalReads() - readsBefore === cold.reduce((n, id) => n + origin.readsOf(id), 0);
-        lowestLimit = Math.min(lowestLimit, await limitNow());
-        const l2P99Ms = p99Of(l2Answers);
-        rounds.push({ ...slow, l2P99Ms, l2Ok, overMs: slow.shedP99Ms - l2P99Ms });
-      }
-      const slowPeak = origin.peakInFlight();
-      const medianOverMs = median(rounds.map((r) => r.overMs));
-      const { maxConcurrentLoads, initialConcurrentLoads } = DEFAULT_POLICY;
-      return {
-        healthy: { ...healthy, sourcePeak: healthyPeak },
-        trickle,
-        rounds,
-        slowPeak,
-        lowestLimit,
-        medianOverMs,
-        maxConcurrentLoads,
-        initialConcurrentLoads,
-        pass:
-          healthy.shed === 0 &&
-          healthy.other === 0 &&
-          healthy.ok === COLD &&
-          healthyPeak <= maxConcurrentLoads &&
-          rounds.every((r) => r.l2Ok && r.shed > 0 && r.other === 0 && r.ok + r.shed === COLD) &&
-          medianOverMs <= 50 &&
-          slowPeak <= initialConcurrentLoads,
-      };
-    });
+    }
+    origin.setLatency(500);
+    origin.resetPeak();
+    // A trickle that lets the instance see the slowdown (16 at a time, twice).
+    const limitBefore = await limitNow();
+    let lowest = limitBefore;
+    for (let wave = 0; wave < 2; wave++) {
+      await burst(s, idsOf(`trickle-${wave}`, 16));
+      lowest = Math.min(lowest, await limitNow());
+    }
+    const limitAfter = lowest;
+    // Each round: 400 new cold ids on the slowed source, and with them, interleaved (one in
+    // three), 200 ids in L2 only. An L2 hit is the transport plus the one Valkey round trip a
+    // shed must make too (a value in L2 is served, never shed), under the same burst at the
+    // same moment: a shed is "fast" when its p99 is at most 50 ms above theirs. The law takes
+    // the median of the rounds, so one scheduling hiccup in one p99 does not decide it.
+    const rounds = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      const cold = idsOf(`slow-${round}`, COLD);
+      const inL2 = idsOf(`l2-${round}`, IN_L2);
+      const mixed = cold.flatMap((id, i) => (i % 2 === 1 ? [id, inL2[i >> 1] as string] : [id]));
+      const readsBefore = origin.totalReads();
+      const answers = await burst(s, mixed);
+      const l2 = tally(answers.filter((_, i) => mixed[i]?.startsWith('l2-')));
+      const slow = tally(answers.filter((_, i) => mixed[i]?.startsWith('slow-')));
+      // Counted at the source: every source read of the round was a cold id's.
+      const coldReads = sum(cold, (id) => origin.readsOf(id));
+      const l2Ok = l2.ok === IN_L2 && origin.totalReads() - readsBefore === coldReads;
+      lowest = Math.min(lowest, await limitNow());
+      rounds.push({ ...slow, l2P99Ms: l2.okP99Ms, l2Ok, overMs: slow.shedP99Ms - l2.okP99Ms });
+    }
+    const slowPeak = origin.peakInFlight();
+    const medianOverMs = median(rounds.map((r) => r.overMs));
+    const h = healthy;
+    const cells = (r: typeof h) => [r.ok, r.shed, r.other, r.shedP99Ms, r.okP99Ms];
+    const last = rounds.length - 1;
+    return {
+      lines: [
+        `admission: 1 instance under test (a second one only fills L2), default policy (the load limit starts at ${INITIAL}, at most ${MAX}); each row: 400 concurrent GETs of distinct cold ids`,
+        `  between the healthy row and the slowed ones, a trickle of 32 GETs (16 at a time, twice) on the 500 ms source: limit ${limitBefore} → ${limitAfter}`,
+        columns(
+          [
+            ['healthy (20 ms)', ...cells(h), healthyPeak, '-'],
+            ...rounds.map((r, i) => [
+              ...[`slowed (500 ms) #${i + 1}`, ...cells(r)],
+              ...(i === last ? [slowPeak, lowest] : ['', '']),
+            ]),
+          ],
+          [
+            ...['source', 'answered 200', 'shed', 'other', 'shed p99 ms', 'answered p99 ms'],
+            ...['source peak', 'lowest limit'],
+          ],
+        ),
+        `  with each slowed burst, 200 GETs of ids in L2 only: p99 ${rounds.map((r) => r.l2P99Ms).join(' / ')} ms; the shed p99 exceeds it by ${rounds.map((r) => r.overMs).join(' / ')} ms`,
+      ],
+      figures: {
+        admission: { healthy, healthyPeak, limitBefore, limitAfter, rounds, slowPeak, lowest },
+      },
+      checks: [
+        check(
+          `admission: a healthy source is never shed: 400 answered 200, source peak ≤ ${MAX} (counted by the source)`,
+          h.shed === 0 && h.other === 0 && h.ok === COLD && healthyPeak <= MAX,
+          `${h.ok} answered, ${h.shed} shed, ${h.other} other; source peak ${healthyPeak}`,
+        ),
+        check(
+          'admission: a slow source sheds in every round, nothing else fails, the L2 ids answered without a source read (HTTP + one Valkey round trip)',
+          rounds.every((r) => r.l2Ok && r.shed > 0 && r.other === 0 && r.ok + r.shed === COLD),
+          rounds
+            .map(
+              (r) =>
+                `${r.ok}/${r.shed}/${r.other} answered/shed/other, L2 ${r.l2Ok ? 'ok' : 'NOT ok'}`,
+            )
+            .join('; '),
+        ),
+        law(
+          "admission: the shed p99 over the L2 hits' p99, median of the rounds",
+          `${medianOverMs} ms`,
+          '≤ 50 ms',
+          medianOverMs <= 50,
+        ),
+        law(
+          'admission: slowed source peak (counted by the source)',
+          slowPeak,
+          `≤ ${INITIAL}`,
+          slowPeak <= INITIAL,
+        ),
+      ],
+    };
   });
 }
 
-async function main() {
-  const want = (s: string) => args.scenario === 'all' || args.scenario === s;
-  const report = {
-    drill: 'fleet',
-    skew: want('skew') ? await skew() : undefined,
-    holder: want('holder') ? await holder() : undefined,
-    admission: want('admission') ? await admission() : undefined,
-    pass: true,
+runDrill('fleet', args.json, async () => {
+  const ran: Scenario[] = [];
+  for (const [name, scenario] of [
+    ['skew', skew],
+    ['holder', holder],
+    ['admission', admission],
+  ] as const) {
+    if (args.scenario === 'all' || args.scenario === name) ran.push(await scenario());
+  }
+  return {
+    title: `fleet drill: ${args.scenario === 'all' ? 'clock skew, a dead lease holder, admission' : args.scenario}`,
+    body: ran.flatMap((r) => r.lines),
+    scenarios: ran.map((r) => r.figures),
+    checks: ran.flatMap((r) => r.checks),
   };
-  report.pass = [report.skew, report.holder, report.admission].every(
-    (r) => r === undefined || r.pass,
-  );
-  return report;
-}
-
-function render(r: Awaited<ReturnType<typeof main>>): string {
-  const out: string[] = [];
-  if (r.skew !== undefined) {
-    const s = r.skew;
-    out.push(
-      `skew: 3 instances (${s.hosts}) on one Valkey, ttlMs 2000, jitter 0.2`,
-      columns([
-        [
-          'source reads (counted by the source)',
-          `${s.sourceReads}   (law: ${s.distinctKeys}, one per key)`,
-        ],
-        ['largest Cache-Status ttl served', `${s.maxServedTtlS} s   (law: ≤ ${s.ttlBoundS})`],
-        ['old values answered after the TTL', `${s.servedAfterExpiry}   (law: 0)`],
-        ['failed reads', `${s.failures}   (law: 0)`],
-      ]),
-      `${verdict(s.pass)}: one clock for the fleet`,
-    );
-  }
-  if (r.holder !== undefined) {
-    const h = r.holder;
-    out.push(
-      'holder: 3 instances, default policy; the lease holder SIGKILLed 0.3 s into a 2 s load; 100 readers on the other two; takeover load 300 ms',
-      columns([
-        ['source reads (counted by the source)', `${h.sourceReads}   (law: 2)`],
-        ['answered 200', `${h.answered200} of ${h.readers}   (law: all)`],
-        ['other answers', h.otherCodes],
-        ['distinct answers', `${h.distinctAnswers}   (law: 1)`],
-        ['latency p50 / p99', `${h.p50Ms} / ${h.p99Ms} ms   (law: p99 ≤ 3000)`],
-      ]),
-      `${verdict(h.pass)}: a dead holder costs one source read, every waiter answered`,
-    );
-  }
-  if (r.admission !== undefined) {
-    const a = r.admission;
-    out.push(
-      `admission: 1 instance under test (a second one only fills L2), default policy (the load limit starts at ${a.initialConcurrentLoads}, at most ${a.maxConcurrentLoads}); each row: 400 concurrent GETs of distinct cold ids`,
-      `  between the healthy row and the slowed ones, a trickle of 32 GETs (16 at a time, twice) on the 500 ms source: limit ${a.trickle.limitBefore} → ${a.trickle.limitAfter}`,
-      columns(
-        [
-          [
-            'healthy (20 ms)',
-            a.healthy.ok,
-            a.healthy.shed,
-            a.healthy.other,
-            a.healthy.shedP99Ms,
-            a.healthy.okP99Ms,
-            a.healthy.sourcePeak,
-            '-',
-          ],
-          ...a.rounds.map((round, i) => [
-            `slowed (500 ms) #${i + 1}`,
-            round.ok,
-            round.shed,
-            round.other,
-            round.shedP99Ms,
-            round.okP99Ms,
-            i === a.rounds.length - 1 ? a.slowPeak : '',
-            i === a.rounds.length - 1 ? a.lowestLimit : '',
-          ]),
-        ],
-        [
-          'source',
-          'answered 200',
-          'shed',
-          'other',
-          'shed p99 ms',
-          'answered p99 ms',
-          'source peak',
-          'lowest limit',
-        ],
-      ),
-      `  with each slowed burst, 200 GETs of ids in L2 only (HTTP + one Valkey round trip, the source not read: ${a.rounds.every((r) => r.l2Ok) ? 'yes' : 'NO'}): p99 ${a.rounds.map((r) => r.l2P99Ms).join(' / ')} ms; the shed p99 exceeds it by ${a.rounds.map((r) => r.overMs).join(' / ')} ms (median ${a.medianOverMs})`,
-      `  laws: healthy → 0 shed, source peak ≤ ${a.maxConcurrentLoads}; slowed → every round sheds, the median shed p99 ≤ the L2 hits' p99 + 50 ms, source peak ≤ ${a.initialConcurrentLoads} (counted by the source)`,
-      `${verdict(a.pass)}: a healthy source is never shed, a slow one sheds the excess fast`,
-    );
-  }
-  out.push(r.pass ? 'PASS: every fleet law holds' : 'FAIL: a fleet law is broken');
-  return `${out.join('\n')}\n`;
-}
-
-runDrill('fleet', args.json, main, render);
+});

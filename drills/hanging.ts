@@ -6,12 +6,11 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
-import { type Service, startService } from '../harness/service.js';
+import { startService, withServices } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
-import { bump, columns, listCounts, percentile, round, verdict } from './lib/report.js';
-import { originConfig } from './lib/store.js';
-import { drillValkey } from './lib/valkey-target.js';
+import { bump, check, columns, listCounts, percentile, round, sum } from './lib/report.js';
+import { drillValkey, originConfig, QUIET } from './lib/store.js';
 
 const args = drillArgs({
   'phase-s': float(15, 1, 600),
@@ -21,9 +20,7 @@ const args = drillArgs({
 });
 
 const TABLE = 'hanging';
-const MAX_CONCURRENT_LOADS = 16;
-const MAX_OVERDUE_LOADS = 64;
-const LOAD_TIMEOUT_MS = 2_000;
+const POLICY = { loadTimeoutMs: 2_000, maxConcurrentLoads: 16, maxOverdueLoads: 64 };
 const PHASES = [0, 16, 40];
 /**
  * A hanging caller is answered within loadTimeoutMs + this: its load may first wait for a slot
@@ -40,11 +37,8 @@ async function get(url: string): Promise<{ code: string; ms: number }> {
 
 /** One phase: `hanging` ids whose origin never answers, asked beside `--readers` healthy readers. */
 async function runPhase(origin: Origin, url: string, run: string, hanging: number) {
-  const openAtStart = origin.open();
-  let peakOpen = openAtStart;
-  const sampler = setInterval(() => {
-    peakOpen = Math.max(peakOpen, origin.open());
-  }, 5);
+  let peakOpen = origin.open();
+  const sampler = setInterval(() => (peakOpen = Math.max(peakOpen, origin.open())), 5);
   const endAt = performance.now() + args['phase-s'] * 1000;
   const healthyMs: number[] = [];
   const healthyCodes: Record<string, number> = {};
@@ -77,12 +71,10 @@ async function runPhase(origin: Origin, url: string, run: string, hanging: numbe
     ...Array.from({ length: args.readers }, (_, r) => askHealthy(r)),
   ]);
   clearInterval(sampler);
-  const healthy = Object.values(healthyCodes).reduce((a, b) => a + b, 0);
+  const healthy = sum(Object.values(healthyCodes), (n) => n);
   // The last hanging loads are aborted at loadTimeoutMs: let them go before the next phase.
-  const settleBy = performance.now() + LOAD_TIMEOUT_MS + 1_000;
-  while (origin.open() > 0 && performance.now() < settleBy) {
-    await sleep(50);
-  }
+  const settleBy = performance.now() + POLICY.loadTimeoutMs + 1_000;
+  while (origin.open() > 0 && performance.now() < settleBy) await sleep(50);
   return {
     hanging,
     healthy,
@@ -98,69 +90,45 @@ async function runPhase(origin: Origin, url: string, run: string, hanging: numbe
   };
 }
 
-async function main() {
+runDrill('hanging', args.json, async () => {
   const origin = await startOrigin(args['latency-ms'], 600_000);
   const valkey = await drillValkey(args.valkey, false);
   const run = randomBytes(4).toString('hex');
-  let service: Service | undefined;
   const phases: Array<Awaited<ReturnType<typeof runPhase>>> = [];
-  try {
-    const policy = {
-      loadTimeoutMs: LOAD_TIMEOUT_MS,
-      maxConcurrentLoads: MAX_CONCURRENT_LOADS,
-      maxOverdueLoads: MAX_OVERDUE_LOADS,
-    };
-    const quiet = { log: { level: 'error' } };
-    service = await startService(
-      originConfig(valkey.section, TABLE, origin.template, policy, quiet),
-    );
-    const url = service.url;
+  const config = originConfig(valkey.section, TABLE, origin.template, POLICY, QUIET);
+  await withServices([startService(config)], async ([service]) => {
+    const url = service?.url as string;
     // Warm-up, not counted: the first requests pay for JIT and connections.
     for (let i = 0; i < 200; i++) await get(itemUrl(url, TABLE, `warm-${run}-${i}`));
     for (const hanging of PHASES) phases.push(await runPhase(origin, url, run, hanging));
-  } finally {
-    await service?.stop();
+  }).finally(async () => {
     await origin.close();
     await valkey.close();
-  }
-  const base = phases[0] as (typeof phases)[number];
-  const boundMs = 2 * base.healthyP95Ms + 10;
-  const concurrencyBound = MAX_CONCURRENT_LOADS + MAX_OVERDUE_LOADS;
-  const laws = phases.slice(1).map((p) => ({
-    hanging: p.hanging,
-    answered: p.healthyAnsweredShare >= 0.95,
-    latency: p.healthyP95Ms <= boundMs,
-    hangingBounded:
-      p.hangingMaxMs <= LOAD_TIMEOUT_MS + HANGING_SLACK_MS &&
-      Object.keys(p.hangingCodes).every((c) => c === 'ECC_LOAD_TIMEOUT' || c === 'ECC_SHED'),
-    concurrency: p.originPeakOpen <= concurrencyBound,
-  }));
+  });
+  const boundMs = round(2 * (phases[0]?.healthyP95Ms ?? 0) + 10, 1);
+  const hangingMs = POLICY.loadTimeoutMs + HANGING_SLACK_MS;
+  const openBound = POLICY.maxConcurrentLoads + POLICY.maxOverdueLoads;
+  const refused = (p: (typeof phases)[number]) =>
+    Object.keys(p.hangingCodes).every((c) => c === 'ECC_LOAD_TIMEOUT' || c === 'ECC_SHED');
   return {
-    drill: 'hanging',
-    valkey: valkey.label,
-    phaseS: args['phase-s'],
-    readers: args.readers,
-    sourceLatencyMs: args['latency-ms'],
-    loadTimeoutMs: LOAD_TIMEOUT_MS,
-    maxConcurrentLoads: MAX_CONCURRENT_LOADS,
-    maxOverdueLoads: MAX_OVERDUE_LOADS,
-    healthyP95BoundMs: round(boundMs, 1),
+    title: `hanging drill: ${args.readers} healthy readers of cold ids, source latency ${args['latency-ms']} ms, ${args['phase-s']} s per phase, loadTimeoutMs ${POLICY.loadTimeoutMs}, on ${valkey.label}`,
+    body: [
+      columns(
+        phases.map((p) => [
+          `${p.hanging} hanging ids`,
+          `healthy ${p.healthyAnswered}/${p.healthy} answered (${round(p.healthyAnsweredShare * 100, 1)} %), p50 ${p.healthyP50Ms} ms, p95 ${p.healthyP95Ms} ms; hanging callers ${p.hangingAnswers} answers (${listCounts(p.hangingCodes)}), slowest ${p.hangingMaxMs} ms; origin peak ${p.originPeakOpen} open`,
+        ]),
+      ),
+    ],
     phases,
-    laws,
-    pass: laws.every((l) => l.answered && l.latency && l.hangingBounded && l.concurrency),
+    checks: phases.slice(1).map((p) => {
+      const ok = p.healthyAnsweredShare >= 0.95 && p.healthyP95Ms <= boundMs;
+      const bounded = p.hangingMaxMs <= hangingMs && refused(p) && p.originPeakOpen <= openBound;
+      return check(
+        `with ${p.hanging} hanging ids: healthy answered ≥ 95 %, p95 ≤ ${boundMs} ms (2 × the first phase's + 10); hanging callers refused within ${hangingMs} ms; origin ≤ ${openBound} open`,
+        ok && bounded,
+        `${round(p.healthyAnsweredShare * 100, 1)} %, p95 ${p.healthyP95Ms} ms; slowest ${p.hangingMaxMs} ms (${listCounts(p.hangingCodes)}); ${p.originPeakOpen} open`,
+      );
+    }),
   };
-}
-
-function render(r: Awaited<ReturnType<typeof main>>): string {
-  const rows = r.phases.map((p): [string, string] => [
-    `${p.hanging} hanging ids`,
-    `healthy ${p.healthyAnswered}/${p.healthy} answered (${round(p.healthyAnsweredShare * 100, 1)} %), p50 ${p.healthyP50Ms} ms, p95 ${p.healthyP95Ms} ms; hanging callers ${p.hangingAnswers} answers (${listCounts(p.hangingCodes)}), slowest ${p.hangingMaxMs} ms; origin peak ${p.originPeakOpen} open`,
-  ]);
-  const laws = r.laws.map((l): [string, string] => [
-    `laws with ${l.hanging}`,
-    `answered ≥ 95 %: ${l.answered}; p95 ≤ ${r.healthyP95BoundMs} ms: ${l.latency}; hanging ≤ ${r.loadTimeoutMs + HANGING_SLACK_MS} ms: ${l.hangingBounded}; origin ≤ ${r.maxConcurrentLoads + r.maxOverdueLoads} open: ${l.concurrency}`,
-  ]);
-  return `hanging drill: ${r.readers} healthy readers of cold ids, source latency ${r.sourceLatencyMs} ms, ${r.phaseS} s per phase, loadTimeoutMs ${r.loadTimeoutMs}, on ${r.valkey}\n${columns([...rows, ...laws])}\n${verdict(r.pass)}: hanging ids ${r.pass ? 'do not starve' : 'starve'} the table\n`;
-}
-
-runDrill('hanging', args.json, main, render);
+});

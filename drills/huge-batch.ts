@@ -7,39 +7,23 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { startOrigin } from '../harness/origin.js';
 import { plantRows } from '../harness/plant-rows.js';
-import { startService } from '../harness/service.js';
+import { startService, withServices } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
 import { sourceFingerprint } from '../src/sources/fingerprint.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import { readyz, timed } from './lib/http.js';
-import { columns, percentile, round } from './lib/report.js';
+import { countBy, law, percentile, round } from './lib/report.js';
 
 const args = drillArgs({
   ids: int(1_000, 1, 1_000),
   'row-kb': int(300, 1, 2_000),
   'command-timeout-ms': int(1_000, 50, 60_000),
 });
-
 const TABLE = 'huge';
+const ids = Array.from({ length: args.ids }, (_, i) => String(i));
 /** Rows read before the measured batch, to warm the service up; not part of it. */
 const WARM_IDS = ['warm-1', 'warm-2', 'warm-3', 'warm-4'];
-/** The law's bound on a `/healthz` answer during the batch. */
 const HEALTHZ_BOUND_MS = 100;
-
-/** Plants the rows in L2 as the service's source would have written them (its fingerprint). */
-async function plant(url: string, fingerprint: string): Promise<void> {
-  const raw = new Redis(url, { maxRetriesPerRequest: 1 });
-  try {
-    const ids = [...Array.from({ length: args.ids }, (_, i) => String(i)), ...WARM_IDS];
-    await plantRows(raw, TABLE, ids, {
-      rowBytes: args['row-kb'] * 1_000,
-      ttlMs: 3_600_000,
-      fingerprint,
-    });
-  } finally {
-    raw.disconnect();
-  }
-}
 
 /**
  * The batch over a socket: its status and body as received, in pieces. Joining 64 MiB takes this
@@ -47,127 +31,97 @@ async function plant(url: string, fingerprint: string): Promise<void> {
  * counted only after polling stops, so that the drill times the service, not itself.
  */
 function batchGet(base: string, ids: string[]): Promise<{ status: number; body: Buffer[] }> {
+  const options = { method: 'POST', headers: { 'content-type': 'application/json' } };
   return new Promise((resolve, reject) => {
-    const req = request(
-      `${base}/v1/tables/${TABLE}/items:batchGet`,
-      { method: 'POST', headers: { 'content-type': 'application/json' } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', reject);
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: chunks }));
-      },
-    );
+    const req = request(`${base}/v1/tables/${TABLE}/items:batchGet`, options, (res) => {
+      const body: Buffer[] = [];
+      res.on('data', (c: Buffer) => body.push(c));
+      res.on('error', reject);
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
     req.on('error', reject);
     req.end(JSON.stringify({ ids }));
   });
 }
 
-/** The items of a 200 answer by status and code. */
-function countItems(body: Buffer[]): { found: number; tooLarge: number; other: number } {
-  const counts = { found: 0, tooLarge: 0, other: 0 };
-  const { items } = JSON.parse(Buffer.concat(body).toString()) as {
-    items: Array<{ status: string; error?: { code: string } }>;
-  };
-  for (const item of items) {
-    if (item.status === 'found') counts.found++;
-    else if (item.error?.code === 'ECC_BATCH_TOO_LARGE') counts.tooLarge++;
-    else counts.other++;
-  }
-  return counts;
-}
-
-async function main() {
+runDrill('huge-batch', args.json, async () => {
   const valkey = await spawnValkey();
   const origin = await startOrigin(5);
+  const source = { kind: 'http' as const, url: origin.template };
+  const config = {
+    valkey: { url: valkey.url, commandTimeoutMs: args['command-timeout-ms'] },
+    tables: { [TABLE]: { source } },
+  };
   try {
-    const source = { kind: 'http' as const, url: origin.template };
-    await plant(valkey.url, sourceFingerprint(source));
-    const service = await startService({
-      valkey: { url: valkey.url, commandTimeoutMs: args['command-timeout-ms'] },
-      tables: { [TABLE]: { source } },
+    // The rows in L2 as the service's source would have written them (its fingerprint).
+    const raw = new Redis(valkey.url, { maxRetriesPerRequest: 1 });
+    const row = { rowBytes: args['row-kb'] * 1_000, ttlMs: 3_600_000 };
+    await plantRows(raw, TABLE, [...ids, ...WARM_IDS], {
+      ...row,
+      fingerprint: sourceFingerprint(source),
     });
-    try {
+    raw.disconnect();
+    return await withServices([startService(config)], async ([service]) => {
+      const url = service?.url as string;
       // Warm up first (the scripts' first load, JIT): a few rows not in the batch, and the routes.
-      await batchGet(service.url, WARM_IDS);
-      for (let i = 0; i < 5; i++)
-        await fetch(`${service.url}/healthz`).then((r) => r.arrayBuffer());
+      await batchGet(url, WARM_IDS);
+      for (let i = 0; i < 5; i++) await fetch(`${url}/healthz`).then((r) => r.arrayBuffer());
       // /healthz and /readyz from their own connections, every 10 ms, while the batch runs.
       const healthzMs: number[] = [];
-      let degraded = 0;
-      let polling = true;
+      let [degraded, polling] = [0, true];
       const poll = (async () => {
         while (polling) {
-          healthzMs.push((await timed(`${service.url}/healthz`, 5_000)).ms);
-          if ((await readyz(service.url)).status === 'degraded') degraded++;
+          healthzMs.push((await timed(`${url}/healthz`, 5_000)).ms);
+          if ((await readyz(url)).status === 'degraded') degraded++;
           await sleep(10);
         }
       })();
-      const ids = Array.from({ length: args.ids }, (_, i) => String(i));
       const started = performance.now();
-      const answer = await batchGet(service.url, ids);
-      const batchMs = performance.now() - started;
+      const answer = await batchGet(url, ids);
+      const batchMs = round(performance.now() - started);
       await sleep(200);
       polling = false;
       await poll;
-      const counts =
-        answer.status === 200 ? countItems(answer.body) : { found: 0, tooLarge: 0, other: 0 };
-      const bytes = answer.body.reduce((n, c) => n + c.length, 0);
-      const batch = { status: answer.status, bytes, ...counts };
-      const sourceReads = origin.totalReads();
-      const healthzMaxMs = Math.max(...healthzMs);
-      const pass =
-        batch.status === 200 &&
-        batch.found + batch.tooLarge === args.ids &&
-        batch.found > 0 &&
-        sourceReads === 0 &&
-        degraded === 0 &&
-        healthzMaxMs <= HEALTHZ_BOUND_MS;
+      type Item = { status: string; error?: { code: string } };
+      const { items = [] } =
+        answer.status === 200 ? JSON.parse(Buffer.concat(answer.body).toString()) : {};
+      const by = countBy(items as Item[], (x) =>
+        x.status === 'found'
+          ? 'found'
+          : x.error?.code === 'ECC_BATCH_TOO_LARGE'
+            ? 'tooLarge'
+            : 'other',
+      );
+      const [found, tooLarge, other] = [by.found ?? 0, by.tooLarge ?? 0, by.other ?? 0];
+      const healthzMaxMs = round(Math.max(...healthzMs));
       return {
-        pass,
-        ids: args.ids,
-        rowKb: args['row-kb'],
-        commandTimeoutMs: args['command-timeout-ms'],
-        status: batch.status,
-        answerMiB: round(batch.bytes / 1024 / 1024),
-        found: batch.found,
-        tooLarge: batch.tooLarge,
-        otherErrors: batch.other,
-        sourceReads,
-        degradedPolls: degraded,
-        batchMs: round(batchMs),
-        healthzPolls: healthzMs.length,
-        healthzP99Ms: round(percentile(healthzMs, 99)),
-        healthzMaxMs: round(healthzMaxMs),
+        title: `huge-batch drill: one batchGet of ${args.ids} ids, ${args['row-kb']} KB rows in L2, commandTimeoutMs ${args['command-timeout-ms']}`,
+        figures: {
+          'answer size (MiB)': round(answer.body.reduce((n, c) => n + c.length, 0) / 1024 / 1024),
+          'batch duration (ms)': batchMs,
+          '/healthz polls, p99 (ms)': `${healthzMs.length}, ${round(percentile(healthzMs, 99))}`,
+        },
+        checks: [
+          law('answer status', answer.status, 200),
+          law(
+            'found / ECC_BATCH_TOO_LARGE / other',
+            `${found} / ${tooLarge} / ${other}`,
+            `found > 0, other 0, ${args.ids} in all`,
+            found > 0 && other === 0 && found + tooLarge === args.ids,
+          ),
+          law('source reads (counted at the origin)', origin.totalReads(), 0),
+          law('/readyz polls that said degraded', degraded, 0),
+          law(
+            '/healthz max (ms)',
+            healthzMaxMs,
+            `≤ ${HEALTHZ_BOUND_MS}`,
+            healthzMaxMs <= HEALTHZ_BOUND_MS,
+          ),
+        ],
       };
-    } finally {
-      await service.stop();
-    }
+    });
   } finally {
     await origin.close();
     await valkey.stop();
   }
-}
-
-function render(r: Awaited<ReturnType<typeof main>>): string {
-  return `huge-batch drill: one batchGet of ${r.ids} ids, ${r.rowKb} KB rows in L2, commandTimeoutMs ${r.commandTimeoutMs}
-${columns([
-  ['answer status', `${r.status}   (law: 200)`],
-  ['answer size (MiB)', r.answerMiB],
-  [
-    'found / ECC_BATCH_TOO_LARGE / other',
-    `${r.found} / ${r.tooLarge} / ${r.otherErrors}   (law: found > 0, other 0)`,
-  ],
-  ['source reads (counted at the origin)', `${r.sourceReads}   (law: 0)`],
-  ['/readyz polls that said degraded', `${r.degradedPolls}   (law: 0)`],
-  ['batch duration (ms)', r.batchMs],
-  [
-    '/healthz polls, p99, max (ms)',
-    `${r.healthzPolls}, ${r.healthzP99Ms}, ${r.healthzMaxMs}   (law: max ≤ ${HEALTHZ_BOUND_MS})`,
-  ],
-])}
-${r.pass ? 'PASS' : 'FAIL'}
-`;
-}
-
-runDrill('huge-batch', args.json, main, render);
+});

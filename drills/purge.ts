@@ -11,8 +11,8 @@ import { type Service, startService, withServices } from '../harness/service.js'
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
 import { type OriginRead, readItem, readItems, timed } from './lib/http.js';
 import { Loops, pick } from './lib/load.js';
-import { columns, verdict } from './lib/report.js';
-import { originConfig } from './lib/store.js';
+import { addCounts, check, columns, law, sum } from './lib/report.js';
+import { originConfig, QUIET } from './lib/store.js';
 
 const args = drillArgs({
   rows: int(1000, 50, 100_000),
@@ -40,21 +40,13 @@ const softTags = ['t5', 't6', 't7', 't8', 't9'];
 
 /** Nothing expires during the drill (every reload is a purge's); a table purge's reloads queue. */
 const POLICY = {
-  ttlMs: 600_000,
-  staleMs: 600_000,
-  earlyRefreshBeta: 0,
-  l1: { ttlMs: 600_000 },
-  maxConcurrentLoads: 256,
-  initialConcurrentLoads: 256,
-  maxQueueDelayMs: 10_000,
-  maxQueuedLoads: 10_000,
+  ...{ ttlMs: 600_000, staleMs: 600_000, earlyRefreshBeta: 0, l1: { ttlMs: 600_000 } },
+  ...{ maxConcurrentLoads: 256, initialConcurrentLoads: 256 },
+  ...{ maxQueueDelayMs: 10_000, maxQueuedLoads: 10_000 },
 };
 
 const config = (origin: Origin, namespace: string) =>
-  originConfig({ url: args.valkey }, table, origin.template, POLICY, {
-    namespace,
-    log: { level: 'error' },
-  });
+  originConfig({ url: args.valkey }, table, origin.template, POLICY, { namespace, ...QUIET });
 
 const get = (s: Service, id: string) => readItem(s.url, table, id);
 
@@ -93,7 +85,7 @@ const readsSince = (origin: Origin, id: string, sinceMs: number) =>
 
 /** Source reads of all of `ids` that arrived at or after `sinceMs`. */
 const readsOfSince = (origin: Origin, ids: Iterable<string>, sinceMs: number) =>
-  [...ids].reduce((n, id) => n + readsSince(origin, id, sinceMs), 0);
+  sum([...ids], (id) => readsSince(origin, id, sinceMs));
 
 /** Answers to requests sent after the purge's answer + the bound that carry a read from before it. */
 function oldServed(origin: Origin, answers: OriginRead[], ids: Set<string>, p: Purge) {
@@ -106,14 +98,12 @@ function oldServed(origin: Origin, answers: OriginRead[], ids: Set<string>, p: P
   ).length;
 }
 
+/** L1 rows the services dropped (`hard`) or marked for a refresh (`soft`) so far. */
 async function purgedRows(services: Service[]) {
-  const out = { hard: 0, soft: 0 };
-  for (const s of services) {
-    const rows = byLabels(await scrape(s.url), 'echostore_purged_rows_total', table);
-    out.hard += rows.hard ?? 0;
-    out.soft += rows.soft ?? 0;
-  }
-  return out;
+  const all: Record<string, number> = {};
+  for (const s of services)
+    addCounts(all, byLabels(await scrape(s.url), 'echostore_purged_rows_total', table));
+  return { hard: all.hard ?? 0, soft: all.soft ?? 0 };
 }
 
 async function fleet(origin: Origin) {
@@ -154,8 +144,7 @@ async function fleet(origin: Origin) {
     const purgeStart = Math.min(hard.issuedAtMs, soft.issuedAtMs);
     const others = rowIds.filter((id) => !hardIds.has(id) && !softIds.has(id));
     // A soft row's refresh: its second read's answer; old answers after it + the bound break the law.
-    let softOldAfterRefresh = 0;
-    let softStaleServed = 0;
+    let [softOldAfterRefresh, softStaleServed] = [0, 0];
     for (const x of answers) {
       if (!softIds.has(x.id) || x.sentAtMs <= soft.answeredAtMs + boundMs) continue;
       if (arrivedAt(origin, x.id, x.read) >= soft.issuedAtMs) continue;
@@ -163,12 +152,9 @@ async function fleet(origin: Origin) {
       const refreshed = origin.readsLog(x.id)[1]?.answeredAtMs ?? Number.POSITIVE_INFINITY;
       if (x.sentAtMs > refreshed + boundMs) softOldAfterRefresh++;
     }
-    const tagPhase = {
-      warmReads,
-      answers: load.samples.length,
+    const t = {
       hardRows: hardIds.size,
       softRows: softIds.size,
-      held: heldIds.length,
       hardPurgeMs: hard.answeredAtMs - hard.issuedAtMs,
       softPurgeMs: soft.answeredAtMs - soft.issuedAtMs,
       hardOldServed: oldServed(origin, answers, hardIds, hard),
@@ -179,9 +165,9 @@ async function fleet(origin: Origin) {
       otherReads: readsOfSince(origin, others, purgeStart),
       /** Purged rows not read exactly once since the purge: `id: reads`, the first ten. */
       misread: [...hardIds, ...softIds]
-        .filter((id) => readsSince(origin, id, purgeStart) !== 1)
-        .slice(0, 10)
-        .map((id) => `${id}: ${readsSince(origin, id, purgeStart)}`),
+        .map((id) => `${id}: ${readsSince(origin, id, purgeStart)}`)
+        .filter((x) => !x.endsWith(': 1'))
+        .slice(0, 10),
     };
     const tagRows = await purgedRows(services);
 
@@ -193,35 +179,49 @@ async function fleet(origin: Origin) {
     await sleep(args['read-ms']);
     await tableLoad.stop();
     const tableSweep = (await Promise.all(services.map((s) => readAll(s, all)))).flat();
-    const tableAnswers = [...tableLoad.samples, ...tableSweep];
-    const allIds = new Set(all);
-    const tablePhase = {
-      answers: tableLoad.samples.length,
+    const w = {
       rows: all.length,
       purgeMs: whole.answeredAtMs - whole.issuedAtMs,
-      oldServed: oldServed(origin, tableAnswers, allIds, whole),
+      oldServed: oldServed(origin, [...tableLoad.samples, ...tableSweep], new Set(all), whole),
       reads: readsOfSince(origin, all, whole.issuedAtMs),
     };
-    const rowsDropped = await purgedRows(services);
+    const dropped = await purgedRows(services);
+    const other = args.rows - t.hardRows - t.softRows + heldIds.length;
     return {
-      tagPhase: {
-        ...tagPhase,
-        l1RowsDropped: tagRows,
-        pass:
-          tagPhase.hardOldServed === 0 &&
-          tagPhase.softOldAfterRefresh === 0 &&
-          tagPhase.hardReads === tagPhase.hardRows &&
-          tagPhase.softReads === tagPhase.softRows &&
-          tagPhase.otherReads === 0,
-      },
-      tablePhase: {
-        ...tablePhase,
-        l1RowsDropped: {
-          hard: rowsDropped.hard - tagRows.hard,
-          soft: rowsDropped.soft - tagRows.soft,
-        },
-        pass: tablePhase.oldServed === 0 && tablePhase.reads === tablePhase.rows,
-      },
+      tagPhase: t,
+      tablePhase: w,
+      rows: [
+        ['hard (5 tags)', t.hardRows, t.hardPurgeMs, t.hardOldServed, '-', t.hardReads],
+        [
+          'soft (5 tags)',
+          t.softRows,
+          t.softPurgeMs,
+          t.softOldAfterRefresh,
+          softStaleServed,
+          t.softReads,
+        ],
+        ['other rows', other, '-', '-', '-', t.otherReads],
+        ['table (all)', w.rows, w.purgeMs, w.oldServed, '-', w.reads],
+      ],
+      note: `  reads under load: ${load.samples.length} during the tag purges, ${tableLoad.samples.length} during the table purge (warm-up ${warmReads}); L1 rows dropped: tag purges ${tagRows.hard} hard / ${tagRows.soft} soft refreshed, table purge ${dropped.hard - tagRows.hard}`,
+      checks: [
+        law('tag purges: hard-purged rows served after the answer + bound', t.hardOldServed, 0),
+        law(
+          'tag purges: soft-purged rows served old after their one refresh + bound',
+          t.softOldAfterRefresh,
+          0,
+        ),
+        check(
+          'tag purges: source reads = purged rows, 0 for the others (counted by the origin)',
+          t.hardReads === t.hardRows && t.softReads === t.softRows && t.otherReads === 0,
+          `${t.hardReads} + ${t.softReads} for ${t.hardRows} + ${t.softRows} rows, ${t.otherReads} for the others${t.misread.length ? `; not read once: ${t.misread.join(', ')}` : ''}`,
+        ),
+        check(
+          'table purge: 0 old answers after the bound; source reads = rows',
+          w.oldServed === 0 && w.reads === w.rows,
+          `${w.oldServed} old answers; ${w.reads} source reads for ${w.rows} rows`,
+        ),
+      ],
     };
   });
 }
@@ -242,72 +242,32 @@ async function namespaces() {
           const foreign =
             answers.one.filter((x) => x.origin !== 'one').length +
             answers.two.filter((x) => x.origin !== 'two').length;
-          return {
-            ids: ids.length,
-            readsOne: one.totalReads(),
-            readsTwo: two.totalReads(),
-            foreignAnswers: foreign,
-            pass:
-              foreign === 0 && one.totalReads() === ids.length && two.totalReads() === ids.length,
-          };
+          const [r1, r2] = [one.totalReads(), two.totalReads()];
+          return check(
+            `namespaces: ${ids.length} ids read on two deployments of one table name: no answer from the other's source; source reads ${ids.length} each`,
+            foreign === 0 && r1 === ids.length && r2 === ids.length,
+            `${foreign} answers from the other's source; source reads ${r1} / ${r2}`,
+          );
         },
       ),
     ),
   );
 }
 
-async function main() {
-  return withOrigin([10, 20_000, { surrogateKey: tagOf }], async (origin) => {
+runDrill('purge', args.json, () =>
+  withOrigin([10, 20_000, { surrogateKey: tagOf }], async (origin) => {
     const f = await fleet(origin);
-    const ns = await namespaces();
     return {
-      rows: args.rows,
-      tags: args.tags,
-      boundMs,
-      ...f,
-      namespaces: ns,
-      pass: f.tagPhase.pass && f.tablePhase.pass && ns.pass,
+      title: `purge drill: 3 instances, ${args.rows} rows over ${args.tags} tags (+${heldIds.length} held loads), coherence bound ${boundMs} ms`,
+      body: [
+        columns(f.rows, [
+          ...['purge', 'rows', 'answered in ms', 'old served after bound'],
+          ...['stale served (soft)', 'source reads after'],
+        ]),
+        f.note,
+      ],
+      ...{ tagPhase: f.tagPhase, tablePhase: f.tablePhase },
+      checks: [...f.checks, await namespaces()],
     };
-  });
-}
-
-type Report = Awaited<ReturnType<typeof main>>;
-
-function render(r: Report): string {
-  const t = r.tagPhase;
-  const w = r.tablePhase;
-  const n = r.namespaces;
-  return `${[
-    `purge drill: 3 instances, ${r.rows} rows over ${r.tags} tags (+${t.held} held loads), coherence bound ${r.boundMs} ms`,
-    columns(
-      [
-        ['hard (5 tags)', t.hardRows, t.hardPurgeMs, t.hardOldServed, '-', t.hardReads],
-        [
-          'soft (5 tags)',
-          t.softRows,
-          t.softPurgeMs,
-          t.softOldAfterRefresh,
-          t.softStaleServed,
-          t.softReads,
-        ],
-        ['other rows', r.rows - t.hardRows - t.softRows + t.held, '-', '-', '-', t.otherReads],
-        ['table (all)', w.rows, w.purgeMs, w.oldServed, '-', w.reads],
-      ],
-      [
-        'purge',
-        'rows',
-        'answered in ms',
-        'old served after bound',
-        'stale served (soft)',
-        'source reads after',
-      ],
-    ),
-    `  reads under load: ${t.answers} during the tag purges, ${w.answers} during the table purge; L1 rows dropped: tag purges ${t.l1RowsDropped.hard} hard / ${t.l1RowsDropped.soft} soft refreshed, table purge ${w.l1RowsDropped.hard}`,
-    `  ${verdict(t.pass)}: hard-purged rows never served after the answer + bound; soft ones only until their one refresh; source reads = purged rows (${t.hardRows} + ${t.softRows}), 0 for the others`,
-    `  ${verdict(w.pass)}: table purge: 0 old answers after the bound; source reads = rows (${w.rows})`,
-    `  ${verdict(n.pass)}: namespaces: ${n.ids} ids read on two deployments of one table name: ${n.foreignAnswers} answers from the other's source; source reads ${n.readsOne} / ${n.readsTwo}`,
-    r.pass ? 'PASS: every purge law holds' : 'FAIL: a purge law is broken',
-  ].join('\n')}\n`;
-}
-
-runDrill('purge', args.json, main, render);
+  }),
+);

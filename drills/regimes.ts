@@ -5,17 +5,15 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
-import type { BurstResult } from './lib/burst.js';
 import { drillArgs, flag, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
-import { addCounts, columns, listCounts, p50p99 } from './lib/report.js';
-import { dropId } from './lib/store.js';
+import { addCounts, check, columns, listCounts, p50p99, sum } from './lib/report.js';
+import { type DrillValkey, drillValkey } from './lib/store.js';
 import { barChartSvg } from './lib/svg.js';
-import { type DrillValkey, drillValkey } from './lib/valkey-target.js';
-import { runWorkers, together } from './lib/workers.js';
-import type { RegimePolicy, Setup } from './regimes-worker.js';
+
+import { runWorkers, together, workerFile } from './lib/workers.js';
+import type { ReaderSetup, ReadsResult } from './reader-worker.js';
 
 const args = drillArgs({
   instances: int(6, 1, 64),
@@ -27,85 +25,69 @@ const args = drillArgs({
   cluster: flag(),
   secure: flag(),
 });
-
-const WORKER = resolve(dirname(fileURLToPath(import.meta.url)), 'regimes-worker.js');
+const { via, instances, readers } = args;
 const REGIMES = ['none', 'process', 'fleet'] as const;
-type Regime = (typeof REGIMES)[number];
-
-/** Longer than any reader can lawfully take: a wait (5 s) plus a load (4 s). */
-const RESULT_TIMEOUT_MS = 30_000;
-const POLICY: RegimePolicy = {
+const POLICY = {
   loadTimeoutMs: 4_000,
   leaseMs: 5_000,
   waitTimeoutMs: 5_000,
-  maxConcurrentLoads: args.readers,
-  initialConcurrentLoads: args.readers,
+  maxConcurrentLoads: readers,
+  initialConcurrentLoads: readers,
 };
 
 /** Fires one burst per instance at one fresh id in the regime's table and judges it. */
-async function runRegime(origin: Origin, valkey: DrillValkey, regime: Regime) {
-  const { via, instances, readers } = args;
-  const { admin } = valkey;
+async function runRegime(origin: Origin, valkey: DrillValkey, regime: (typeof REGIMES)[number]) {
   const table = `regimes-${regime}`;
   const id = `regimes-${Date.now()}-${randomBytes(6).toString('hex')}`;
+  const policy = { coalescing: regime, ...POLICY };
   let services: Service[] = [];
-  let results: BurstResult[];
-  await dropId(admin, table, id);
+  let results: ReadsResult[];
   try {
+    const setup = { kind: 'setup', table, id, reads: readers, lanes: readers } as const;
+    let setups: ReaderSetup[];
     if (via === 'http') {
       const source = { kind: 'http', url: origin.template, timeoutMs: 10_000 };
-      services = await startServices(instances, {
-        valkey: valkey.section,
-        tables: { [table]: { source, coalescing: regime, ...POLICY } },
-      });
+      const config = { valkey: valkey.section, tables: { [table]: { source, ...policy } } };
+      services = await startServices(instances, config);
+      setups = services.map((s) => ({ ...setup, serviceUrl: s.url }));
+    } else {
+      const inproc = { ...setup, valkey: valkey.target, template: origin.template, policy };
+      setups = Array.from({ length: instances }, () => inproc);
     }
-    const { template } = origin;
-    const setup = (serviceUrl?: string): Setup => {
-      const base = { kind: 'setup', via, table, id, readers, template } as const;
-      return { ...base, valkey: valkey.target, serviceUrl, coalescing: regime, policy: POLICY };
-    };
-    const setups =
-      via === 'http'
-        ? services.map((s) => setup(s.url))
-        : Array.from({ length: instances }, () => setup());
-    // Every instance fires at one wall-clock moment, 150 ms after `go`.
-    results = await runWorkers<BurstResult>(WORKER, setups, together(150, RESULT_TIMEOUT_MS));
+    // Every instance fires at one wall-clock moment, 150 ms after `go`; longer than any reader
+    // may lawfully take (a wait of 5 s plus a load of 4 s) for the results.
+    const go = together(150, 30_000);
+    results = await runWorkers<ReadsResult>(workerFile('reader-worker'), setups, go);
   } finally {
     await Promise.all(services.map((s) => s.stop()));
-    await dropId(admin, table, id);
+    await valkey.drop(table, [id]);
   }
-
   const expectedReads = { none: readers * instances, process: instances, fleet: 1 }[regime];
   const sourceReads = origin.readsOf(id);
-  const distinctAnswers = new Set(results.flatMap((r) => r.answers)).size;
-  const failures = results.reduce((n, r) => n + r.failures, 0);
+  const distinctAnswers = new Set(results.flatMap((r) => r.answers[id] ?? [])).size;
+  const failures = sum(results, (r) => r.failures);
   const failureCodes = {};
   for (const r of results) addCounts(failureCodes, r.errorCodes);
+  const pass =
+    sourceReads === expectedReads &&
+    failures === 0 &&
+    distinctAnswers >= 1 &&
+    distinctAnswers <= expectedReads;
+  const ms = results.flatMap((r) => r.latenciesMs);
+  const latency = p50p99(ms, 1);
   return {
     regime,
-    table,
-    id,
-    /** The law: exactly this many source reads, counted by the origin. */
     expectedReads,
     sourceReads,
     distinctAnswers,
-    /** The most distinct answers the law allows. */
-    maxDistinctAnswers: expectedReads,
     failures,
     failureCodes,
-    ...p50p99(
-      results.flatMap((r) => r.latenciesMs),
-      1,
-    ),
-    pass:
-      sourceReads === expectedReads &&
-      failures === 0 &&
-      distinctAnswers >= 1 &&
-      distinctAnswers <= expectedReads,
+    ...latency,
+    pass,
   };
 }
 
-async function main() {
+runDrill('regimes', args.json, async () => {
   const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
   const regimes: Array<Awaited<ReturnType<typeof runRegime>>> = [];
   try {
@@ -115,61 +97,36 @@ async function main() {
   } finally {
     await valkey.close();
   }
-  const report = {
-    drill: 'regimes',
-    via: args.via,
-    valkey: valkey.label,
-    instances: args.instances,
-    readersPerInstance: args.readers,
-    sourceLatencyMs: args['latency-ms'],
-    regimes,
-    worstP99Ms: Math.max(...regimes.map((r) => (Number.isNaN(r.p99Ms) ? 0 : r.p99Ms))),
-    svg: resolve(args.svg),
-    pass: regimes.every((r) => r.pass),
-  };
-  mkdirSync(dirname(report.svg), { recursive: true });
-  writeFileSync(
-    report.svg,
-    barChartSvg(
-      `Source reads per regime (${report.via})`,
-      `${report.instances} instances × ${report.readersPerInstance} cold readers on one id, source latency ${report.sourceLatencyMs} ms; dashed line = expected`,
-      'source reads, counted by the source',
-      regimes.map((r) => ({
-        label: r.regime,
-        value: r.sourceReads,
-        expected: r.expectedReads,
-        pass: r.pass,
-      })),
-    ),
-  );
-  return report;
-}
-
-type Report = Awaited<ReturnType<typeof main>>;
-
-function render(r: Report): string {
-  const rows = r.regimes.map((x) => [
-    x.regime,
-    x.expectedReads,
-    x.sourceReads,
-    `${x.distinctAnswers} (${x.regime === 'fleet' ? 'law: 1' : `≤ ${x.maxDistinctAnswers}`})`,
-    x.failures === 0 ? '0' : `${x.failures} (${listCounts(x.failureCodes)})`,
-    x.p50Ms,
-    x.p99Ms,
-    x.pass ? 'PASS' : 'FAIL',
+  const what = `${instances} instances × ${readers} concurrent cold readers, source latency ${args['latency-ms']} ms`;
+  const svg = resolve(args.svg);
+  mkdirSync(dirname(svg), { recursive: true });
+  const bars = regimes.map((r) => ({
+    ...r,
+    label: r.regime,
+    value: r.sourceReads,
+    expected: r.expectedReads,
+  }));
+  const subtitle = `${what} on one id; dashed line = expected`;
+  const y = 'source reads, counted by the source';
+  writeFileSync(svg, barChartSvg(`Source reads per regime (${via})`, subtitle, y, bars));
+  const rows = regimes.map((x) => [
+    ...[x.regime, x.expectedReads, x.sourceReads, x.distinctAnswers],
+    ...[x.failures === 0 ? '0' : `${x.failures} (${listCounts(x.failureCodes)})`, x.p50Ms, x.p99Ms],
   ]);
-  const broken = r.regimes.filter((x) => !x.pass).map((x) => x.regime);
   const header = ['regime', 'expected reads', 'source reads', 'distinct answers', 'failures'];
-  return [
-    `regimes drill (${r.via}): ${r.instances} instances × ${r.readersPerInstance} concurrent cold readers, source latency ${r.sourceLatencyMs} ms, on ${r.valkey}`,
-    columns(rows, [...header, 'p50 ms', 'p99 ms', 'result']),
-    `  worst p99: ${r.worstP99Ms} ms`,
-    `  chart: ${r.svg}`,
-    broken.length === 0
-      ? 'PASS: every regime keeps its law (source reads counted by the source)'
-      : `FAIL: ${broken.join(', ')} broke ${broken.length === 1 ? 'its law' : 'their laws'}`,
-    '',
-  ].join('\n');
-}
-
-runDrill('regimes', args.json, main, render);
+  return {
+    title: `regimes drill (${via}): ${what}, on ${valkey.label}`,
+    body: [columns(rows, [...header, 'p50 ms', 'p99 ms']), `  chart: ${svg}`],
+    via,
+    instances,
+    readers,
+    regimes,
+    checks: regimes.map((r) =>
+      check(
+        `${r.regime}: source reads (counted by the source) = ${r.expectedReads}, distinct answers 1 to ${r.expectedReads}, no failed reader`,
+        r.pass,
+        `${r.sourceReads} source reads, ${r.distinctAnswers} distinct answers, ${r.failures} failed`,
+      ),
+    ),
+  };
+});

@@ -22,24 +22,17 @@ import { valueKey } from '../src/l2/keys.js';
 import { keySlot } from '../src/valkey/slots.js';
 import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
 import {
-  FAULT_BOUND_MS as BOUND_MS,
+  all200,
+  boundCheck,
   FAULT_POLICY,
   type FaultPair,
+  p99Check,
   startFaultPair,
 } from './lib/fault-policy.js';
-import { answer, itemUrl, readItems, readyz, type Timed } from './lib/http.js';
-import { Loops, pick } from './lib/load.js';
-import { Reaper } from './lib/reaper.js';
-import {
-  addCounts,
-  bump,
-  type Check,
-  checkLines,
-  columns,
-  listCounts,
-  p50p99,
-  verdict,
-} from './lib/report.js';
+import { itemUrl, readItems, readyz, type Timed, timed } from './lib/http.js';
+import { Loops, pick, summarize } from './lib/load.js';
+import { track } from './lib/reaper.js';
+import { addCounts, bump, check, columns, listCounts, sum } from './lib/report.js';
 
 const args = drillArgs({
   via: oneOf('setslot', 'redis-cli'),
@@ -61,40 +54,31 @@ const POLICY = { ...FAULT_POLICY, l1: { ttlMs: 100 } };
 const PHASES = ['1 baseline', '2 move', '3 after'] as const;
 
 /** One request as the client saw it. */
-interface Sample extends Omit<Timed, 'body' | 'cacheStatus'> {
+interface Sample extends Timed {
   phase: string;
   kind: 'GET' | 'PUT';
   /** Its id's slot is one of those moved. */
   moving: boolean;
 }
 
-async function main() {
+runDrill('reshard', args.json, async () => {
   process.env.LOG_LEVEL ??= 'error';
   const began = performance.now();
-  const reaper = new Reaper();
   const run = randomBytes(3).toString('hex');
   let cluster: LocalCluster | undefined;
   let pair: FaultPair | undefined;
   let load: Loops<Sample> | undefined;
   const move = { keys: 0, ms: 0, range: '' };
-  const notReady: Record<string, number> = {};
-  let warmUpReads = 0;
-  let duringLoad = 0;
-  const redirects: Record<string, number> = {};
-  const retries: Record<string, number> = {};
-  const phaseMs: Record<string, number> = {};
+  type Counts = Record<string, number>;
+  const [notReady, redirects, retries, phaseMs]: Counts[] & { length: 4 } = [{}, {}, {}, {}];
+  let [warmUpReads, duringLoad] = [0, 0];
   const moving = idsIn(`m-${run}`, args.ids, (slot) => slot < args.slots);
   const other = idsIn(`o-${run}`, Math.ceil(args.ids / 2), (slot) => slot >= args.slots);
   const written = idsIn(`w-${run}`, 20, (slot) => slot < args.slots);
   try {
-    cluster = await spawnCluster({ track: (c) => reaper.track(c) });
-    pair = await startFaultPair(
-      reaper,
-      { cluster: { nodes: cluster.seeds } },
-      TABLE,
-      args['latency-ms'],
-      POLICY,
-    );
+    cluster = await spawnCluster({ track });
+    const section = { cluster: { nodes: cluster.seeds } };
+    pair = await startFaultPair(section, TABLE, args['latency-ms'], POLICY);
     const { origin, services, targets } = pair;
     const read = [...moving, ...other];
     await readItems(targets[0] as string, TABLE, read, 8);
@@ -107,11 +91,8 @@ async function main() {
         const put = Math.random() < 0.1;
         const id = (put ? pick(written) : pick(read)) as string;
         const url = itemUrl(pick(targets) as string, TABLE, id);
-        const answered = await answer(
-          url,
-          REQUEST_TIMEOUT_MS,
-          put ? { id, write: ++writes } : undefined,
-        );
+        const body = put ? { id, write: ++writes } : undefined;
+        const answered = await timed(url, REQUEST_TIMEOUT_MS, put ? 'PUT' : 'GET', body);
         return { phase, kind: put ? 'PUT' : 'GET', moving: !other.includes(id), ...answered };
       },
     });
@@ -147,48 +128,74 @@ async function main() {
     await sleep(args['after-s'] * 1_000);
     next('stopped');
     await gen.stop();
-    duringLoad = read.reduce((n, id) => n + origin.readsOf(id), 0) - read.length;
+    duringLoad = sum(read, (id) => origin.readsOf(id)) - read.length;
     for (const s of services) {
-      const samples = await scrape(s.url);
-      for (const m of samples) {
-        if (m.name === 'echostore_valkey_redirects_total')
-          bump(redirects, m.labels.kind as string, m.value);
-      }
-      addCounts(retries, byLabels(samples, 'echostore_valkey_retries_total', TABLE));
+      const m = await scrape(s.url);
+      for (const x of m.filter((x) => x.name === 'echostore_valkey_redirects_total'))
+        bump(redirects, x.labels.kind as string, x.value);
+      addCounts(retries, byLabels(m, 'echostore_valkey_retries_total', TABLE));
     }
   } finally {
     await load?.stop();
     await pair?.stop();
     await cluster?.stop();
-    reaper.killAll();
   }
   const samples = load?.samples ?? [];
-  const rows = PHASES.flatMap((p) => [
-    phaseRow(samples, p, phaseMs[p] ?? 0, 'GET', true),
-    phaseRow(samples, p, phaseMs[p] ?? 0, 'GET', false),
-    phaseRow(samples, p, phaseMs[p] ?? 0, 'PUT', true),
-  ]);
-  const report = {
-    drill: 'reshard' as const,
-    via: args.via,
-    slotsMoved: move.range,
-    keysMoved: move.keys,
-    moveMs: move.ms,
-    loops: args.loops,
-    ids: { moving: moving.length, other: other.length, written: written.length },
+  const of = (phase: string, kind: string, moving = [true, false]) =>
+    samples.filter((s) => s.phase === phase && s.kind === kind && moving.includes(s.moving));
+  // biome-ignore format: a table
+  const kinds = [['GET', true], ['GET', false], ['PUT', true]] as const;
+  const rows = PHASES.flatMap((p) =>
+    kinds.map(([kind, moving]) => {
+      const r = summarize(of(p, kind, [moving]));
+      const perSecond = phaseMs[p] ? Math.round((r.requests * 1000) / (phaseMs[p] as number)) : 0;
+      const what = `${kind} ${moving ? 'moved slots' : 'other slots'}`;
+      return [p, what, r.requests, perSecond, listCounts(r.failed), r.p50Ms, r.p99Ms, r.maxMs];
+    }),
+  );
+  const failed = (kind: string) =>
+    all200(
+      `no ${kind} fails, in any phase`,
+      samples.filter((s) => s.kind === kind),
+    );
+  const p99 = (phase: string) => summarize(of(phase, 'GET')).p99Ms;
+  const redirected = (redirects.ask ?? 0) + (redirects.tryagain ?? 0);
+  return {
+    title: `reshard drill: slots ${move.range} (${move.keys} keys) moved via ${args.via} in ${move.ms} ms; ${args.loops} loops over 2 services; ids: ${moving.length} in moved slots, ${other.length} elsewhere, ${written.length} written`,
+    body: [
+      columns(rows, ['phase', 'requests', 'n', 'per s', 'failed', 'p50 ms', 'p99 ms', 'max ms']),
+    ],
+    figures: {
+      'source reads': `${warmUpReads} warm-up, ${duringLoad} during the load`,
+      redirects: listCounts(redirects),
+      'retries key by key': listCounts(retries),
+      runtime: `${((performance.now() - began) / 1000).toFixed(1)} s`,
+    },
     rows,
     phaseMs,
-    sourceReads: { warmUp: warmUpReads, duringLoad },
-    redirects,
-    retries,
-    notReady,
-    runtimeMs: Math.round(performance.now() - began),
+    checks: [
+      failed('GET'),
+      failed('PUT'),
+      check(
+        'the move costs the source nothing: no read after the warm-up (counted at the origin)',
+        duringLoad === 0,
+        `${duringLoad} reads during the load (warm-up: ${warmUpReads})`,
+      ),
+      p99Check('GET p99 during the move', p99(PHASES[0]), p99(PHASES[1])),
+      check(
+        '/readyz said ready throughout (a migration does not degrade the store)',
+        Object.keys(notReady).length === 0,
+        listCounts(notReady, 'always ready'),
+      ),
+      check(
+        'the services met the move (ASK or TRYAGAIN counted)',
+        redirected > 0,
+        `redirects ${listCounts(redirects)}; key-by-key retries ${listCounts(retries)}`,
+      ),
+      boundCheck(samples),
+    ],
   };
-  const checks = judge(samples, report);
-  return { ...report, checks, pass: checks.every((c) => c.pass) };
-}
-
-type Report = Awaited<ReturnType<typeof main>>;
+});
 
 /** The first `n` ids `<prefix>-<i>` whose slot passes `keep`. */
 function idsIn(prefix: string, n: number, keep: (slot: number) => boolean): string[] {
@@ -241,111 +248,3 @@ async function moveSlots(cluster: LocalCluster, to: ClusterNode) {
   if (owner !== to) throw new Error(`slot ${args.slots - 1} did not move to ${to.address}`);
   return { keys, range };
 }
-
-/** What the clients saw of one kind of request during one phase. */
-function phaseRow(
-  samples: Sample[],
-  phase: string,
-  durationMs: number,
-  kind: Sample['kind'],
-  moving: boolean,
-) {
-  const mine = samples.filter((s) => s.phase === phase && s.kind === kind && s.moving === moving);
-  const failed: Record<string, number> = {};
-  for (const s of mine) if (s.status !== 200) bump(failed, s.code ?? String(s.status));
-  return {
-    phase,
-    what: `${kind} ${moving ? 'moved slots' : 'other slots'}`,
-    requests: mine.length,
-    perSecond: durationMs > 0 ? Math.round((mine.length * 1000) / durationMs) : 0,
-    failed,
-    ...p50p99(
-      mine.map((s) => s.ms),
-      1,
-    ),
-    maxMs: Math.round(Math.max(0, ...mine.map((s) => s.ms))),
-  };
-}
-
-/** The laws, judged on what the clients and the source saw. */
-function judge(samples: Sample[], report: Omit<Report, 'checks' | 'pass'>): Check[] {
-  const gets = samples.filter((s) => s.kind === 'GET');
-  const failedGets = gets.filter((s) => s.status !== 200);
-  const puts = samples.filter((s) => s.kind === 'PUT');
-  const failedPuts = puts.filter((s) => s.status !== 200);
-  const p99 = (phase: string) =>
-    p50p99(
-      gets.filter((s) => s.phase === phase).map((s) => s.ms),
-      1,
-    ).p99Ms;
-  const [before, during] = [p99(PHASES[0]), p99(PHASES[1])];
-  const redirected = (report.redirects.ask ?? 0) + (report.redirects.tryagain ?? 0);
-  const late = samples.filter((s) => s.ms > BOUND_MS);
-  return [
-    {
-      name: 'no GET fails, in any phase',
-      pass: failedGets.length === 0,
-      detail: `${failedGets.length} of ${gets.length} not answered 200`,
-    },
-    {
-      name: 'no PUT fails, in any phase',
-      pass: failedPuts.length === 0,
-      detail: `${failedPuts.length} of ${puts.length} not answered 200`,
-    },
-    {
-      name: 'the move costs the source nothing: no read after the warm-up (counted at the origin)',
-      pass: report.sourceReads.duringLoad === 0,
-      detail: `${report.sourceReads.duringLoad} reads during the load (warm-up: ${report.sourceReads.warmUp})`,
-    },
-    {
-      name: 'GET p99 during the move within 2× of the baseline',
-      pass: during <= 2 * before,
-      detail: `${during} ms against ${before} ms (limit ${Math.round(2 * before * 10) / 10} ms)`,
-    },
-    {
-      name: '/readyz said ready throughout (a migration does not degrade the store)',
-      pass: Object.keys(report.notReady).length === 0,
-      detail: listCounts(report.notReady, 'always ready'),
-    },
-    {
-      name: 'the services met the move (ASK or TRYAGAIN counted)',
-      pass: redirected > 0,
-      detail: `redirects ${listCounts(report.redirects)}; key-by-key retries ${listCounts(report.retries)}`,
-    },
-    {
-      name: `no request waits past ${BOUND_MS} ms`,
-      pass: late.length === 0,
-      detail: `${late.length} late; slowest ${Math.round(Math.max(0, ...samples.map((s) => s.ms)))} ms`,
-    },
-  ];
-}
-
-function render(r: Report): string {
-  const rows = r.rows.map((x) => [
-    x.phase,
-    x.what,
-    x.requests,
-    x.perSecond,
-    listCounts(x.failed),
-    x.p50Ms,
-    x.p99Ms,
-    x.maxMs,
-  ]);
-  return [
-    `reshard drill: slots ${r.slotsMoved} (${r.keysMoved} keys) moved via ${r.via} in ${r.moveMs} ms; ${r.loops} loops over 2 services; ids: ${r.ids.moving} in moved slots, ${r.ids.other} elsewhere, ${r.ids.written} written`,
-    columns(rows, ['phase', 'requests', 'n', 'per s', 'failed', 'p50 ms', 'p99 ms', 'max ms']),
-    columns([
-      [
-        'source reads',
-        `${r.sourceReads.warmUp} warm-up, ${r.sourceReads.duringLoad} during the load`,
-      ],
-      ['redirects', listCounts(r.redirects)],
-      ['retries key by key', listCounts(r.retries)],
-    ]),
-    ...checkLines(r.checks),
-    `${verdict(r.pass)} in ${(r.runtimeMs / 1000).toFixed(1)} s`,
-    '',
-  ].join('\n');
-}
-
-runDrill('reshard', args.json, main, render);

@@ -6,16 +6,13 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
-import type { Redis } from 'ioredis';
 import { metric, scrape } from '../harness/metrics.js';
-import { type Origin, startOrigin } from '../harness/origin.js';
+import { withOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { errorCode, readItems } from './lib/http.js';
-import { hotId, type Kind, mixedLoad } from './lib/mix.js';
-import { Reaper } from './lib/reaper.js';
-import { bump } from './lib/report.js';
-import { type AtRest, type MemorySample, renderSoak, soakReport } from './lib/soak-report.js';
+import { errorCode, itemUrl, readItems } from './lib/http.js';
+import { track } from './lib/reaper.js';
+import { bump, check, columns, law, listCounts, median, p50p99, round, sum } from './lib/report.js';
 import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
 const args = drillArgs({
@@ -26,184 +23,248 @@ const args = drillArgs({
   'l1-mib': int(16, 1),
   valkey: valkeyOption(),
 });
+const { seconds, connections } = args;
+const L1_BYTES = args['l1-mib'] * 2 ** 20;
 
-const WEIGHTS: Record<Kind, number> = {
-  'hot GET': 0.7,
-  'cold GET': 0.2,
-  PUT: 0.05,
-  DELETE: 0.05,
-};
+/** What a request of the mix does, and its share. */
+const WEIGHTS = { 'hot GET': 0.7, 'cold GET': 0.2, PUT: 0.05, DELETE: 0.05 };
+type Kind = keyof typeof WEIGHTS;
+const KINDS = Object.keys(WEIGHTS) as Kind[];
+/** The shares of the kinds up to each one: a uniform draw below the first is a hot GET, … */
+const UP_TO = KINDS.map((_, i) => sum(KINDS.slice(0, i + 1), (k) => WEIGHTS[k]));
 const MAX_CONCURRENT_LOADS = 32;
 /**
- * RSS at the end may be at most this multiple of RSS at the start (after
- * warm-up, idle). Generous on purpose: under load V8 grows its heap to a
- * working size and GC timing decides when it shrinks, L1 fills to its bound
- * (10,000 entries of ~100-byte values: a few MB) and sockets hold buffers, so
- * a healthy process ends well above its idle size. What 3× still catches is
- * memory that grows with the request count (retained flights or waiters, an
- * unbounded map of ids: the 20% cold ids are tens of thousands of distinct ids
- * per minute). A slow leak passes; read the peak and the samples for a trend.
+ * RSS at the end may be at most this multiple of RSS at the start (after warm-up, idle).
+ * Generous on purpose: under load V8 grows its heap to a working size and GC timing decides when
+ * it shrinks, L1 fills to its bound and sockets hold buffers, so a healthy process ends well above
+ * its idle size. What 3× still catches is memory that grows with the request count (retained
+ * flights or waiters, an unbounded map of ids: the 20% cold ids are tens of thousands of distinct
+ * ids per minute). A slow leak passes; read the peak and the samples for a trend.
  */
 const MAX_RSS_GROWTH = 3;
-/** The longest wait for `flights` and `mailbox_depth` to reach 0 after the load stops. */
-const SETTLE_MS = 2_000;
-/** Every request must be answered within this (autocannon counts a timeout otherwise). */
-const REQUEST_TIMEOUT_S = 10;
-const RSS_SAMPLE_MS = 5_000;
+/** RSS and heap after GC at the end may be this far off their value once L1 became full. */
+const FLAT_TOLERANCE = 0.1;
+/** V8 sizes its generations to the load for about this long after L1 fills; flatness is judged after it. */
+const SETTLE_S = 60;
 
-/** The service's memory from its `/metrics`: RSS, heap after the latest full GC, L1 bytes, bytes. */
-async function memory(url: string, table: string): Promise<MemorySample> {
+/** The service's memory from its `/metrics`, bytes: RSS, heap after the latest full GC, L1. */
+async function memory(url: string, table: string, atS: number) {
   const samples = await scrape(url);
-  const rss = metric(samples, 'process_resident_memory_bytes');
-  const heapAfterGc = metric(samples, 'nodejs_heap_after_gc_bytes');
-  if (rss === undefined || heapAfterGc === undefined) {
-    throw new Error(
-      `${url}/metrics lacks process_resident_memory_bytes or nodejs_heap_after_gc_bytes`,
-    );
-  }
-  const l1Bytes = metric(samples, 'echostore_l1_bytes', { table }) ?? 0;
-  return { atS: 0, rss, heapAfterGc, l1Bytes };
+  const [rss, heapAfterGc] = ['process_resident_memory_bytes', 'nodejs_heap_after_gc_bytes'].map(
+    (name) => metric(samples, name) ?? Number.NaN,
+  ) as [number, number];
+  return { atS, rss, heapAfterGc, l1Bytes: metric(samples, 'echostore_l1_bytes', { table }) ?? 0 };
+}
+type Memory = Awaited<ReturnType<typeof memory>>;
+
+/**
+ * Is memory flat once L1 is full? From {@link SETTLE_S} after L1 first held 95 % of its bytes to
+ * the end, the median RSS and heap after GC of the last minute of samples each within ±10 % of
+ * the first minute's (medians: one sample taken mid-GC does not decide). Judged only when that
+ * span is at least half the run (a short run may never fill L1).
+ */
+function flatness(samples: Memory[]) {
+  const full = samples.find((s) => s.l1Bytes >= 0.95 * L1_BYTES);
+  const end = samples.at(-1) as Memory;
+  const fromS = full === undefined ? undefined : full.atS + SETTLE_S;
+  const at = (xs: Memory[]) =>
+    xs.length === 0
+      ? undefined
+      : { rss: median(xs.map((s) => s.rss)), heap: median(xs.map((s) => s.heapAfterGc)) };
+  const first = at(
+    samples.filter((s) => fromS !== undefined && s.atS >= fromS && s.atS < fromS + 60),
+  );
+  const last = at(samples.filter((s) => s.atS > end.atS - 60));
+  const judged = fromS !== undefined && end.atS - fromS >= seconds / 2 && !!first && !!last;
+  const rssChange = judged ? round(last.rss / first.rss - 1, 3) : 0;
+  const heapChange = judged ? round(last.heap / first.heap - 1, 3) : 0;
+  const pass = Math.abs(rssChange) <= FLAT_TOLERANCE && Math.abs(heapChange) <= FLAT_TOLERANCE;
+  return { fullAtS: full?.atS, fromS, judged, first, last, rssChange, heapChange, pass };
 }
 
-/** GETs every hot id once (`concurrency` at a time), so the run starts with them in L1. */
-async function warm(url: string, table: string, concurrency: number) {
-  const ids = Array.from({ length: args['hot-ids'] }, (_, i) => hotId(i));
-  const failed = (await readItems(url, table, ids, concurrency)).find((r) => r.status !== 200);
-  if (failed) throw new Error(`warm-up GET ${failed.id} answered ${failed.status}`);
+/**
+ * The mixed load for autocannon: one request template whose `setupRequest` draws each request's
+ * kind, and whose `onResponse` tallies what came back by kind (with `pipelining: 1` a
+ * connection's context holds the request in flight, so a response is that kind's).
+ */
+function mixedLoad(table: string, tag: string) {
+  const byKind = Object.fromEntries(
+    KINDS.map((k) => [k, { statuses: {} as Record<string, number>, ms: [] as number[], l1: 0 }]),
+  ) as Record<Kind, { statuses: Record<string, number>; ms: number[]; l1: number }>;
+  const tally = { byKind, errorCodes: {} as Record<string, number>, responses: 0 };
+  let [cold, writes] = [0, 0];
+  const request: autocannon.Request = {
+    setupRequest(req, context) {
+      const r = Math.random();
+      const kind = KINDS[UP_TO.findIndex((u) => r < u)] ?? 'hot GET';
+      Object.assign(context, { kind, sentAtMs: performance.now() });
+      const hot = `hot-${Math.floor(Math.random() * args['hot-ids'])}`;
+      const id = kind === 'cold GET' ? `cold-${tag}-${cold++}` : hot;
+      const path = itemUrl('', table, id);
+      const method = kind === 'DELETE' ? 'DELETE' : 'GET';
+      if (kind !== 'PUT') return { ...req, method, path, headers: {} };
+      const body = JSON.stringify({ id, write: ++writes, at: Date.now() });
+      return { ...req, method: 'PUT', path, headers: { 'content-type': 'application/json' }, body };
+    },
+    onResponse(status, body, context, headers) {
+      const { kind, sentAtMs } = context as { kind: Kind; sentAtMs: number };
+      const t = byKind[kind];
+      tally.responses++;
+      bump(t.statuses, String(status));
+      t.ms.push(performance.now() - sentAtMs);
+      const cacheStatus = Object.entries(headers ?? {}).find(([k]) => /^cache-status$/i.test(k));
+      if (status >= 300) bump(tally.errorCodes, `${status} ${errorCode(body) ?? '-'}`);
+      else if (/detail=l1(?:;|$)/.test(String(cacheStatus?.[1] ?? ''))) t.l1++;
+    },
+  };
+  return { request, tally };
 }
 
-/** Polls the table's stats until `flights` and `mailbox_depth` are 0, or `SETTLE_MS` passes. */
+/** Polls the table's stats until `flights` and `mailbox_depth` are 0, or 2 s pass. */
 async function settle(url: string, table: string) {
   const started = performance.now();
   for (;;) {
     const body = (await (await fetch(`${url}/v1/tables`)).json()) as {
-      tables: Array<{ name: string; stats: AtRest }>;
+      tables: Array<{ name: string; stats: { flights: number; mailbox_depth: number } }>;
     };
     const stats = body.tables.find((x) => x.name === table)?.stats;
     if (stats === undefined) throw new Error(`GET /v1/tables does not list ${table}`);
-    const waitedMs = Math.round(performance.now() - started);
-    if ((stats.flights === 0 && stats.mailbox_depth === 0) || waitedMs >= SETTLE_MS) {
-      return { stats, waitedMs };
-    }
+    const settledMs = Math.round(performance.now() - started);
+    const rest = stats.flights === 0 && stats.mailbox_depth === 0;
+    if (rest || settledMs >= 2_000) return { ...stats, settledMs };
     await sleep(100);
   }
 }
 
-/** Runs autocannon; failed requests (timeouts, connection errors) are counted by reason. */
-function runLoad(opts: autocannon.Options) {
-  const failures: Record<string, number> = {};
-  return new Promise<{ result: autocannon.Result; failures: Record<string, number> }>(
-    (ok, fail) => {
-      const instance = autocannon(opts, (err, result) =>
-        err ? fail(err) : ok({ result, failures }),
-      );
-      instance.on('reqError', (err: Error) => bump(failures, errorCode(err) ?? err.message));
-    },
-  );
-}
-
-async function main() {
-  const { seconds, connections, valkey } = args;
+runDrill('soak', args.json, async () => {
   const tag = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
   const table = `soak-${tag}`;
   let service: Service | undefined;
-  let origin: Origin | undefined;
-  const reaper = new Reaper(); // the service dies with the drill, however it ends
   // Bounded: startup, warm-up, the run, the settle and the shutdown fit well within this.
-  const watchdog = setTimeout(
-    () => {
-      process.stderr.write(`soak drill: still running after ${seconds + 120} s; giving up\n`);
-      process.exit(2);
-    },
-    (seconds + 120) * 1000,
-  );
-  let redis: Redis | undefined;
+  const giveUp = () => {
+    process.stderr.write(`soak drill: still running after ${seconds + 120} s; giving up\n`);
+    process.exit(2);
+  };
+  const watchdog = setTimeout(giveUp, (seconds + 120) * 1000);
+  const redis = await connectAdmin(args.valkey);
   try {
-    redis = await connectAdmin(valkey);
-    origin = await startOrigin(args['latency-ms']);
-    // The drill exercises open writes; an inherited token would turn every PUT and DELETE into a 401.
-    delete process.env.ECHOSTORE_ADMIN_TOKEN;
-    const policy = {
-      maxConcurrentLoads: MAX_CONCURRENT_LOADS,
+    return await withOrigin([args['latency-ms']], async (origin) => {
+      // The drill exercises open writes; an inherited token would turn every PUT and DELETE into a 401.
+      delete process.env.ECHOSTORE_ADMIN_TOKEN;
       // Bytes bind, not rows: the cold ids fill L1 to its byte bound, and the run shows it stays there.
-      l1: { maxBytes: args['l1-mib'] * 2 ** 20, maxEntries: 10_000_000 },
-    };
-    const warn = { log: { level: 'warn' } };
-    service = await startService(
-      originConfig({ url: valkey }, table, origin.template, policy, warn),
-    );
-    reaper.track(service.process);
-    const url = service.url;
-    const ready = (await (await fetch(`${url}/readyz`)).json()) as { status?: string };
-    if (ready.status !== 'ready') throw new Error(`the service is ${ready.status}, not ready`);
-    await warm(url, table, Math.min(connections, 32));
-    const readsBefore = origin.totalReads();
+      const l1 = { maxBytes: L1_BYTES, maxEntries: 10_000_000 };
+      const policy = { maxConcurrentLoads: MAX_CONCURRENT_LOADS, l1 };
+      const warn = { log: { level: 'warn' } };
+      const config = originConfig({ url: args.valkey }, table, origin.template, policy, warn);
+      service = await startService(config);
+      track(service.process); // the service dies with the drill, however it ends
+      const url = service.url;
+      // Every hot id read once (32 at a time at most), so the run starts with them in L1.
+      const hotIds = Array.from({ length: args['hot-ids'] }, (_, i) => `hot-${i}`);
+      const warm = await readItems(url, table, hotIds, Math.min(connections, 32));
+      const failed = warm.find((r) => r.status !== 200);
+      if (failed) throw new Error(`warm-up GET ${failed.id} answered ${failed.status}`);
+      const readsBefore = origin.totalReads();
+      const started = performance.now();
+      const samples = [await memory(url, table, 0)];
+      const sample = () => memory(url, table, Math.round((performance.now() - started) / 1000));
+      const keep = (m: Memory) => samples.push(m);
+      const sampler = setInterval(() => sample().then(keep, () => {}), 5_000);
+      const { request, tally } = mixedLoad(table, tag);
+      const failures: Record<string, number> = {};
+      // Every request must be answered within 10 s (autocannon counts a timeout otherwise).
+      const options = { url, connections, duration: seconds, timeout: 10, requests: [request] };
+      const result = await new Promise<autocannon.Result>((ok, fail) => {
+        const run = autocannon(options, (err, r) => (err ? fail(err) : ok(r)));
+        run.on('reqError', (err: Error) => bump(failures, errorCode(err) ?? err.message));
+      });
+      clearInterval(sampler);
+      const atRest = await settle(url, table);
+      samples.push(await sample());
+      const m = await scrape(url);
+      const load = (what: string) =>
+        metric(m, `echostore_load_duration_seconds_${what}`, { table }) ?? 0;
 
-    const started = performance.now();
-    const sampleNow = async () => ({
-      ...(await memory(url, table)),
-      atS: Math.round((performance.now() - started) / 1000),
-    });
-    const first = await sampleNow();
-    const rssStart = first.rss;
-    const rssSamples = [rssStart];
-    const memorySamples = [first];
-    const sampler = setInterval(() => {
-      sampleNow().then(
-        (m) => {
-          rssSamples.push(m.rss);
-          memorySamples.push(m);
-        },
-        () => {},
+      // With pipelining 1 each connection has exactly one request in flight when autocannon stops.
+      const unanswered = result.requests.sent - tally.responses - connections;
+      const lost = Math.max(0, unanswered - result.errors);
+      const bad5xx = Object.entries(tally.errorCodes).filter(
+        ([k]) => k.startsWith('5') && !k.endsWith(' ECC_SHED'),
       );
-    }, RSS_SAMPLE_MS);
-    const hotIds = args['hot-ids'];
-    const { request, tally } = mixedLoad({ table, hotIds, tag, weights: WEIGHTS });
-    const { result, failures } = await runLoad({
-      url,
-      connections,
-      duration: seconds,
-      timeout: REQUEST_TIMEOUT_S,
-      requests: [request],
-    });
-    clearInterval(sampler);
-
-    const { stats, waitedMs } = await settle(url, table);
-    const last = await sampleNow();
-    const rssEnd = last.rss;
-    rssSamples.push(rssEnd);
-    memorySamples.push(last);
-    const samples = await scrape(url);
-    const load = (what: string) =>
-      metric(samples, `echostore_load_duration_seconds_${what}`, { table }) ?? 0;
-    return soakReport({
-      weights: WEIGHTS,
-      maxConcurrentLoads: MAX_CONCURRENT_LOADS,
-      maxRssGrowth: MAX_RSS_GROWTH,
-      seconds,
-      connections,
-      hotIds,
-      latencyMs: args['latency-ms'],
-      result,
-      failures,
-      tally,
-      stats,
-      waitedMs,
-      rssStart,
-      rssEnd,
-      rssSamples,
-      memorySamples,
-      l1MaxBytes: args['l1-mib'] * 2 ** 20,
-      sourceReads: origin.totalReads() - readsBefore,
-      loaderMeanMs: (load('sum') * 1000) / Math.max(1, load('count')),
+      const [start, end] = [samples[0] as Memory, samples.at(-1) as Memory];
+      const peak = Math.max(...samples.map((s) => s.rss));
+      const growth = round(end.rss / start.rss);
+      const flat = flatness(samples);
+      const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
+      const signed = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)} %`;
+      const hot = tally.byKind['hot GET'];
+      const errors = result.errors - result.timeouts;
+      const requestFailures =
+        Object.keys(failures).length > 0 ? ` ${JSON.stringify(failures)}` : '';
+      const kinds = KINDS.map((k) => {
+        const t = tally.byKind[k];
+        return [
+          k,
+          `${WEIGHTS[k] * 100}%`,
+          t.ms.length,
+          listCounts(t.statuses, ''),
+          ...Object.values(p50p99(t.ms)),
+        ];
+      });
+      return {
+        title: `soak drill: ${seconds} s, ${connections} connections, ${args['hot-ids']} hot ids, source latency ${args['latency-ms']} ms, maxConcurrentLoads ${MAX_CONCURRENT_LOADS}`,
+        body: [columns(kinds, ['request', 'share', 'responses', 'statuses', 'p50 ms', 'p99 ms'])],
+        figures: {
+          throughput: `${Math.round(tally.responses / result.duration).toLocaleString('en-US')} req/s`,
+          'latency p50 / p99':
+            Object.values(p50p99(KINDS.flatMap((k) => tally.byKind[k].ms))).join(' / ') + ' ms',
+          'hot GETs answered by L1': `${((hot.l1 / Math.max(1, hot.statuses['200'] ?? 0)) * 100).toFixed(1)}%`,
+          'source reads (loader mean, seen by the service)': `${origin.totalReads() - readsBefore} (${round((load('sum') * 1000) / Math.max(1, load('count')))} ms)`,
+          'error codes (non-2xx)': listCounts(tally.errorCodes, 'none'),
+          'heap after GC start / end': `${mb(start.heapAfterGc)} / ${mb(end.heapAfterGc)}   (L1 bound ${mb(L1_BYTES)})`,
+        },
+        memory: samples,
+        checks: [
+          law(
+            '5xx other than ECC_SHED',
+            listCounts(Object.fromEntries(bad5xx), 'none'),
+            'none',
+            bad5xx.length === 0,
+          ),
+          law(
+            'timeouts / errors / unanswered',
+            `${result.timeouts} / ${errors} / ${lost}${requestFailures}`,
+            '0 / 0 / 0',
+            result.timeouts + errors + lost === 0,
+          ),
+          law(
+            'at rest: flights / mailbox_depth',
+            `${atRest.flights} / ${atRest.mailbox_depth} after ${atRest.settledMs} ms`,
+            '0 / 0',
+            atRest.flights === 0 && atRest.mailbox_depth === 0,
+          ),
+          law(
+            'RSS start / peak / end',
+            `${mb(start.rss)} / ${mb(peak)} / ${mb(end.rss)} (×${growth})`,
+            `end ≤ ×${MAX_RSS_GROWTH} start`,
+            growth <= MAX_RSS_GROWTH,
+          ),
+          check(
+            `with L1 full: RSS / heap after GC (medians), first minute → last, within ±${FLAT_TOLERANCE * 100} %`,
+            !flat.judged || flat.pass,
+            flat.fullAtS === undefined
+              ? 'L1 never full: not judged'
+              : !flat.judged || !flat.first || !flat.last
+                ? `L1 full at ${flat.fullAtS} s; not judged (judged from ${SETTLE_S} s later, for at least half the run)`
+                : `${mb(flat.first.rss)} / ${mb(flat.first.heap)} from ${flat.fromS} s → ${mb(flat.last.rss)} / ${mb(flat.last.heap)} (${signed(flat.rssChange)} / ${signed(flat.heapChange)})`,
+          ),
+        ],
+      };
     });
   } finally {
     clearTimeout(watchdog);
     await service?.stop();
-    await origin?.close();
-    if (redis?.status === 'ready') await dropTable(redis, table).catch(() => 0);
-    redis?.disconnect();
+    if (redis.status === 'ready') await dropTable(redis, table).catch(() => 0);
+    redis.disconnect();
   }
-}
-
-runDrill('soak', args.json, main, renderSoak);
+});

@@ -34,10 +34,8 @@ export type LocalCluster = Awaited<ReturnType<typeof spawnCluster>>;
 /** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
 export function cliBinary(): string {
   const bin = firstOnPath(['valkey-cli', 'redis-cli']);
-  if (bin === undefined) {
-    throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
-  }
-  return bin;
+  if (bin !== undefined) return bin;
+  throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
 }
 
 /**
@@ -54,7 +52,7 @@ export async function spawnCluster(options: ClusterOptions = {}) {
   if (primaries < 3) throw new Error('a cluster needs at least 3 primaries');
   const set = openValkeySet('echostore-cluster-', options);
   const { secure } = set;
-  const ports: number[] = [];
+  const ports = [];
   for (let i = 0; i < primaries * (1 + Number(replicas)); i++) ports.push(await set.port());
   try {
     const nodes: ClusterNode[] = await Promise.all(
@@ -75,24 +73,19 @@ export async function spawnCluster(options: ClusterOptions = {}) {
     await run(cliBinary(), [...auth, ...create, '--cluster-yes'], { timeout: readyTimeoutMs });
     await waitHealthy(nodes, readyTimeoutMs, true);
     const valkey: ValkeyOptions = { cluster: { nodes: seeds }, ...set.serviceAuth };
+    /**
+     * `nodes`, primaries first (as `redis-cli --cluster create` was given them); `seeds`, their
+     * `host:port` (`valkey.cluster.nodes`); `secure`, the certificates and credentials when
+     * started so; `valkey`, the service's `valkey` section (the seeds, and with `secure` its TLS
+     * files and ACL user); `primaryOf(slot)`, the node that owns `slot` now (asked of a live
+     * node); `waitHealthy`, resolves once every live node says `cluster_state:ok`, all agree on
+     * each slot's primary and it is alive (after a kill: once its replica took over); `stop`,
+     * SIGKILLs every node (idempotent) and removes their files.
+     */
     return {
-      /** Every node, primaries first (as `redis-cli --cluster create` was given them). */
-      nodes,
-      /** `host:port` of every node: the seed list of `valkey.cluster.nodes`. */
-      seeds,
-      /** The certificates and credentials, when started `secure`. */
-      secure,
-      /** The service's `valkey` section: the seeds, and with `secure` its TLS files and ACL user. */
-      valkey,
-      /** The node that currently owns `slot` as a primary (asked of a live node), or undefined. */
+      ...{ nodes, seeds, secure, valkey, stop: set.stop },
       primaryOf: (slot: number) => primaryOf(nodes, slot),
-      /**
-       * Resolves once every live node says `cluster_state:ok` and agrees on each slot's primary,
-       * and every slot's primary is alive (after a primary is killed: once its replica took over).
-       */
       waitHealthy: (timeoutMs = 30_000) => waitHealthy(nodes, timeoutMs),
-      /** SIGKILLs every node (idempotent) and removes the nodes' files. */
-      stop: set.stop,
     };
   } catch (err) {
     await set.stop();
@@ -177,14 +170,9 @@ export async function beginSlotMove(cluster: LocalCluster, slot: number, to?: Cl
       r.migrate('127.0.0.1', target.port, '', 0, 5_000, 'REPLACE', 'KEYS', ...keys),
     );
   };
+  /** `from` owned the slot (MIGRATING), `to` gets it (IMPORTING); `finish` `MIGRATE`s every key left, then `CLUSTER SETSLOT <slot> NODE <to>` on every primary. */
   return {
-    slot,
-    /** The primary that owned the slot (MIGRATING). */
-    from,
-    /** The primary it moves to (IMPORTING). */
-    to: target,
-    moveKeys,
-    /** `MIGRATE`s every key left in the slot, then `CLUSTER SETSLOT <slot> NODE <to>` on every primary. */
+    ...{ slot, from, to: target, moveKeys },
     async finish(): Promise<void> {
       for (;;) {
         const keys = await ask(from, (r) => r.cluster('GETKEYSINSLOT', slot, 100));

@@ -26,40 +26,31 @@ export async function startMariadb() {
   const port = await freePort();
   const url = `mysql://root@127.0.0.1:${port}`;
   const install = [`--datadir=${dataDir}`, ...user, '--auth-root-authentication-method=normal'];
+  const removed = () => rmSync(dataDir, { recursive: true, force: true });
   try {
-    execFileSync('mariadb-install-db', [...install, '--skip-test-db'], {
-      stdio: 'pipe',
-      timeout: 120_000,
-    });
-  } catch (err) {
-    rmSync(dataDir, { recursive: true, force: true });
-    throw new Error('mariadb-install-db failed (apt-get install -y mariadb-server)', {
-      cause: err,
-    });
+    const options = { stdio: 'pipe', timeout: 120_000 } as const;
+    execFileSync('mariadb-install-db', [...install, '--skip-test-db'], options);
+  } catch (cause) {
+    removed();
+    throw new Error('mariadb-install-db failed (apt-get install -y mariadb-server)', { cause });
   }
-  const child = spawn(
-    'mariadbd',
-    [
-      ...['--no-defaults', `--datadir=${dataDir}`, ...user, `--port=${port}`],
-      ...['--bind-address=127.0.0.1', `--socket=${join(dataDir, 'mysqld.sock')}`],
-      ...[`--pid-file=${join(dataDir, 'mysqld.pid')}`, '--log-bin=binlog', '--server-id=1'],
-      ...['--binlog-format=ROW', '--binlog-row-image=FULL', '--skip-name-resolve'],
-      ...['--innodb-flush-log-at-trx-commit=2', '--sync-binlog=0'],
-    ],
-    { stdio: 'ignore' },
-  );
+  const argv = ['--no-defaults', `--datadir=${dataDir}`, ...user, `--port=${port}`];
+  argv.push('--bind-address=127.0.0.1', `--socket=${join(dataDir, 'mysqld.sock')}`);
+  argv.push(`--pid-file=${join(dataDir, 'mysqld.pid')}`, '--log-bin=binlog', '--server-id=1');
+  argv.push('--binlog-format=ROW', '--binlog-row-image=FULL', '--skip-name-resolve');
+  argv.push('--innodb-flush-log-at-trx-commit=2', '--sync-binlog=0');
+  const child = spawn('mariadbd', argv, { stdio: 'ignore' });
   const createTest = async (): Promise<true> => {
     const conn = await mysql.createConnection({ uri: url, connectTimeout: 1_000 });
     await conn.query('CREATE DATABASE IF NOT EXISTS test');
     await conn.end();
     return true;
   };
-  await settle(60_000, 100, createTest, (last) => `mariadbd did not answer: ${last}`, child).catch(
-    (err) => {
-      rmSync(dataDir, { recursive: true, force: true });
-      throw err;
-    },
-  );
+  const fail = (last: string) => `mariadbd did not answer: ${last}`;
+  await settle(60_000, 100, createTest, fail, child).catch((err) => {
+    removed();
+    throw err;
+  });
   let stopped = false;
   return {
     /** `mysql://root@127.0.0.1:<port>/test` (root without a password). */
@@ -70,7 +61,7 @@ export async function startMariadb() {
       if (stopped) return;
       stopped = true;
       await stopChild(child);
-      rmSync(dataDir, { recursive: true, force: true });
+      removed();
     },
   };
 }

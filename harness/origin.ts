@@ -56,11 +56,7 @@ export async function startOrigin(
   const overrides = new Map<string, OriginAnswer>();
   const push = <T>(map: Map<string, T[]>, id: string, item: T) =>
     map.set(id, [...(map.get(id) ?? []), item]);
-  let total = 0;
-  let inFlight = 0;
-  let peak = 0;
-  let open = 0;
-  let peakOpen = 0;
+  let [total, inFlight, peak, open, peakOpen] = [0, 0, 0, 0, 0];
 
   const later = (ms: number, fn: () => void) => {
     const t = setTimeout(() => {
@@ -73,7 +69,7 @@ export async function startOrigin(
     inFlight--;
     if (res.destroyed || res.writableEnded) return;
     read.answeredAtMs = Date.now();
-    const override = overrides.get(id);
+    const override = overrides.get(id) ?? overrides.get('*');
     if (override !== undefined) {
       res.writeHead(override.status, override.headers).end();
       return;
@@ -94,11 +90,8 @@ export async function startOrigin(
       return;
     }
     const id = decodeURIComponent(match[1] as string);
-    const read: StampedRead = {
-      n: (log.get(id)?.length ?? 0) + 1,
-      arrivedAtMs: Date.now(),
-      answeredAtMs: undefined,
-    };
+    const n = (log.get(id)?.length ?? 0) + 1;
+    const read: StampedRead = { n, arrivedAtMs: Date.now(), answeredAtMs: undefined };
     push(log, id, read);
     total++;
     peak = Math.max(peak, ++inFlight);
@@ -120,18 +113,22 @@ export async function startOrigin(
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}`;
+  /**
+   * `url` is its base URL, `template` the item URL template for an `http` source; `readsOf(id)`,
+   * `totalReads()` and `readsLog(id)` (in arrival order, with times) are what it served or held;
+   * `seen(id, ms)` resolves true once a read of `id` has arrived (false after `ms`); `release(id)`
+   * answers the held reads of `id` (later ones answer after the usual latency); `setLatency`
+   * changes it from now on (a source that slows down, or recovers); `open()` counts requests whose
+   * client still waits now (a held read its client gave up on is not one); `peakInFlight()` is the
+   * most reads it served at once (since start or `resetPeak()`), `peakOpen()` the most requests
+   * whose client waited at once: the concurrency put on it.
+   */
   return {
-    /** Base URL, e.g. `http://127.0.0.1:40123`. */
     url,
-    /** The item URL template for an `http` source: `<url>/items/{id}`. */
     template: `${url}/items/{id}`,
-    /** Reads served (or held), by id. */
     readsOf: (id: string): number => log.get(id)?.length ?? 0,
-    /** Reads in all. */
     totalReads: (): number => total,
-    /** The reads of `id`, in arrival order, with their times. */
     readsLog: (id: string): StampedRead[] => [...(log.get(id) ?? [])],
-    /** Resolves true once a read of `id` has arrived, false after `timeoutMs`. */
     seen: (id: string, timeoutMs: number): Promise<boolean> =>
       log.has(id)
         ? Promise.resolve(true)
@@ -142,29 +139,25 @@ export async function startOrigin(
               resolve(true);
             });
           }),
-    /** Answers the held reads of `id`; later reads of it answer after the usual latency. */
     release(id: string): void {
       released.add(id);
       for (const go of held.get(id) ?? []) go();
       held.delete(id);
     },
     /**
-     * From now on, reads of `id` are answered `status` with `headers` and an empty body (a 503
-     * with `Retry-After`, a blip of 404s), still counted; `undefined` restores the normal answer.
+     * From now on, reads of `id` (`'*'`: of every id) are answered `status` with `headers` and an
+     * empty body (a 503 with `Retry-After`, a blip of 404s, a failing source), still counted;
+     * `undefined` restores the normal answer.
      */
     answerWith(id: string, answer: OriginAnswer | undefined): void {
       if (answer === undefined) overrides.delete(id);
       else overrides.set(id, answer);
     },
-    /** Changes the latency of reads from now on (a source that slows down, or recovers). */
     setLatency(ms: number): void {
       latencyMs = ms;
     },
-    /** Requests whose client still waits for them now (a held read its client gave up on is not one). */
     open: (): number => open,
-    /** The most reads it served at once (since start, or since `resetPeak`). */
     peakInFlight: (): number => peak,
-    /** The most requests at once whose client still waited for them: the concurrency put on it. */
     peakOpen: (): number => peakOpen,
     resetPeak(): void {
       peak = inFlight;

@@ -45,32 +45,16 @@ export async function startPostgres(options: PrivatePostgresOptions = {}) {
   const dataDir = privateDir('echostore-pg-', 'postgres');
   const port = await freePort();
   const settings = {
-    port,
-    listen_addresses: '127.0.0.1',
-    unix_socket_directories: dataDir,
-    wal_level: 'logical',
-    max_wal_senders: 10,
-    max_replication_slots: 10,
-    fsync: 'off',
-    full_page_writes: 'off',
-    ...options.settings,
+    ...{ port, listen_addresses: '127.0.0.1', unix_socket_directories: dataDir },
+    ...{ wal_level: 'logical', max_wal_senders: 10, max_replication_slots: 10 },
+    ...{ fsync: 'off', full_page_writes: 'off', ...options.settings },
   };
   const serverOptions = Object.entries(settings).map(([k, v]) => `-c ${k}=${v}`);
   try {
     pgRun('initdb', ['-D', dataDir, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8']);
     const log = join(dataDir, 'log');
-    pgRun('pg_ctl', [
-      '-D',
-      dataDir,
-      '-o',
-      serverOptions.join(' '),
-      '-l',
-      log,
-      '-w',
-      '-t',
-      '60',
-      'start',
-    ]);
+    const start = ['-D', dataDir, '-o', serverOptions.join(' '), '-l', log];
+    pgRun('pg_ctl', [...start, '-w', '-t', '60', 'start']);
   } catch (err) {
     rmSync(dataDir, { recursive: true, force: true });
     throw err;

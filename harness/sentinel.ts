@@ -77,19 +77,16 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}) {
       sentinel: { sentinels: addresses, name, ...auth },
       ...set.serviceAuth,
     };
+    /**
+     * `name` is monitored (`valkey.sentinel.name`); `servers` are the data nodes (the first
+     * primary, then its replicas); `addresses`, every Sentinel's `host:port`; `secure`, the
+     * certificates and credentials when started so; `valkey`, the service's `valkey` section (the
+     * Sentinels and name, and with `secure` TLS and both users); `primary()`, the data node the
+     * Sentinels name as primary now; `stop`, SIGKILLs every process (idempotent) and removes the
+     * Sentinels' files.
+     */
     return {
-      /** The monitored name (`valkey.sentinel.name`). */
-      name,
-      /** The data nodes: the first primary, then its replicas. */
-      servers,
-      sentinels,
-      /** `host:port` of every Sentinel (`valkey.sentinel.sentinels`). */
-      addresses,
-      /** The certificates and credentials, when started `secure`. */
-      secure,
-      /** The service's `valkey` section: the Sentinels and name, and with `secure` TLS and both users. */
-      valkey,
-      /** The data node the Sentinels currently name as primary. */
+      ...{ name, servers, sentinels, addresses, secure, valkey, stop: set.stop },
       primary: primaryNow,
       /** Resolves with the new primary once the Sentinels name one other than `old` (a failover). */
       async waitFailover(old: ValkeyServer, timeoutMs = 30_000): Promise<ValkeyServer> {
@@ -105,8 +102,6 @@ export async function spawnSentinelSet(options: SentinelSetOptions = {}) {
         );
         return now as ValkeyServer;
       },
-      /** SIGKILLs every process (idempotent) and removes the Sentinels' files. */
-      stop: set.stop,
     };
   } catch (err) {
     await set.stop();
@@ -123,12 +118,8 @@ function secureSentinelLines(secure: Secure, name: string, port: number): string
   const { pki } = secure;
   const rights = '-@all +sentinel|get-master-addr-by-name +sentinel|sentinels +ping';
   return [
-    `tls-port ${port}`,
-    `tls-cert-file ${pki.cert}`,
-    `tls-key-file ${pki.key}`,
-    `tls-ca-cert-file ${pki.ca}`,
-    'tls-auth-clients yes',
-    'tls-replication yes',
+    ...[`tls-port ${port}`, `tls-cert-file ${pki.cert}`, `tls-key-file ${pki.key}`],
+    ...[`tls-ca-cert-file ${pki.ca}`, 'tls-auth-clients yes', 'tls-replication yes'],
     `sentinel auth-pass ${name} ${secure.adminPassword}`,
     `requirepass ${secure.sentinelPassword}`,
     `user ${secure.username} on >${secure.sentinelPassword} ${rights}`,

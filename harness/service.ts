@@ -19,16 +19,16 @@ const MAIN = beside('../src/main.js', '../dist/src/main.js');
 /** The clock-skew preload (plain JavaScript in harness/, whether this file runs from harness/ or dist/harness/). */
 export const SKEW_CLOCK = beside('skew-clock.mjs', '../../harness/skew-clock.mjs');
 
-/** How to start one instance beyond its config. */
+/**
+ * How to start one instance beyond its config: extra `node` arguments before the script (e.g.
+ * `--import <SKEW_CLOCK>`) and environment (`SKEW_MS`), the port (a restart on the same
+ * address; default a free one), the child's stdio (default `['ignore', 'inherit', 'inherit']`).
+ */
 export interface StartOptions {
-  /** Extra `node` arguments before the script (e.g. `--import <SKEW_CLOCK>`). */
   nodeArgs?: string[];
-  /** Extra environment (e.g. `SKEW_MS`). */
   env?: Record<string, string>;
   readyTimeoutMs?: number;
-  /** The port to listen on (a restart on the same address); default a free one. */
   port?: number;
-  /** The child's stdio; default `['ignore', 'inherit', 'inherit']`. */
   stdio?: StdioOptions;
 }
 
@@ -49,16 +49,10 @@ export function spawnService(
   writeFileSync(file, stringify({ ...config, http }));
   // The config file says where Valkey is: an inherited VALKEY_URL or VALKEY_CLUSTER_NODES would override it.
   const { VALKEY_URL: _u, VALKEY_CLUSTER_NODES: _n, ...env } = process.env;
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), MAIN, '--config', file], {
-    env: {
-      ...env,
-      ...options.env,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
-    },
-    stdio: options.stdio ?? ['ignore', 'inherit', 'inherit'],
-  });
+  const argv = [...(options.nodeArgs ?? []), MAIN, '--config', file];
+  const local = { PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: env.LOG_LEVEL ?? 'warn' };
+  const stdio = options.stdio ?? ['ignore', 'inherit', 'inherit'];
+  const child = spawn(process.execPath, argv, { env: { ...env, ...options.env, ...local }, stdio });
   // The config was read at start-up; the folder goes with the process.
   child.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   return child;
@@ -77,13 +71,9 @@ export async function startService(config: object, options: StartOptions = {}) {
   const ready = () => fetch(`${url}/readyz`).then((r) => r.ok || `/readyz answered ${r.status}`);
   const fail = (last: string) => `the service at ${url} was not ready: ${last}`;
   await settle(options.readyTimeoutMs ?? 30_000, 50, ready, fail, child);
-  return {
-    /** Base URL, e.g. `http://127.0.0.1:40124`. */
-    url,
-    process: child,
-    /** Sends SIGTERM and waits for the exit (SIGKILL after `graceMs`). */
-    stop: (graceMs = 10_000): Promise<void> => stopChild(child, graceMs),
-  };
+  /** `url`: its base URL; `stop`: SIGTERM, and SIGKILL after `graceMs`; resolves on its exit. */
+  const stop = (graceMs = 10_000): Promise<void> => stopChild(child, graceMs);
+  return { url, process: child, stop };
 }
 
 /**

@@ -51,11 +51,8 @@ export const serverBinary = (): string | undefined =>
  */
 export async function spawnValkey(options: ValkeyServerOptions = {}) {
   const binary = serverBinary();
-  if (binary === undefined) {
-    throw new Error(
-      'no valkey-server or redis-server on the PATH (apt-get install -y redis-server)',
-    );
-  }
+  const hint = 'no valkey-server or redis-server on the PATH (apt-get install -y redis-server)';
+  if (binary === undefined) throw new Error(hint);
   const port = options.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), 'echostore-valkey-'));
   const argv = [
@@ -105,10 +102,8 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
 
 /** A harness connection: connects when asked, 1 s to connect, never reconnects or retries. */
 const ONE_SHOT = {
-  lazyConnect: true,
-  maxRetriesPerRequest: 0,
+  ...{ lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 1_000 },
   retryStrategy: () => null,
-  connectTimeout: 1_000,
 } as const;
 
 /** Runs `fn` on `r`, a harness connection, and closes it when `fn` settles. */

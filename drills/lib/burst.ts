@@ -1,58 +1,75 @@
-/** A burst of concurrent cold readers of one id, in this process or over HTTP, and what they got. */
+/** Concurrent readers of ids, through a store in this process or over HTTP, and what they got. */
 import type { Table } from '../../src/store/table.js';
-import { errorCode } from './http.js';
+import { errorCode, itemUrl } from './http.js';
 import { bump } from './report.js';
 
-/** One reader: resolves with the answer's JSON text, or rejects. */
-export type Read = () => Promise<string>;
+/** One read of `id`: the answer's JSON text and the layer that gave it, or a rejection. */
+export type Read = (id: string) => Promise<{ json: string; layer: string }>;
 
-/** The burst as one process saw it. */
-export interface BurstResult {
-  /** Per successful reader: ms from the burst's start to its answer. */
+/** What the readers of one process saw. */
+export interface ReadsResult {
+  /** Per id read: the distinct answers it got (JSON text). */
+  answers: Record<string, string[]>;
+  /** Per successful read: ms from its start to its answer. */
   latenciesMs: number[];
   failures: number;
-  /** Failed readers by error code (`ECC_*`, `HTTP_<status>`, or the error's name). */
+  /** Failed reads by error code (`ECC_*`, `HTTP_<status>`, or the error's name). */
   errorCodes: Record<string, number>;
-  /** The distinct answers (JSON text) the readers received. */
-  answers: string[];
+  /** Answers by layer (`l1`, `l2`, `origin`; `http` over HTTP). */
+  layers: Record<string, number>;
+  durationMs: number;
 }
 
-/** Reads `id` through `table.get`: the value's JSON text, `404` when not found. */
+/** Reads through `table.get`: the value's JSON text (`404` when not found). */
 export const storeRead =
-  (t: Table, id: string): Read =>
-  async () => {
+  (t: Table): Read =>
+  async (id) => {
     const r = await t.get(id);
-    return r.found ? r.json : '404';
+    return { json: r.found ? r.json : '404', layer: r.layer };
   };
 
-/** GETs `url`: the body of a 200; otherwise rejects with the error body's code (or `HTTP_<status>`). */
+/** GETs the item on the service at `base`: the body of a 200; otherwise rejects with its code. */
 export const httpRead =
-  (url: string): Read =>
-  async () => {
-    const res = await fetch(url);
-    const body = await res.text();
-    if (res.status === 200) return body;
-    const code = errorCode(body) ?? `HTTP_${res.status}`;
-    throw Object.assign(new Error(`GET ${url} answered ${res.status}`), { code });
+  (base: string, table: string): Read =>
+  async (id) => {
+    const res = await fetch(itemUrl(base, table, id));
+    const json = await res.text();
+    if (res.status === 200) return { json, layer: 'http' };
+    const code = errorCode(json) ?? `HTTP_${res.status}`;
+    throw Object.assign(new Error(`GET ${res.url} answered ${res.status}`), { code });
   };
 
-/** Starts `readers` concurrent `read`s at once and waits for them all. */
-export async function burst(read: Read, readers: number): Promise<BurstResult> {
+/** `count` reads, of `next(i)` for the i-th, from `lanes` concurrent loops (all started at once). */
+export async function readMany(
+  read: Read,
+  next: (i: number) => string,
+  count: number,
+  lanes = count,
+): Promise<ReadsResult> {
+  const seen = new Map<string, Set<string>>();
+  const r: ReadsResult = {
+    ...{ answers: {}, latenciesMs: [], failures: 0 },
+    ...{ errorCodes: {}, layers: {}, durationMs: 0 },
+  };
+  let issued = 0;
   const started = performance.now();
-  const settled = await Promise.allSettled(
-    Array.from({ length: readers }, () =>
-      read().then((body) => ({ body, ms: performance.now() - started })),
-    ),
-  );
-  const result: BurstResult = { latenciesMs: [], failures: 0, errorCodes: {}, answers: [] };
-  for (const s of settled) {
-    if (s.status === 'fulfilled') {
-      result.latenciesMs.push(s.value.ms);
-      result.answers.push(s.value.body);
-    } else {
-      result.failures++;
-      bump(result.errorCodes, errorCode(s.reason) ?? String((s.reason as Error)?.name ?? 'Error'));
+  const lane = async () => {
+    while (issued < count) {
+      const id = next(issued++);
+      const t0 = performance.now();
+      try {
+        const { json, layer } = await read(id);
+        r.latenciesMs.push(performance.now() - t0);
+        bump(r.layers, layer);
+        seen.set(id, (seen.get(id) ?? new Set()).add(json));
+      } catch (err) {
+        r.failures++;
+        bump(r.errorCodes, errorCode(err) ?? String((err as Error)?.name ?? 'Error'));
+      }
     }
-  }
-  return { ...result, answers: [...new Set(result.answers)] };
+  };
+  await Promise.all(Array.from({ length: lanes }, lane));
+  r.durationMs = performance.now() - started;
+  for (const [id, answers] of seen) r.answers[id] = [...answers];
+  return r;
 }

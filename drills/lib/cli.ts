@@ -1,11 +1,8 @@
-/**
- * A drill's command line and its ending: typed options (`--json [file]`
- * always among them), and {@link runDrill}, which prints the report and exits
- * 0 (the laws hold), 1 (one is broken) or 2 (the drill could not run).
- */
+/** A drill's command line (typed options, `--json [file]` always among them) and its ending ({@link runDrill}). */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
+import { type Check, checkLines, columns, verdict } from './report.js';
 
 /** One option: a number within bounds, one of some words, free text, or a flag (no value). */
 type Option =
@@ -24,11 +21,9 @@ type Values<O extends Record<string, Option>> = {
         : number;
 } & { json: string | undefined };
 
-/** An integer option from `min` to `max`. */
+/** An integer (`int`) or a number (`float`) option from `min` to `max`. */
 export const int = (dflt: number, min: number, max = Number.POSITIVE_INFINITY) =>
   ({ kind: 'int', default: dflt, min, max }) as const;
-
-/** A number option from `min` to `max`. */
 export const float = (dflt: number, min: number, max = Number.POSITIVE_INFINITY) =>
   ({ kind: 'float', default: dflt, min, max }) as const;
 
@@ -61,11 +56,10 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     process.stderr.write(`${message}\n`);
     process.exit(2);
   };
+  const type = (k: string): 'boolean' | 'string' =>
+    options[k]?.kind === 'flag' ? 'boolean' : 'string';
   const config = Object.fromEntries(
-    [...Object.keys(options), 'json'].map((k) => [
-      k,
-      { type: options[k]?.kind === 'flag' ? ('boolean' as const) : ('string' as const) },
-    ]),
+    [...Object.keys(options), 'json'].map((k) => [k, { type: type(k) }]),
   );
   let given: Record<string, string | boolean | undefined> = {};
   try {
@@ -98,33 +92,46 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
 }
 
 /**
- * Runs a drill: `main` builds the report (one JSON object); it is printed as
- * `render` makes it, or as `--json` asks (`'-'`: one line of JSON instead of
- * the table; a path: pretty JSON written there as well). Exits 0 when
- * `report.pass`, 1 when not, 2 when `main` throws.
+ * What a drill's `main` returns: its first line; tables (`body`, text) and `figures` (label →
+ * value) printed under it; its laws; anything else goes to the JSON only.
  */
-export function runDrill<R extends { pass: boolean }>(
-  name: string,
-  json: string | undefined,
-  main: () => Promise<R>,
-  render: (report: R) => string,
-): void {
+export interface Outcome {
+  title: string;
+  body?: string[];
+  figures?: Record<string, string | number>;
+  checks: Check[];
+  [data: string]: unknown;
+}
+
+/**
+ * Runs a drill: `main` measures and judges; the outcome is printed (title, body, one line per
+ * check and the verdict) or, with `--json`, written as JSON (`'-'`: one line instead of the
+ * text; a path: pretty JSON there as well). Exits 0 when every check passes, 1 when one fails,
+ * 2 when `main` throws.
+ */
+export function runDrill(name: string, json: string | undefined, main: () => Promise<Outcome>) {
   main().then(
-    (report) => {
-      if (json === '-') process.stdout.write(`${JSON.stringify(report)}\n`);
+    ({ body = [], ...outcome }) => {
+      const { checks, figures = {} } = outcome;
+      const pass = checks.every((c) => c.pass);
+      const report = JSON.stringify({ drill: name, ...outcome, pass }, null, json === '-' ? 0 : 2);
+      if (json === '-') process.stdout.write(`${report}\n`);
       else {
         if (json !== undefined) {
           mkdirSync(dirname(json), { recursive: true });
-          writeFileSync(json, `${JSON.stringify(report, null, 2)}\n`);
+          writeFileSync(json, `${report}\n`);
         }
-        process.stdout.write(render(report));
+        const lines = [outcome.title, ...body, columns(Object.entries(figures))];
+        lines.push(...checkLines(checks));
+        const held = checks.filter((c) => c.pass).length;
+        if (checks.length > 0)
+          lines.push(`${verdict(pass)}: ${name}, ${held} of ${checks.length} laws hold`);
+        process.stdout.write(`${lines.filter((l) => l !== '').join('\n')}\n`);
       }
-      process.exit(report.pass ? 0 : 1);
+      process.exit(pass ? 0 : 1);
     },
     (err: unknown) => {
-      process.stderr.write(
-        `${name} drill failed to run: ${(err as Error)?.stack ?? String(err)}\n`,
-      );
+      process.stderr.write(`${name} drill failed to run: ${(err as Error)?.stack ?? err}\n`);
       process.exit(2);
     },
   );

@@ -9,7 +9,7 @@ import { adminConnection } from '../../harness/secure.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
 import { valueKey } from '../../src/l2/keys.js';
 import { keySlot } from '../../src/valkey/slots.js';
-import type { Reaper } from './reaper.js';
+import { track } from './reaper.js';
 
 /** Which side of the failover an id's keys live on. */
 export type Side = 'lost' | 'other';
@@ -33,8 +33,8 @@ export interface FailoverTopology {
 }
 
 /** Starts a 3+3 cluster (TLS + ACL with `secure`) and picks the primary of slot 0 as the victim. */
-export async function clusterTopology(reaper: Reaper, secure = false): Promise<FailoverTopology> {
-  const cluster = await spawnCluster({ track: (c) => reaper.track(c), secure });
+export async function clusterTopology(secure = false): Promise<FailoverTopology> {
+  const cluster = await spawnCluster({ track, secure });
   const victim = (await cluster.primaryOf(0))?.address;
   // The slot map as it was before the kill, from a client of the drill's own.
   const admin = new Cluster(
@@ -62,8 +62,8 @@ export async function clusterTopology(reaper: Reaper, secure = false): Promise<F
  * Starts a primary, a replica and 3 Sentinels (TLS and passwords everywhere with `secure`);
  * the primary is the victim (the only shard).
  */
-export async function sentinelTopology(reaper: Reaper, secure = false): Promise<FailoverTopology> {
-  const set = await spawnSentinelSet({ track: (c) => reaper.track(c), secure });
+export async function sentinelTopology(secure = false): Promise<FailoverTopology> {
+  const set = await spawnSentinelSet({ track, secure });
   const primary = await set.primary();
   if (primary === undefined) throw new Error('the Sentinels name no primary');
   const victim = `127.0.0.1:${primary.port}`;

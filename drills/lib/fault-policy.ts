@@ -1,12 +1,15 @@
 /**
- * The settings of the service instances in the drills that break Valkey under
- * load (faults, failover, reshard): commands that fail fast, rows that stay in
- * L1 for the whole drill, the longest a request may lawfully take under them,
- * and the two instances on one origin those drills start.
+ * What the drills that break Valkey under load (faults, failover, reshard) share: the instances'
+ * settings (commands that fail fast, rows that stay in L1 for the whole drill), the longest a
+ * request may lawfully take under them, the two instances on one origin they start, and the
+ * checks they judge alike.
  */
+import { randomBytes, randomUUID } from 'node:crypto';
 import { type Origin, startOrigin } from '../../harness/origin.js';
 import { type Service, startServices } from '../../harness/service.js';
-import type { Reaper } from './reaper.js';
+import { itemUrl, readyWithin, timed } from './http.js';
+import { track } from './reaper.js';
+import { type Check, check, maxMs } from './report.js';
 import { originConfig } from './store.js';
 
 /** `valkey.*` of every instance: a paused or dead server costs a command 500 ms at most. */
@@ -40,12 +43,11 @@ export interface FaultPair {
 }
 
 /**
- * Starts an origin answering after `latencyMs` and two instances of `table`
- * on it (a 3 s grace on a failed start), over `valkey` (a `valkey` section;
- * {@link FAULT_VALKEY} added) with `policy`; `reaper` kills them if the drill dies.
+ * Starts an origin answering after `latencyMs` and two instances of `table` on it (a 3 s grace
+ * on a failed start), over `valkey` (a `valkey` section; {@link FAULT_VALKEY} added) with
+ * `policy`; they die with the drill.
  */
 export async function startFaultPair(
-  reaper: Reaper,
   valkey: Record<string, unknown>,
   table: string,
   latencyMs: number,
@@ -53,20 +55,82 @@ export async function startFaultPair(
 ): Promise<FaultPair> {
   const origin = await startOrigin(latencyMs);
   const config = originConfig({ ...valkey, ...FAULT_VALKEY }, table, origin.template, policy);
-  const services = await startServices(2, config, (c) => reaper.track(c), 3_000).catch(
-    async (err: unknown) => {
-      await origin.close();
-      throw err;
-    },
-  );
-  return {
-    origin,
-    services,
-    targets: services.map((s) => s.url),
-    config,
-    async stop() {
-      await Promise.all(services.map((s) => s.stop(5_000)));
-      await origin.close();
-    },
+  const services = await startServices(2, config, track, 3_000).catch(async (err: unknown) => {
+    await origin.close();
+    throw err;
+  });
+  const stop = async () => {
+    await Promise.all(services.map((s) => s.stop(5_000)));
+    await origin.close();
   };
+  return { origin, services, targets: services.map((s) => s.url), config, stop };
+}
+
+/** The law every such drill judges: no request waits past {@link FAULT_BOUND_MS}, nor is `alsoLate`. */
+export function boundCheck<S extends { ms: number }>(
+  samples: S[],
+  why = '',
+  alsoLate: (s: S) => boolean = () => false,
+): Check {
+  const late = samples.filter((s) => s.ms > FAULT_BOUND_MS || alsoLate(s)).length;
+  const detail = `${late} late; slowest ${maxMs(samples.map((s) => s.ms))} ms`;
+  return check(`no request waits past ${FAULT_BOUND_MS} ms${why}`, late === 0, detail);
+}
+
+/** `name`: every one of `samples` answered 200. */
+export function all200(name: string, samples: Array<{ status: number }>): Check {
+  const bad = samples.filter((s) => s.status !== 200).length;
+  return check(name, bad === 0, `${bad} of ${samples.length} not answered 200`);
+}
+
+/** `name`: p99 `during` a fault within 2× of its `before` baseline. */
+export const p99Check = (name: string, before: number, during: number): Check =>
+  check(
+    `${name} within 2× of the baseline`,
+    during <= 2 * before,
+    `${during} ms against ${before} ms (limit ${Math.round(2 * before * 10) / 10} ms)`,
+  );
+
+/** `12 ms / <never>`: how long each instance took to say ready. */
+const readyText = (ms: Array<number | undefined>, never: string) =>
+  ms.map((m) => (m === undefined ? never : `${m} ms`)).join(' / ');
+
+/** How long from now until each instance says ready (polled for up to `withinMs`), as text. */
+export async function readyAgain(services: Service[], withinMs: number): Promise<string> {
+  const ms = await Promise.all(services.map((s) => readyWithin(s.url, withinMs)));
+  return readyText(ms, `not within ${withinMs} ms`);
+}
+
+/**
+ * The recovery check after fault `phase`, without a restart: every instance's `/readyz` says
+ * "ready" within `withinMs`, then a PUT of a fresh id on the first instance and a GET of it on
+ * each round-trip the same value (through Valkey for all but the writer).
+ */
+export async function recovery(
+  phase: string,
+  services: Service[],
+  table: string,
+  withinMs = 5_000,
+  requestTimeoutMs = 10_000,
+): Promise<Check> {
+  const readyMs = await Promise.all(services.map((s) => readyWithin(s.url, withinMs)));
+  const result = (roundTrip: boolean, detail: string) =>
+    check(
+      `recovery after phase ${phase}: /readyz ready within ${withinMs} ms and PUT + GET round-trip`,
+      readyMs.every((ms) => ms !== undefined) && roundTrip,
+      `ready after ${readyText(readyMs, 'never')}; ${detail}`,
+    );
+  const id = `roundtrip-${randomBytes(6).toString('hex')}`;
+  const nonce = randomUUID();
+  const url = (s: Service) => itemUrl(s.url, table, id);
+  try {
+    const put = await timed(url(services[0] as Service), requestTimeoutMs, 'PUT', { nonce });
+    if (put.status !== 200) return result(false, `PUT ${put.status} ${put.body}`);
+    const gets = await Promise.all(services.map((s) => timed(url(s), requestTimeoutMs)));
+    const ok = gets.every((g) => g.status === 200 && JSON.parse(g.body).nonce === nonce);
+    const detail = `PUT 200, GET ${gets.map((g) => g.status).join('/')}`;
+    return result(ok, ok ? detail : `${detail} (wrong value)`);
+  } catch (err) {
+    return result(false, `PUT/GET failed: ${(err as Error).message}`);
+  }
 }

@@ -3,14 +3,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { inLanes } from './load.js';
 
 /** The item URL of `id` in `table` on the service at `base` (`''`: just the path). */
-export function itemUrl(base: string, table: string, id: string): string {
-  return `${base}/v1/tables/${table}/items/${encodeURIComponent(id)}`;
-}
+export const itemUrl = (base: string, table: string, id: string): string =>
+  `${base}/v1/tables/${table}/items/${encodeURIComponent(id)}`;
 
 /**
- * The stable code of a failure: the `code` of a thrown error (or of its
- * `cause`, as with `fetch`'s network errors), or `error.code` of an EchoStore
- * JSON error body; undefined when it has none.
+ * The stable code of a failure: the `code` of a thrown error (or of its `cause`, as with
+ * `fetch`'s network errors), or `error.code` of an EchoStore JSON error body; else undefined.
  */
 export function errorCode(failure: unknown): string | undefined {
   let f = failure as { code?: unknown; cause?: { code?: unknown } } | undefined;
@@ -33,8 +31,6 @@ export interface Timed {
   code: string | undefined;
   /** `Cache-Status` said `detail=l1`. */
   l1: boolean;
-  /** `Cache-Status` said `stored`: the answer was loaded and kept (in L1 at least). */
-  stored: boolean;
   /** The `Cache-Status` header, if any. */
   cacheStatus: string | undefined;
   ms: number;
@@ -49,44 +45,21 @@ export async function timed(
   json?: unknown,
 ): Promise<Timed> {
   const started = performance.now();
-  const init =
-    json === undefined ? { method } : { method, body: JSON.stringify(json), headers: JSON_BODY };
+  const headers = { 'content-type': 'application/json' };
+  const init = json === undefined ? { method } : { method, body: JSON.stringify(json), headers };
   try {
     const res = await fetch(url, { ...init, signal: AbortSignal.timeout(timeoutMs) });
     const body = await res.text();
     const cacheStatus = res.headers.get('cache-status') ?? undefined;
     const code = res.ok ? undefined : (errorCode(body) ?? 'NO_CODE');
     const l1 = /detail=l1(;|$)/.test(cacheStatus ?? '');
-    const stored = /;\s*stored(;|$)/.test(cacheStatus ?? '');
-    return {
-      status: res.status,
-      code,
-      l1,
-      stored,
-      cacheStatus,
-      ms: performance.now() - started,
-      body,
-    };
+    return { status: res.status, code, l1, cacheStatus, ms: performance.now() - started, body };
   } catch (err) {
     const e = err as Error;
     const code = e.name === 'TimeoutError' ? 'CLIENT_TIMEOUT' : (errorCode(e) ?? e.name);
     const ms = performance.now() - started;
-    return { status: 0, code, l1: false, stored: false, cacheStatus: undefined, ms, body: '' };
+    return { status: 0, code, l1: false, cacheStatus: undefined, ms, body: '' };
   }
-}
-
-/** {@link timed} without the body and `Cache-Status`: what a drill's load keeps of each request. */
-export async function answer(
-  url: string,
-  timeoutMs: number,
-  put?: unknown,
-): Promise<Omit<Timed, 'body' | 'cacheStatus'>> {
-  const {
-    body: _,
-    cacheStatus: __,
-    ...kept
-  } = await timed(url, timeoutMs, put === undefined ? 'GET' : 'PUT', put);
-  return kept;
 }
 
 /** A GET of an origin's row through a service: {@link Timed}, and what the counting origin stamped on it. */
@@ -101,27 +74,15 @@ export interface OriginRead extends Timed {
 }
 
 /** GETs `id` of `table` on the service at `base` (bounded by `timeoutMs`); never rejects. */
-export async function readItem(
-  base: string,
-  table: string,
-  id: string,
-  timeoutMs = 10_000,
-): Promise<OriginRead> {
+export async function readItem(base: string, table: string, id: string, timeoutMs = 10_000) {
   const sentAtMs = Date.now();
   const t = await timed(itemUrl(base, table, id), timeoutMs);
   const body: { read?: number; origin?: string } = t.status === 200 ? JSON.parse(t.body) : {};
-  return { ...t, id, sentAtMs, read: body.read ?? 0, origin: body.origin };
+  return { ...t, id, sentAtMs, read: body.read ?? 0, origin: body.origin } as OriginRead;
 }
 
-const JSON_BODY = { 'content-type': 'application/json' };
-
 /** {@link readItem} of every id of `ids`, `lanes` at a time; the answers in the order they came. */
-export async function readItems(
-  base: string,
-  table: string,
-  ids: readonly string[],
-  lanes = 32,
-): Promise<OriginRead[]> {
+export async function readItems(base: string, table: string, ids: readonly string[], lanes = 32) {
   const out: OriginRead[] = [];
   await inLanes(lanes, ids, async (id) => out.push(await readItem(base, table, id)));
   return out;

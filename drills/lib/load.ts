@@ -1,9 +1,10 @@
 /**
- * Bounded request loops for the drills that judge a service under load:
- * `loops` loops each repeat one `step` (a request the drill chooses) and
- * pause, recording what the step returns with the phase in effect.
+ * Bounded request loops for the drills that judge a service under load: `loops` loops each
+ * repeat one `step` (a request the drill chooses) and pause, recording what the step returns
+ * with the phase in effect; and what such requests add up to.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { countBy, maxMs, p50p99 } from './report.js';
 
 /** Options of {@link Loops}. */
 export interface LoopOptions<S> {
@@ -22,28 +23,30 @@ export class Loops<S> {
   /** Recorded with each step started from now on. */
   phase = '';
   readonly samples: S[] = [];
-  readonly #o: LoopOptions<S>;
+  /** True from `start` until `stop`. */
+  running = false;
   readonly #tasks: Promise<void>[] = [];
-  #running = false;
   #steps = 0;
   #began = 0;
 
-  constructor(options: LoopOptions<S>) {
-    this.#o = options;
-  }
-
-  /** True from `start` until `stop`. */
-  get running(): boolean {
-    return this.#running;
-  }
+  constructor(readonly options: LoopOptions<S>) {}
 
   /** Starts the loops, and `beside` (e.g. a readiness probe that runs while they do). */
   start(...beside: Array<() => Promise<void>>): void {
-    this.#running = true;
+    const o = this.options;
+    this.running = true;
     this.#began = performance.now();
-    const deadline = Date.now() + (this.#o.maxDurationMs ?? Number.POSITIVE_INFINITY);
-    for (const task of beside) this.#tasks.push(task());
-    for (let i = 0; i < this.#o.loops; i++) this.#tasks.push(this.#loop(deadline));
+    const deadline = Date.now() + (o.maxDurationMs ?? Number.POSITIVE_INFINITY);
+    const loop = async () => {
+      while (this.running && this.#steps < (o.maxSteps ?? Number.POSITIVE_INFINITY)) {
+        if (Date.now() >= deadline) break;
+        this.#steps++;
+        const sample = await o.step(this.phase);
+        if (sample !== undefined) this.samples.push(sample);
+        await sleep(o.pauseMs);
+      }
+    };
+    this.#tasks.push(...beside.map((task) => task()), ...Array.from({ length: o.loops }, loop));
   }
 
   /** Ms since `start`. */
@@ -53,20 +56,36 @@ export class Loops<S> {
 
   /** Stops the loops and waits for their last steps. */
   async stop(): Promise<void> {
-    this.#running = false;
+    this.running = false;
     await Promise.all(this.#tasks);
   }
+}
 
-  async #loop(deadline: number): Promise<void> {
-    const o = this.#o;
-    while (this.#running && this.#steps < (o.maxSteps ?? Number.POSITIVE_INFINITY)) {
-      if (Date.now() >= deadline) break;
-      this.#steps++;
-      const sample = await o.step(this.phase);
-      if (sample !== undefined) this.samples.push(sample);
-      await sleep(o.pauseMs);
-    }
-  }
+/** A request as a drill's load keeps it: its status (0: no answer), error code and time. */
+export interface Answered {
+  status: number;
+  code: string | undefined;
+  ms: number;
+}
+
+/**
+ * What `samples` add up to: requests, answered 200, answered otherwise, lost (no answer), the
+ * failed ones by `key` (default: error code, else status), p50 / p99 (1 decimal) and max ms.
+ */
+export function summarize<S extends Answered>(
+  samples: S[],
+  key: (s: S) => string = (s) => s.code ?? String(s.status),
+) {
+  const ms = samples.map((s) => s.ms);
+  return {
+    requests: samples.length,
+    answered200: samples.filter((s) => s.status === 200).length,
+    answeredOther: samples.filter((s) => s.status !== 200 && s.status !== 0).length,
+    lost: samples.filter((s) => s.status === 0).length,
+    failed: countBy(samples, (s) => (s.status === 200 ? undefined : key(s))),
+    ...p50p99(ms, 1),
+    maxMs: maxMs(ms),
+  };
 }
 
 /** Calls `fn` on every item from `lanes` concurrent lanes, each taking the next item when free. */

@@ -32,3 +32,9 @@ export class Reaper {
     this.#children.clear();
   }
 }
+
+/** The drills' reaper: every child a drill starts dies with it. */
+export const reaper = new Reaper();
+
+/** Hands `child` to {@link reaper} (the `track` option of the harness's spawners). */
+export const track = (child: ChildProcess): void => reaper.track(child);

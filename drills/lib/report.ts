@@ -1,4 +1,4 @@
-/** What the drills' and benches' reports are made of: percentiles, rounding, tallies, rates, one table renderer. */
+/** What the drills' and benches' reports are made of: percentiles, tallies, laws, one table renderer. */
 import { cpus } from 'node:os';
 
 /** The p-th percentile (0–100) of `samples` by nearest rank; NaN when empty. */
@@ -16,12 +16,20 @@ export const median = (samples: number[]): number => percentile(samples, 50);
 export const round = (x: number, digits = 2): number => Number(x.toFixed(digits));
 
 /** The median and the 99th percentile of `samplesMs`, rounded to `digits` decimals. */
-export function p50p99(samplesMs: number[], digits = 2): { p50Ms: number; p99Ms: number } {
-  return {
-    p50Ms: round(percentile(samplesMs, 50), digits),
-    p99Ms: round(percentile(samplesMs, 99), digits),
-  };
-}
+export const p50p99 = (samplesMs: number[], digits = 2) => ({
+  p50Ms: round(percentile(samplesMs, 50), digits),
+  p99Ms: round(percentile(samplesMs, 99), digits),
+});
+
+/** The `ms` of each of `xs`. */
+export const msOf = (xs: ReadonlyArray<{ ms: number }>): number[] => xs.map((x) => x.ms);
+
+/** The largest of `ms`, rounded; 0 when empty. */
+export const maxMs = (ms: number[]): number => Math.round(ms.reduce((m, x) => Math.max(m, x), 0));
+
+/** The sum of `f` over `xs`. */
+export const sum = <T>(xs: readonly T[], f: (x: T) => number): number =>
+  xs.reduce((n, x) => n + f(x), 0);
 
 /** Adds `n` to `counts[key]`. */
 export function bump(counts: Record<string, number>, key: string, n = 1): void {
@@ -29,12 +37,19 @@ export function bump(counts: Record<string, number>, key: string, n = 1): void {
 }
 
 /** Adds every count of `from` into `into`; returns `into`. */
-export function addCounts(
-  into: Record<string, number>,
-  from: Record<string, number>,
-): Record<string, number> {
+export function addCounts(into: Record<string, number>, from: Record<string, number>) {
   for (const [k, n] of Object.entries(from)) bump(into, k, n);
   return into;
+}
+
+/** `xs` counted by `key` (undefined: not counted). */
+export function countBy<T>(xs: readonly T[], key: (x: T) => string | undefined) {
+  const counts: Record<string, number> = {};
+  for (const x of xs) {
+    const k = key(x);
+    if (k !== undefined) bump(counts, k);
+  }
+  return counts;
 }
 
 /** `a×3, b×1` in key order; `empty` when there is nothing to list. */
@@ -51,6 +66,17 @@ export interface Check {
   pass: boolean;
   detail: string;
 }
+
+/** A check: `PASS: <name> — <detail>`. */
+export const check = (name: string, pass: boolean, detail: string): Check => ({
+  name,
+  pass,
+  detail,
+});
+
+/** `name` judged on `seen` against the law `want` (by default: equal to it): `… — seen (law: want)`. */
+export const law = (name: string, seen: unknown, want: unknown, pass = seen === want): Check =>
+  check(name, pass, `${seen} (law: ${want})`);
 
 /** `PASS` when `pass`, else `FAIL`. */
 export const verdict = (pass: boolean): string => (pass ? 'PASS' : 'FAIL');
@@ -82,11 +108,7 @@ export function columns(rows: Array<Array<string | number>>, header?: string[]):
 }
 
 /** Runs `op` in batches of 1 000 (each awaited unless `sync`) for `ms` milliseconds; operations per second. */
-export async function opsPerSecond(
-  ms: number,
-  op: (i: number) => unknown,
-  sync = false,
-): Promise<number> {
+export async function opsPerSecond(ms: number, op: (i: number) => unknown, sync = false) {
   let n = 0;
   const started = performance.now();
   const end = started + ms;

@@ -1,16 +1,14 @@
 /**
- * The store side of the drills: a store whose table reads the counting
- * origin, which layer answered a read, and the run's keys in Valkey.
+ * The store side of the drills: where their stores and services find Valkey, a store or a
+ * service config whose table reads the counting origin, and the run's keys in Valkey.
  */
 import { type Cluster, Redis } from 'ioredis';
+import { spawnCluster } from '../../harness/cluster.js';
 import { leaseKey, valueKey } from '../../src/l2/keys.js';
 import { httpSource } from '../../src/sources/http.js';
-import { createStore, type Store, type TableOptions } from '../../src/store/store.js';
-import type { ReadResult } from '../../src/store/types.js';
+import { createStore, type TableOptions } from '../../src/store/store.js';
 import { redactUrl, type ValkeyOptions } from '../../src/valkey/client.js';
-
-/** The layer that answered a read. */
-export type Layer = ReadResult['layer'];
+import { track } from './reaper.js';
 
 /** A store with one table, `table`, whose loader GETs the origin's item `template`; `valkey` as `createStore` takes it. */
 export async function originStore(
@@ -18,19 +16,14 @@ export async function originStore(
   table: string,
   template: string,
   policy: Omit<TableOptions, 'load'> = {},
-): Promise<{ store: Store; close(): Promise<void> }> {
+) {
   const source = httpSource({ url: template, timeoutMs: 10_000 });
   const store = await createStore({
     valkey,
     tables: { [table]: { load: source.load, ...policy } },
   });
-  return {
-    store,
-    async close() {
-      await store.close();
-      source.close();
-    },
-  };
+  const close = () => store.close().then(() => source.close());
+  return { store, close };
 }
 
 /**
@@ -38,19 +31,20 @@ export async function originStore(
  * `valkey` is its `valkey` section, `policy` the table's, `rest` any other top-level sections
  * (`namespace`, `log`, `http`, …).
  */
-export function originConfig(
+export const originConfig = (
   valkey: object,
   table: string,
   template: string,
   policy: object = {},
   rest: object = {},
-) {
-  return {
-    valkey,
-    ...rest,
-    tables: { [table]: { source: { kind: 'http', url: template }, ...policy } },
-  };
-}
+) => ({
+  valkey,
+  ...rest,
+  tables: { [table]: { source: { kind: 'http', url: template }, ...policy } },
+});
+
+/** The `log` section of a service whose warnings are what the drill provokes. */
+export const QUIET = { log: { level: 'error' } };
 
 /** Makes Node load `fetch` (undici) now, with a GET the origin answers 404 and does not count. */
 export async function loadFetch(template: string): Promise<void> {
@@ -64,9 +58,7 @@ export async function loadFetch(template: string): Promise<void> {
  */
 export async function connectAdmin(url: string): Promise<Redis> {
   const redis = new Redis(url, {
-    maxRetriesPerRequest: 1,
-    connectTimeout: 3_000,
-    lazyConnect: true,
+    ...{ maxRetriesPerRequest: 1, connectTimeout: 3_000, lazyConnect: true },
     retryStrategy: () => null,
   });
   let last: unknown;
@@ -92,4 +84,41 @@ export async function dropTable(redis: Redis, table: string): Promise<number> {
     if (keys.length > 0) dropped += await redis.unlink(...keys);
   }
   return dropped;
+}
+
+/** The Valkey a drill runs against (see {@link drillValkey}). */
+export type DrillValkey = Awaited<ReturnType<typeof drillValkey>>;
+
+/**
+ * The drill's Valkey: the server at `url` (which must answer), or with `cluster` a local
+ * 3-primary + 3-replica cluster the drill starts itself (harness/cluster.ts) and stops at the
+ * end (its processes die with the drill); with `secure` too, that cluster TLS-only with client
+ * certificates, the stores and services connecting as an ACL user with only the service's rights
+ * (harness/secure.ts). `target` is `createStore`'s `valkey` option (JSON: it travels to forked
+ * workers), `section` a service config's, `label` what the report names; `drop(table, ids)`
+ * deletes the run's keys from the server (a cluster goes with its keys).
+ *
+ * @throws {Error} when the server does not answer, the cluster does not form, or `secure` is
+ *   asked without `cluster`.
+ */
+export async function drillValkey(url: string, cluster: boolean, secure = false) {
+  if (secure && !cluster) throw new Error('--secure needs --cluster');
+  if (!cluster) {
+    const admin = await connectAdmin(url);
+    return {
+      ...{ target: url as string | ValkeyOptions, section: { url }, label: redactUrl(url) },
+      drop: (table: string, ids: string[]) =>
+        Promise.all(ids.map((id) => dropId(admin, table, id))),
+      close: async () => admin.disconnect(),
+    };
+  }
+  const local = await spawnCluster({ track, secure });
+  const tls = local.secure === undefined ? '' : ', TLS + ACL user';
+  return {
+    target: local.valkey as string | ValkeyOptions,
+    section: { ...local.valkey },
+    label: `cluster 3+3${tls} (${local.seeds.join(', ')})`,
+    drop: async (_table: string, _ids: string[]) => [],
+    close: () => local.stop(),
+  };
 }

@@ -1,10 +1,11 @@
 /**
- * Forked drill workers (real OS processes) that talk over IPC: the parent
- * sends one `setup` message; a worker answers `{ kind: 'ready' }`, waits for
- * `go`, then sends `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
+ * Forked drill workers (real OS processes) that talk over IPC: the parent sends one `setup`
+ * message; a worker answers `{ kind: 'ready' }`, waits for `go`, then sends
+ * `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
  */
 import { fork } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import type { Reaper } from './reaper.js';
 
 /** Parent → workers after `ready`: fire at `atEpochMs` (one wall-clock moment for all; default at once), with a tool's own fields. */
@@ -13,44 +14,15 @@ export interface Go {
   atEpochMs?: number;
 }
 
+/** The built file of the worker `name` (`drills/<name>.ts`). */
+export const workerFile = (name: string): string =>
+  fileURLToPath(new URL(`../${name}.js`, import.meta.url));
+
 /** A `go` for {@link runWorkers}: every worker fires `leadMs` from now; their results within `resultWithinMs`. */
 export const together = (leadMs: number, resultWithinMs: number) => async () => ({
   message: { kind: 'go', atEpochMs: Date.now() + leadMs } satisfies Go,
   resultWithinMs,
 });
-
-/**
- * Forks `file`, sends it `setup`, and follows its messages: `ready` and
- * `result` (the message without its `kind`) reject if the worker fails or
- * exits first.
- */
-function spawnWorker<R>(file: string, setup: object, reaper?: Reaper) {
-  const child = fork(file, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  reaper?.track(child);
-  const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
-  const gone = (what: string) =>
-    exited.then(() => {
-      throw new Error(`worker ${child.pid} exited (code ${child.exitCode}) before ${what}`);
-    });
-  const message = (kind: string) =>
-    new Promise<R>((ok, fail) => {
-      child.on('message', (m: { kind: string; message?: string }) => {
-        if (m.kind === kind) ok(m as R);
-        else if (m.kind === 'error') fail(new Error(`worker ${child.pid}: ${m.message}`));
-      });
-      child.once('error', fail);
-    });
-  const ready = Promise.race([message('ready'), gone('ready')]).then(() => {});
-  const result = Promise.race([message('result'), gone('its result')]).then((m) => {
-    const { kind: _, ...r } = m as { kind: string };
-    return r as R;
-  });
-  // Awaited later (or not at all when another worker fails first): never unhandled.
-  ready.catch(() => {});
-  result.catch(() => {});
-  child.send(setup);
-  return { child, ready, result, exited };
-}
 
 /** `p`, or a rejection naming `what` after `ms` milliseconds. */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -62,10 +34,11 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 }
 
 /**
- * Forks one worker of `file` per setup and waits (20 s) until all are ready;
- * then `go` says which message starts them all and how long their results may
- * take. Resolves with the results once every worker has exited (10 s); no
- * worker outlives the call. A `reaper` also kills them if the drill exits.
+ * Forks one worker of `file` per setup and waits (20 s) until all are ready; then `go` says
+ * which message starts them all and how long their results may take. Resolves with the results
+ * (each message without its `kind`) once every worker has exited (10 s); a worker that fails or
+ * exits first rejects the call, and no worker outlives it. A `reaper` also kills them if the
+ * drill exits.
  */
 export async function runWorkers<R>(
   file: string,
@@ -73,7 +46,29 @@ export async function runWorkers<R>(
   go: () => Promise<{ message: object; resultWithinMs: number }>,
   reaper?: Reaper,
 ): Promise<R[]> {
-  const workers = setups.map((setup) => spawnWorker<R>(file, setup, reaper));
+  const workers = setups.map((setup) => {
+    const child = fork(file, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    reaper?.track(child);
+    const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
+    const message = (kind: string) =>
+      Promise.race([
+        new Promise<Record<string, unknown>>((ok, fail) => {
+          child.on('message', (m: { kind: string; message?: string }) => {
+            if (m.kind === kind) ok(m);
+            else if (m.kind === 'error') fail(new Error(`worker ${child.pid}: ${m.message}`));
+          });
+          child.once('error', fail);
+        }),
+        exited.then(() => {
+          throw new Error(`worker ${child.pid} exited (code ${child.exitCode}) before ${kind}`);
+        }),
+      ]);
+    const [ready, result] = [message('ready'), message('result')];
+    // Awaited later (or not at all when another worker fails first): never unhandled.
+    for (const p of [ready, result]) p.catch(() => {});
+    child.send(setup);
+    return { child, ready, result, exited };
+  });
   try {
     await within(Promise.all(workers.map((w) => w.ready)), 20_000, 'workers ready');
     const { message, resultWithinMs } = await go();
@@ -81,7 +76,7 @@ export async function runWorkers<R>(
     const all = Promise.all(workers.map((w) => w.result));
     const results = await within(all, resultWithinMs, 'workers result');
     await within(Promise.all(workers.map((w) => w.exited)), 10_000, 'workers exit');
-    return results;
+    return results.map(({ kind: _, ...r }) => r as R);
   } finally {
     for (const { child } of workers) {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -90,16 +85,15 @@ export async function runWorkers<R>(
 }
 
 /** Worker side: resolves once `message` is handed to the IPC channel, so an exit right after cannot lose it. */
-function sendToParent(message: object): Promise<void> {
-  return new Promise((resolve) => {
+const toParent = (message: object) =>
+  new Promise<void>((resolve) => {
     if (process.send === undefined || !process.connected) resolve();
     else process.send(message, undefined, {}, () => resolve());
   });
-}
 
 /** Worker side: the first message of `kind` from the parent. */
-function fromParent<M>(kind: string): Promise<M> {
-  return new Promise((resolve) => {
+const fromParent = <M>(kind: string) =>
+  new Promise<M>((resolve) => {
     const onMessage = (m: { kind: string }) => {
       if (m.kind !== kind) return;
       process.off('message', onMessage);
@@ -107,13 +101,12 @@ function fromParent<M>(kind: string): Promise<M> {
     };
     process.on('message', onMessage);
   });
-}
 
 /**
- * Worker side: the whole life of a worker. `prepare` gets the parent's setup
- * and returns `run`; the worker then answers `ready`, waits for `go` and its
- * `atEpochMs`, sends what `run(go)` returns as its result, calls `close` and exits 0. Any error
- * is sent to the parent (exit 2); a lost parent exits 3.
+ * Worker side: the whole life of a worker. `prepare` gets the parent's setup and returns `run`;
+ * the worker then answers `ready`, waits for `go` and its `atEpochMs`, sends what `run(go)`
+ * returns as its result, calls `close` and exits 0. Any error is sent to the parent (exit 2); a
+ * lost parent exits 3.
  */
 export function runWorker<S extends { kind: 'setup' }, G extends Go = Go>(
   prepare: (setup: S) => Promise<{ run(go: G): Promise<object>; close(): Promise<void> }>,
@@ -125,10 +118,10 @@ export function runWorker<S extends { kind: 'setup' }, G extends Go = Go>(
     const go = fromParent<G>('go');
     const { run, close } = await prepare(setup);
     try {
-      await sendToParent({ kind: 'ready' });
+      await toParent({ kind: 'ready' });
       const g = await go;
       await sleep(Math.max(0, (g.atEpochMs ?? 0) - Date.now()));
-      await sendToParent({ kind: 'result', ...(await run(g)) });
+      await toParent({ kind: 'result', ...(await run(g)) });
     } finally {
       await close();
     }
@@ -136,7 +129,7 @@ export function runWorker<S extends { kind: 'setup' }, G extends Go = Go>(
   main().then(
     () => process.exit(0),
     async (err: unknown) => {
-      await sendToParent({ kind: 'error', message: (err as Error)?.stack ?? String(err) });
+      await toParent({ kind: 'error', message: (err as Error)?.stack ?? String(err) });
       process.exit(2);
     },
   );
