@@ -21,7 +21,7 @@ import {
 } from '../errors.js';
 import { toJson } from '../l2/format.js';
 import { type PendingRead, WaitDeadlines } from '../protection/deadlines.js';
-import { freshAnswer, rowAnswer } from './answers.js';
+import { rowAnswer } from './answers.js';
 import { type Epochs, HARD_PURGED, NOT_PURGED } from './epochs.js';
 import { entityTag } from './etag.js';
 import { xfetchDue, xfetchPossible } from './freshness.js';
@@ -223,7 +223,11 @@ export class Table {
       const purged = this.#purgedHit(id, row, now);
       if (purged !== undefined) return purged;
     }
-    return Promise.resolve(this.#hit(id, row, now));
+    const answer = this.#hit(id, row, now);
+    if (answer !== row.answer) return Promise.resolve(answer);
+    // A fresh hit answers with its row's shared answer: every such hit with one settled promise.
+    row.answered ??= Promise.resolve(answer);
+    return row.answered;
   }
 
   /**
@@ -254,7 +258,7 @@ export class Table {
     if (beta > 0 && xfetchPossible(row, now, beta) && xfetchDue(row, now, beta)) {
       this.#refresh(id, 'early', now);
     }
-    return freshAnswer(row, ttlMs);
+    return row.answer ?? this.#l1.share(id, row, this.#hitNow) ?? rowAnswer(row, now);
   }
 
   /** An L1 hit on a row that is stale, negative, or loaded while Valkey was unusable. */
