@@ -1,8 +1,14 @@
 /**
- * The answer of a read served from an L1 row. The row holds the value's JSON
- * text only (what `l1.maxBytes` counts), so `value` is decoded on first
- * access, once per answer: the HTTP path sends `json` and never pays for it;
- * each library caller gets its own copy of the value.
+ * The answers of reads served from an L1 row. The row holds the value's JSON
+ * text only (what `l1.maxBytes` counts), so `value` is decoded from it when
+ * read: the HTTP path sends `json` and never pays for it, and each library
+ * caller gets a copy of its own.
+ *
+ * A fresh hit answers with its row's shared answer ({@link sharedAnswer}): one frozen object per
+ * row, made on its first fresh hit and given to every fresh hit after it (with one settled
+ * promise, `Table.get`), so a hit allocates nothing. Its `ttlMs` and `stale` are read from the
+ * hit clock when accessed, and its `value` is decoded on each access. Any other read from a row
+ * (stale, not found, coalesced, soft-purged) gets an answer of its own ({@link rowAnswer}).
  */
 import { entityTag } from './etag.js';
 import type { L1Row } from './l1.js';
@@ -13,6 +19,8 @@ const UNDECODED: unique symbol = Symbol('undecoded');
 const ROW: unique symbol = Symbol('row');
 /** The decoded value, or {@link UNDECODED}. */
 const VALUE: unique symbol = Symbol('value');
+/** A shared answer's clock (the table's hit clock), ms. */
+const NOW: unique symbol = Symbol('now');
 
 /** A found answer from L1: `value` is `JSON.parse(json)`, decoded when first read. */
 interface RowAnswer extends FoundResult {
@@ -37,14 +45,14 @@ interface AnswerFields {
 }
 
 /**
- * The prototype of every L1 answer: the lazy `value`, `etag` and `toJSON`.
+ * The prototype of an L1 answer of its own ({@link rowAnswer}): the lazy `value`, `etag` and
+ * `toJSON`.
  *
  * An answer is `Object.create(ANSWER)` given its fields, not a class instance: `Promise.resolve`
  * looks up `then` on what it is given, and V8 proves "no `then`" when it compiles for this shape
  * (a plain prototype) but not for a constructed instance, which pays a runtime lookup on every
- * hit instead. Its plain fields are its own, so a spread or `Object.keys` sees them (all but
- * `value`, a getter: `{ ...r, value: r.value }` copies it too). Measured by
- * `bench:peers --only warm` (docs/benchmarks.md, "warm").
+ * call instead. Its plain fields are its own, so a spread or `Object.keys` sees them (all but
+ * `value`, a getter: `{ ...r, value: r.value }` copies it too).
  */
 const ANSWER = {
   /**
@@ -90,18 +98,58 @@ function answerOf(row: L1Row, coalesced: boolean, ttlMs: number): RowAnswer {
 }
 
 /**
+ * The prototype of a row's shared answer: {@link ANSWER}'s `etag` and `toJSON`, and a `value`
+ * decoded on each access (the answer is shared, so a decoded copy is not kept on it).
+ */
+const SHARED = Object.create(ANSWER, {
+  value: {
+    get(this: AnswerFields): unknown {
+      return JSON.parse(this.json);
+    },
+  },
+});
+
+/** Heap bytes a row's shared answer and its settled promise take (Node 20 x64), counted by L1. */
+export const SHARED_ANSWER_BYTES = 192;
+
+/** The TTL left of a shared answer's row on its clock, ms: its `ttlMs`. */
+function ttlLeft(this: AnswerFields & { [NOW]: () => number }): number {
+  return this[ROW].softExpiresAt - this[NOW]();
+}
+
+/** Whether a shared answer's row is past its soft TTL on its clock: its `stale`. */
+function pastTtl(this: AnswerFields): boolean {
+  return this.ttlMs <= 0;
+}
+
+/**
+ * The answer every fresh hit on the found `row` shares (see the file's comment): frozen, its
+ * `ttlMs` and `stale` read from `now` (the hit clock, ms) when accessed, its `value` decoded on
+ * each access. Its plain fields are its own, in every answer's order, so a spread or
+ * `Object.keys` sees them (all but `value`: `{ ...r, value: r.value }` copies it too).
+ */
+export function sharedAnswer(row: L1Row, now: () => number): FoundResult {
+  const a = Object.create(SHARED) as AnswerFields & { [NOW]: () => number };
+  a.found = true;
+  a.layer = 'l1';
+  a.coalesced = false;
+  Object.defineProperty(a, 'stale', { get: pastTtl, enumerable: true });
+  a.version = row.version;
+  Object.defineProperty(a, 'ttlMs', { get: ttlLeft, enumerable: true });
+  a.stored = false;
+  a.json = row.json;
+  a[ROW] = row;
+  a[NOW] = now;
+  return Object.freeze(a) as unknown as FoundResult;
+}
+
+/**
  * The strong entity tag of a found answer's `json` (see `etag.ts`): an L1
  * answer's comes from its row, computed once; any other is computed now.
  */
 export function entityTagOf(result: FoundResult): string {
-  return Object.getPrototypeOf(result) === ANSWER
-    ? (result as RowAnswer).etag
-    : entityTag(result.json);
-}
-
-/** The answer of a plain L1 hit on a found `row` with `ttlMs` (> 0) of its soft TTL left. */
-export function freshAnswer(row: L1Row, ttlMs: number): FoundResult {
-  return answerOf(row, false, ttlMs);
+  const proto: unknown = Object.getPrototypeOf(result);
+  return proto === ANSWER || proto === SHARED ? (result as RowAnswer).etag : entityTag(result.json);
 }
 
 /**

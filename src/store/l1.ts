@@ -7,8 +7,10 @@
 
 import { LRUCache } from 'lru-cache';
 import type { Envelope } from '../l2/format.js';
+import { SHARED_ANSWER_BYTES, sharedAnswer } from './answers.js';
 import { entityTag } from './etag.js';
 import type { L1Policy } from './policy.js';
+import type { FoundResult, ReadResult } from './types.js';
 
 /**
  * Heap bytes of one row besides its two strings, measured on Node 20 x64
@@ -17,9 +19,11 @@ import type { L1Policy } from './policy.js';
  * of an L2 value the JSON text may still point into. High enough for a
  * process up 24 days, when its millisecond times no longer fit a small
  * integer and each takes a box too. The row's `born` (a boxed µs time) and
- * its `tags` field take 24 bytes more than that calibration (272) measured.
+ * its `tags` field take 24 bytes more than that calibration (272) measured,
+ * and its two shared-answer fields 16 more (the answer itself is counted
+ * when it is made: {@link L1.share}).
  */
-export const ROW_OVERHEAD_BYTES = 296;
+export const ROW_OVERHEAD_BYTES = 312;
 
 /** Heap bytes of a row's tags: the array (16 + 8 per tag) and each tag's string. */
 function tagsBytes(tags: readonly string[] | undefined): number {
@@ -58,8 +62,15 @@ export class L1Row {
   readonly tags: readonly string[] | undefined;
   /** Leaves L1 at this instant (this process's clock): the jittered `l1.ttlMs`, never past `hardExpiresAt`. */
   readonly expiresAt: number;
-  /** The heap it takes (what it counts against `maxBytes`, at least the per-row floor). */
-  readonly bytes: number;
+  /**
+   * The heap it takes (what it counts against `maxBytes`, at least the per-row floor), its
+   * shared answer included once it has one.
+   */
+  bytes: number;
+  /** The answer every fresh hit of this row shares (`answers.ts`), from its first fresh hit on. */
+  answer: FoundResult | undefined = undefined;
+  /** That answer as a settled promise: what `Table.get` returns for it. */
+  answered: Promise<ReadResult> | undefined = undefined;
   /** The entity tag of `json`, computed on the first answer that needs it (a hit then pays nothing). */
   #etag: string | undefined;
 
@@ -155,6 +166,24 @@ export class L1 {
     this.#cache.set(id, new L1Row(envelope, now + Math.max(1, Math.floor(ttlMs)), bytes));
     this.#bytes += bytes;
     return true;
+  }
+
+  /**
+   * The shared answer of `id`'s found `row` (just read by {@link get}), made now and counted
+   * against `maxBytes` from now on ({@link SHARED_ANSWER_BYTES} more for the row, which may
+   * evict others); undefined when the row would grow past the largest kept.
+   *
+   * @param now the hit clock the answer reads its `ttlMs` from, ms.
+   */
+  share(id: string, row: L1Row, now: () => number): FoundResult | undefined {
+    if (row.bytes + SHARED_ANSWER_BYTES > this.#maxRowBytes) return undefined;
+    // lru-cache sizes an entry when it is set: the row is set again at its new size.
+    this.#cache.delete(id);
+    row.bytes += SHARED_ANSWER_BYTES;
+    row.answer = sharedAnswer(row, now);
+    this.#cache.set(id, row);
+    this.#bytes += row.bytes;
+    return row.answer;
   }
 
   /** The row, even past its L1 lifetime, without touching recency (coherence checks). */

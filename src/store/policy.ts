@@ -46,7 +46,7 @@ export const L1PolicySchema = Type.Object(
         maximum: 64 * 1024 * 1024 * 1024,
         default: 64 * 1024 * 1024,
         description:
-          "Most bytes of heap the L1 rows may take. A row keeps its value's JSON text only (library callers decode it on demand) and counts what it really costs: its text and id as V8 stores them (one byte per character when ASCII, else two) plus 296 bytes for the row itself (and its tags), calibrated by `npm run bench:memory`. A row larger than an eighth of this is not kept in L1 (pass-through).",
+          "Most bytes of heap the L1 rows may take. A row keeps its value's JSON text only (library callers decode it on demand) and counts what it really costs: its text and id as V8 stores them (one byte per character when ASCII, else two) plus 312 bytes for the row itself (and its tags), calibrated by `npm run bench:memory`, and 192 more once a fresh hit has made its shared answer. A row larger than an eighth of this is not kept in L1 (pass-through).",
       }),
     ),
     ttlMs: Type.Optional(

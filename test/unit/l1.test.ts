@@ -1,11 +1,13 @@
 /**
  * L1's eviction and accounting on its own (`l1.ts`, over lru-cache): the least
  * recently used row goes first, a row counts its strings as V8 stores them,
- * the row bound holds without preallocation, and lifetimes end at the L1 TTL
- * or the hard TTL, whichever comes first.
+ * the row bound holds without preallocation, a row's shared answer is counted
+ * once it is made, and lifetimes end at the L1 TTL or the hard TTL, whichever
+ * comes first.
  */
 import { describe, expect, it } from 'vitest';
 import type { Envelope } from '../../src/l2/format.js';
+import { SHARED_ANSWER_BYTES } from '../../src/store/answers.js';
 import { L1, ROW_OVERHEAD_BYTES, stringBytes } from '../../src/store/l1.js';
 
 const env = (json: string, hardInMs = 60_000, now = 0): Envelope => ({
@@ -61,6 +63,24 @@ describe('L1', () => {
     expect(c.size).toBe(8);
     expect(c.bytes).toBe(row * 8);
     expect(c.set('big', env(JSON.stringify('y'.repeat(row * 2))), 30)).toBe(false);
+  });
+
+  it('counts a row’s shared answer from when it is made, and evicts by bytes for it', () => {
+    const row = ROW_OVERHEAD_BYTES + stringBytes('"x"') + stringBytes('k0');
+    // Full at 13 rows; a row and its answer stay within an eighth of maxBytes.
+    const c = l1(1_000, row * 13);
+    for (let i = 0; i < 13; i++) c.set(`k${i}`, env('"x"'), i);
+    const hit = c.get('k1', 10);
+    expect(hit?.answer).toBeUndefined();
+    const answer = hit && c.share('k1', hit, () => 10);
+    expect(answer).toBe(hit?.answer);
+    expect(answer).toMatchObject({ found: true, layer: 'l1', json: '"x"' });
+    // The row grew by its answer: the least recently used row left to make room.
+    expect(c.peek('k0')).toBeUndefined();
+    expect(c.peek('k1')).toBe(hit);
+    expect(c.bytes).toBe(row * 12 + SHARED_ANSWER_BYTES);
+    c.delete('k1');
+    expect(c.bytes).toBe(row * 11);
   });
 
   it('a row leaves at its L1 TTL or its hard TTL, whichever comes first', () => {
