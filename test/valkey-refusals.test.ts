@@ -339,6 +339,36 @@ describe('ACL rights', () => {
       await metricValue(store, 'echostore_valkey_errors_total', table, { op: 'publish' }),
     ).toBe(1);
   });
+  it('a user that loses its channels while running outlives its subscriber: the refused re-subscription is logged, nothing is left unhandled, reads go on', async () => {
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    onTestFinished(() => {
+      process.off('unhandledRejection', record);
+    });
+    const server = await ownServer(users);
+    const raw = scopedValkey(server.url);
+    const table = uniqueTable('lostsub');
+    const log = capturedLog();
+    const source = countingLoader(0);
+    const store = await openStore(
+      { [table]: { load: source.load } },
+      { valkey: urlOf(server, 'alice'), logger: log.logger },
+    );
+    expect((await store.table(table).get('a')).found).toBe(true);
+    await raw.call('ACL', 'SETUSER', 'alice', 'resetchannels');
+    // Redis 7 closes a subscriber whose channels were revoked; a restart or a failover would too.
+    await raw.client('KILL', 'TYPE', 'pubsub');
+    const refusal = 'could not subscribe to the table channels again';
+    await vi.waitFor(
+      () => expect(unhandled.length > 0 || log.text().includes(refusal)).toBe(true),
+      { timeout: 5_000 },
+    );
+    expect(unhandled).toEqual([]);
+    expect(log.text()).toContain(refusal);
+    const r = await store.table(table).get('b');
+    expect(r.found && r.value).toEqual({ id: 'b', n: 2 });
+  });
 });
 
 describe('eviction policy', () => {

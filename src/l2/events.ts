@@ -84,7 +84,9 @@ export class TableEvents {
   ) {
     this.#log = log;
     this.#namespace = namespace;
-    // Subscriptions are queued until connected and re-issued after a reconnect.
+    // Subscriptions are queued until connected, and re-issued after a reconnect by the
+    // `ready` handler below (not by ioredis's autoResubscribe, which leaves a refusal of
+    // them, an ACL that lost the channels, as an unhandled rejection that ends the process).
     // The SUBSCRIBE waits in the offline queue until the connection is up, however
     // long that takes (the main client's maxRetriesPerRequest: 0 would drop it).
     this.name = `echostore-events-${randomBytes(4).toString('hex')}`;
@@ -92,7 +94,7 @@ export class TableEvents {
       // Named, so an operator (or a test) can tell it apart in CLIENT LIST.
       connectionName: this.name,
       enableOfflineQueue: true,
-      autoResubscribe: true,
+      autoResubscribe: false,
       commandTimeout: undefined,
       maxRetriesPerRequest: null,
       // A dead connection is destroyed this soon after the heartbeat ends it (not 2 s).
@@ -109,9 +111,18 @@ export class TableEvents {
       const flush = () => {
         for (const h of this.#handlers.values()) h.onReconnect();
       };
-      // ioredis re-subscribes just after this event: a PING sent next is answered after the
-      // SUBSCRIBEs, so flushing then also drops what was loaded before the channels were back.
-      process.nextTick(() => this.#sub.ping().then(flush, flush));
+      // The SUBSCRIBE is answered once the channels are back: flushing then also drops what
+      // was loaded before. Refused, the tables run without events (waiters poll; the health
+      // probe's PUBLISH on the channel degrades the store), and flush all the same.
+      const channels = [...this.#tables.keys()];
+      if (channels.length === 0) return flush();
+      this.#sub.subscribe(...channels).then(flush, (err: unknown) => {
+        this.#log.warn(
+          { err, tables: [...this.#tables.values()] },
+          'could not subscribe to the table channels again after a reconnect; waiters will poll',
+        );
+        flush();
+      });
     });
     // A connection that stops delivering is replaced (and the reconnect flushes L1).
     this.#stopHeartbeat = keepAlive(

@@ -22,7 +22,7 @@ import type { Address } from './topology.js';
  * cluster client knows whenever it loses its node (a killed node, a
  * failover), through its own retry strategy. Either way the
  * connection emits `ready` after each reconnect, when the subscriber flushes
- * L1 (messages sent meanwhile were lost), and re-subscribes by itself.
+ * L1 (messages sent meanwhile were lost) and re-subscribes (`l2/events.ts`).
  */
 export function openSubscriber(client: Redis | Cluster, overrides: Partial<RedisOptions>): Redis {
   if (!isCluster(client)) return client.duplicate(overrides);
