@@ -3,8 +3,9 @@
  * and on purpose it can **freeze** a connection (stop forwarding both ways, both sockets kept
  * open: a peer behind a dead NAT or a hung proxy, no FIN, no RST), **hold** a connection's bytes
  * towards the server and later **deliver** them in order (a link that buffers rather than drops,
- * so a command the client gave up on still arrives), and **retarget** new connections to another
- * port, as a DNS name or a proxy does after a failover.
+ * so a command the client gave up on still arrives), **cut** a holding connection's client side
+ * while its held bytes still go on to the server (a proxy that gives up on the client first), and
+ * **retarget** new connections to another port, as a DNS name or a proxy does after a failover.
  */
 import { connect, createServer, type Socket } from 'node:net';
 
@@ -19,6 +20,10 @@ interface Connection {
   frozen: boolean;
   /** Bytes from the client kept while holding; undefined while not holding. */
   held: Buffer[] | undefined;
+  /** The client side was cut: the upstream stays open for the held bytes, then ends. */
+  cut: boolean;
+  /** Resolves when the upstream has closed. */
+  closed: Promise<void>;
 }
 
 const MAX_SENT_CHARS = 65_536;
@@ -33,7 +38,16 @@ export async function startTcpProxy(targetPort: number) {
   };
   const server = createServer((client) => {
     const upstream = connect(target, '127.0.0.1');
-    const c: Connection = { client, upstream, sent: '', frozen: false, held: undefined };
+    const closed = new Promise<void>((resolve) => upstream.once('close', () => resolve()));
+    const c: Connection = {
+      client,
+      upstream,
+      sent: '',
+      frozen: false,
+      held: undefined,
+      cut: false,
+      closed,
+    };
     open.add(c);
     client.on('data', (chunk: Buffer) => {
       if (c.sent.length < MAX_SENT_CHARS) c.sent += chunk.toString('latin1');
@@ -43,9 +57,10 @@ export async function startTcpProxy(targetPort: number) {
     upstream.on('data', (chunk: Buffer) => {
       if (!c.frozen) client.write(chunk);
     });
-    // Either side gone: the other goes too, unless frozen (a frozen peer says nothing).
+    // Either side gone: the other goes too, unless frozen (a frozen peer says nothing) or cut
+    // (the upstream lives on for the held bytes).
     const end = () => {
-      if (c.frozen) return;
+      if (c.frozen || c.cut) return;
       open.delete(c);
       destroy(c);
     };
@@ -89,17 +104,44 @@ export async function startTcpProxy(targetPort: number) {
       for (const c of found) c.held = [];
       return found.length;
     },
-    /** Forwards every held byte, in the order it was sent, and stops holding. @returns the bytes delivered. */
-    deliver(): number {
+    /** The bytes held now, over every connection. */
+    heldBytes: (): number =>
+      [...open].reduce((n, c) => n + (c.held ?? []).reduce((m, b) => m + b.length, 0), 0),
+    /**
+     * Closes the client side of every holding connection: its client sees the connection lost
+     * at once, while the bytes held for it still go on to the server at `deliver`.
+     *
+     * @returns how many were cut.
+     */
+    cut(): number {
+      const found = [...open].filter((c) => c.held !== undefined && !c.cut);
+      for (const c of found) {
+        c.cut = true;
+        c.client.destroy();
+      }
+      return found.length;
+    },
+    /**
+     * Forwards every held byte, in the order it was sent, and stops holding; a cut connection's
+     * upstream then ends, and the promise resolves once the server has closed every such one
+     * (having run what it was sent). @returns the bytes delivered.
+     */
+    deliver(): { bytes: number; ran: Promise<void> } {
       let bytes = 0;
+      const ended: Promise<void>[] = [];
       for (const c of open) {
         for (const chunk of c.held ?? []) {
           bytes += chunk.length;
           c.upstream.write(chunk);
         }
         c.held = undefined;
+        if (c.cut) {
+          c.upstream.end();
+          ended.push(c.closed);
+          open.delete(c);
+        }
       }
-      return bytes;
+      return { bytes, ran: Promise.all(ended).then(() => undefined) };
     },
     /** New connections go to `port` from now on; open ones keep their server. */
     retarget(port: number): void {

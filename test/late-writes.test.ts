@@ -1,4 +1,4 @@
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { startTcpProxy } from '../harness/tcp-proxy.js';
 import { errorOf, openStore, readEnvelope, scopedValkey, storedValue } from './helpers/probe.js';
 import { countingLoader, uniqueTable, valkeyCluster, valkeyUrl } from './helpers/store.js';
@@ -34,7 +34,7 @@ describe.skipIf(valkeyCluster() !== undefined)('a write reported as failed never
     const failed = await errorOf(a.table(table).put('k', { n: 1 }));
     expect(failed.code).toBe('ECC_VALKEY_UNAVAILABLE');
     const acked = await b.table(table).put('k', { n: 2 });
-    expect(proxy.deliver()).toBeGreaterThan(0);
+    expect(proxy.deliver().bytes).toBeGreaterThan(0);
     await drained(a, table);
 
     expect(await storedValue(raw, table, 'k')).toEqual({ n: 2 });
@@ -50,11 +50,46 @@ describe.skipIf(valkeyCluster() !== undefined)('a write reported as failed never
     const failed = await errorOf(a.table(table).invalidate('k'));
     expect(failed.code).toBe('ECC_VALKEY_UNAVAILABLE');
     await b.table(table).put('k', { n: 2 });
-    expect(proxy.deliver()).toBeGreaterThan(0);
+    expect(proxy.deliver().bytes).toBeGreaterThan(0);
     await drained(a, table);
 
     expect(await storedValue(raw, table, 'k')).toEqual({ n: 2 });
     expect(await a.table(table).get('k')).toMatchObject({ found: true, value: { n: 2 } });
+  });
+
+  it('a PUT answered 503 because its connection was cut while its bytes were held is refused when they arrive after a later acknowledged PUT', async () => {
+    const { proxy, table, a, b, raw } = await twoInstances('cut-put');
+    await b.table(table).put('k', { n: 0 });
+    expect(proxy.hold('evalsha')).toBeGreaterThan(0);
+    const put = errorOf(a.table(table).put('k', { n: 1 }));
+    // Cut once the PUT's bytes are held in the proxy.
+    await vi.waitFor(() => expect(proxy.heldBytes()).toBeGreaterThan(0));
+    expect(proxy.cut()).toBe(1);
+    const failed = await put;
+    expect(failed.code).toBe('ECC_VALKEY_UNAVAILABLE');
+    const acked = await b.table(table).put('k', { n: 2 });
+    const delivered = proxy.deliver();
+    expect(delivered.bytes).toBeGreaterThan(0);
+    await delivered.ran;
+
+    expect(await storedValue(raw, table, 'k')).toEqual({ n: 2 });
+    expect(await readEnvelope(raw, table, 'k')).toMatchObject({ version: acked.version });
+  });
+
+  it('a DELETE answered 503 because its connection was cut while its bytes were held is refused when they arrive after a later acknowledged PUT', async () => {
+    const { proxy, table, a, b, raw } = await twoInstances('cut-del');
+    await b.table(table).put('k', { n: 1 });
+    expect(proxy.hold('evalsha')).toBeGreaterThan(0);
+    const del = errorOf(a.table(table).invalidate('k'));
+    await vi.waitFor(() => expect(proxy.heldBytes()).toBeGreaterThan(0));
+    expect(proxy.cut()).toBe(1);
+    expect((await del).code).toBe('ECC_VALKEY_UNAVAILABLE');
+    await b.table(table).put('k', { n: 2 });
+    const delivered = proxy.deliver();
+    expect(delivered.bytes).toBeGreaterThan(0);
+    await delivered.ran;
+
+    expect(await storedValue(raw, table, 'k')).toEqual({ n: 2 });
   });
 
   it('a PUT in flight when its store closes is failed with ECC_CLOSED only once it can no longer land, however long the command timeout', async () => {
@@ -79,7 +114,7 @@ describe.skipIf(valkeyCluster() !== undefined)('a write reported as failed never
     expect(failed.code).toBe('ECC_CLOSED');
     // After that report, another instance writes, and only then do the held bytes reach Valkey.
     const acked = await b.table(table).put('k', { n: 2 });
-    expect(proxy.deliver()).toBeGreaterThan(0);
+    expect(proxy.deliver().bytes).toBeGreaterThan(0);
     await closing;
     await raw.ping();
     await b.table(table).get(`after-${Math.random()}`);

@@ -19,8 +19,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Cluster, Redis } from 'ioredis';
 import { bump } from '../metrics.js';
+import { BreakerOpenError, isReplyError } from '../valkey/breaker.js';
 import { isTryAgain } from '../valkey/redirects.js';
 import type { Breakers } from '../valkey/shard-breaker.js';
 import { isCluster } from '../valkey/slots.js';
@@ -257,6 +259,26 @@ export class L2 {
       this.#sawClock((sec as number) * 1000 + Math.floor((us as number) / 1000));
     }
     return Math.floor(sentAt + (this.#valkeyAheadMs as number) + timeoutMs);
+  }
+
+  /**
+   * `write`'s outcome, but a failure that is not Valkey's answer (a lost connection rejects the
+   * commands in flight at once, while their bytes may still be on their way, held by a proxy)
+   * only once `deadline` (from {@link #deadline}) has passed on Valkey's clock: from then on
+   * Valkey refuses to run the write, so it cannot land after a write acknowledged after this
+   * failure is reported. Not sent (an open circuit) or refused, it fails at once.
+   */
+  async #failAfterDeadline<T>(deadline: number, write: Promise<T>): Promise<T> {
+    try {
+      return await write;
+    } catch (err) {
+      if (!(err instanceof BreakerOpenError) && !isReplyError(err)) {
+        // Valkey's clock is at least this process's plus the offset's lower bound.
+        const leftMs = deadline - (performance.now() + (this.#valkeyAheadMs ?? 0));
+        if (leftMs >= 0) await sleep(Math.floor(leftMs) + 1);
+      }
+      throw err;
+    }
   }
 
   /** False while the breaker says Valkey is unusable (degraded, for any shard). */
@@ -586,16 +608,19 @@ export class L2 {
       kind,
       deadline,
     ];
-    const reply = await this.#keyByKey(
-      kind,
-      () => this.#call('writeAndCancel', key, lease, ...rest),
-      async () => {
-        // The value first: a fill that lands before the lease is gone finds it changed.
-        const written = await this.#call('writeAlone', key, ...rest);
-        if (written !== 'late')
-          await this.#breaker.run(() => this.#client.del(lease), { key: lease });
-        return written;
-      },
+    const reply = await this.#failAfterDeadline(
+      deadline,
+      this.#keyByKey(
+        kind,
+        () => this.#call('writeAndCancel', key, lease, ...rest),
+        async () => {
+          // The value first: a fill that lands before the lease is gone finds it changed.
+          const written = await this.#call('writeAlone', key, ...rest);
+          if (written !== 'late')
+            await this.#breaker.run(() => this.#client.del(lease), { key: lease });
+          return written;
+        },
+      ),
     );
     return this.#acknowledged(reply, 'write');
   }
@@ -621,15 +646,18 @@ export class L2 {
       deadline,
       this.#fingerprint,
     ];
-    const reply = await this.#keyByKey(
-      'del',
-      () => this.#call('staleAndCancel', key, lease, ...rest),
-      async () => {
-        const written = await this.#call('staleAlone', key, ...rest);
-        if (written !== 'late')
-          await this.#breaker.run(() => this.#client.del(lease), { key: lease });
-        return written;
-      },
+    const reply = await this.#failAfterDeadline(
+      deadline,
+      this.#keyByKey(
+        'del',
+        () => this.#call('staleAndCancel', key, lease, ...rest),
+        async () => {
+          const written = await this.#call('staleAlone', key, ...rest);
+          if (written !== 'late')
+            await this.#breaker.run(() => this.#client.del(lease), { key: lease });
+          return written;
+        },
+      ),
     );
     return this.#acknowledged(reply, 'staleAndCancel');
   }
@@ -672,19 +700,22 @@ export class L2 {
         () => this.#client[commandOf(name)]?.(...keys, ...args) as Promise<unknown>,
         { whileRefused: true, key },
       );
-    const reply = await this.#keyByKey(
-      'forget',
-      () => run('forget', [key, lease]),
-      async () => {
-        const forgotten = await run('forgetAlone', [key]);
-        if (forgotten !== 'late') {
-          await this.#breaker.run(() => this.#client.del(lease), {
-            whileRefused: true,
-            key: lease,
-          });
-        }
-        return forgotten;
-      },
+    const reply = await this.#failAfterDeadline(
+      deadline,
+      this.#keyByKey(
+        'forget',
+        () => run('forget', [key, lease]),
+        async () => {
+          const forgotten = await run('forgetAlone', [key]);
+          if (forgotten !== 'late') {
+            await this.#breaker.run(() => this.#client.del(lease), {
+              whileRefused: true,
+              key: lease,
+            });
+          }
+          return forgotten;
+        },
+      ),
     );
     return this.#acknowledged(reply, 'forget');
   }
