@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
-import { openStore } from './helpers/probe.js';
+import { withPolicy } from '../src/index.js';
+import { errorOf, openStore } from './helpers/probe.js';
 import { uniqueTable, valkeyCluster, valkeyUrl } from './helpers/store.js';
 
 /** One GET over HTTP: its status, error code and `Retry-After` (seconds). */
@@ -98,4 +99,32 @@ describe.skipIf(valkeyCluster() !== undefined)('a failing loader without Retry-A
     expect(calls).toBeGreaterThanOrEqual(2);
     expect(calls).toBeLessThanOrEqual(3);
   });
+
+  it.each([
+    [
+      'tags beyond the bounds',
+      'ECC_BAD_ROW_TAGS',
+      () => withPolicy({ x: 1 }, { tags: Array.from({ length: 65 }, (_, i) => `t${i}`) }),
+    ],
+    ['a value that is not JSON', 'ECC_BAD_VALUE', () => ({ n: 1n })],
+  ])(
+    'a row with %s is remembered like a failure: 20 reads within errorTtlMs cost one load, each answered %s',
+    async (_, code, row) => {
+      const table = uniqueTable('unstorable');
+      let calls = 0;
+      const store = await openStore({
+        [table]: {
+          load: async () => {
+            calls++;
+            return row();
+          },
+          errorTtlMs: 60_000,
+        },
+      });
+      const codes = new Set<string>();
+      for (let i = 0; i < 20; i++) codes.add((await errorOf(store.table(table).get('x'))).code);
+      expect(codes).toEqual(new Set([code]));
+      expect(calls).toBe(1);
+    },
+  );
 });

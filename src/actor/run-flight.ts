@@ -12,6 +12,7 @@ import {
   EchoStoreError,
   LoadFailedError,
   LoadTimeoutError,
+  RowTagsError,
   ShedError,
   SourceError,
   WaitTimeoutError,
@@ -467,24 +468,52 @@ function rememberedFailure(
   if (stale !== undefined && servable(ctx, flight, stale, ctx.now()) && !flight.background) {
     return { kind: 'value', envelope: stale, layer: 'l2', refused: false };
   }
+  const where = { table: ctx.name, id: flight.id };
+  const Unstorable = UNSTORABLE[failed.failure];
   return {
     kind: 'error',
-    error: new LoadFailedError('the source failed to load the item', {
-      table: ctx.name,
-      id: flight.id,
-      retryAfterMs: failed.remainingMs,
-    }),
+    error:
+      Unstorable === undefined
+        ? new LoadFailedError('the source failed to load the item', {
+            ...where,
+            retryAfterMs: failed.remainingMs,
+          })
+        : new Unstorable(
+            'the source answered this id lately with a row that cannot be stored',
+            where,
+          ),
   };
 }
 
 /**
+ * Errors that say the source's answer for an id cannot be stored (a value that is not JSON,
+ * tags beyond the bounds): remembered like the source's own failures, so a source that keeps
+ * giving that row is not asked on every read, and answered again with their own code.
+ */
+const UNSTORABLE: Record<string, typeof BadValueError | typeof RowTagsError> = {
+  [BadValueError.code]: BadValueError,
+  [RowTagsError.code]: RowTagsError,
+};
+
+/**
+ * The stable code of `err` when it is {@link UNSTORABLE}; not for a row without its
+ * `tagsColumn` (the configuration's mistake, answered with the column's name on every read).
+ */
+const unstorableCode = (err: unknown): string | undefined =>
+  err instanceof BadValueError || (err instanceof RowTagsError && !err.missingColumn)
+    ? err.code
+    : undefined;
+
+/**
  * {@link loadEnvelope}, and when the loader itself failed (it threw: not a
- * timeout, a shed load or a bad id), that failure is remembered in Valkey for
- * the id — the origin's `Retry-After` up to `maxErrorTtlMs`, else
- * `errorTtlMs` — so that for that long no instance asks the source again.
+ * timeout, a shed load or a bad id) or answered a row that cannot be stored
+ * ({@link UNSTORABLE}), that failure is remembered in Valkey for the id — the
+ * origin's `Retry-After` up to `maxErrorTtlMs`, else `errorTtlMs` — so that
+ * for that long no instance asks the source again.
  *
- * @throws {LoadFailedError} `ECC_LOAD_FAILED` with `retryAfterMs` for a remembered failure;
- *   otherwise what {@link loadEnvelope} throws.
+ * @throws {LoadFailedError} `ECC_LOAD_FAILED` with `retryAfterMs` for a remembered failure of
+ *   the loader; `ECC_BAD_VALUE` or `ECC_BAD_ROW_TAGS` as thrown; otherwise what
+ *   {@link loadEnvelope} throws.
  */
 async function loadOrRemember(ctx: TableContext, flight: Flight, born: number): Promise<Envelope> {
   try {
@@ -492,12 +521,14 @@ async function loadOrRemember(ctx: TableContext, flight: Flight, born: number): 
   } catch (err) {
     const ttlMs = failureTtlMs(ctx, err);
     if (ttlMs <= 0) throw err;
+    const unstorable = unstorableCode(err);
     try {
-      await ctx.l2.rememberFailure(flight.id, LoadFailedError.code, ttlMs);
+      await ctx.l2.rememberFailure(flight.id, unstorable ?? LoadFailedError.code, ttlMs);
     } catch (valkeyErr) {
       valkeyFailed(ctx, valkeyErr, 'remember');
       throw err;
     }
+    if (unstorable !== undefined) throw err;
     throw new LoadFailedError('the source failed to load the item', {
       table: ctx.name,
       id: flight.id,
@@ -537,9 +568,10 @@ function confirmNotFound(
   );
 }
 
-/** How long a load failure `err` is remembered, ms (0: not at all): only the loader's own failures. */
+/** How long a load failure `err` is remembered, ms (0: not at all): the loader's own failures, and rows that cannot be stored. */
 function failureTtlMs(ctx: TableContext, err: unknown): number {
-  if (err instanceof EchoStoreError && !(err instanceof SourceError)) return 0;
+  if (err instanceof EchoStoreError && !(err instanceof SourceError) && !unstorableCode(err))
+    return 0;
   const { errorTtlMs, maxErrorTtlMs } = ctx.policy;
   const asked = err instanceof SourceError ? err.retryAfterMs : undefined;
   return asked === undefined ? errorTtlMs : Math.min(asked, maxErrorTtlMs);

@@ -188,7 +188,7 @@ export const TablePolicySchema = Type.Object(
         maximum: MAX_MS,
         default: 1_000,
         description:
-          'How long a failed load (the loader threw: a SQL error, an origin 5xx) is remembered for its id, fleet-wide in Valkey, when the source said nothing of when to retry: meanwhile every caller of the id gets the same `ECC_LOAD_FAILED` with `Retry-After` (or a stale value), and the source is not asked. 0: not remembered. Timeouts and shed loads are never remembered.',
+          'How long a failed load (the loader threw: a SQL error, an origin 5xx) is remembered for its id, fleet-wide in Valkey, when the source said nothing of when to retry: meanwhile every caller of the id gets the same `ECC_LOAD_FAILED` with `Retry-After` (or a stale value), and the source is not asked. A row that cannot be stored (`ECC_BAD_VALUE`, `ECC_BAD_ROW_TAGS`) is remembered as long, answered with its own code. 0: not remembered. Timeouts and shed loads are never remembered.',
       }),
     ),
     maxErrorTtlMs: Type.Optional(
