@@ -1,9 +1,16 @@
 // @module-tag cluster (a law test: npm run test:cluster runs it again on a local 3+3 cluster)
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createStore, leaseKey, valueKey } from '../src/index.js';
+import { createStore, leaseKey, valueKey, withPolicy } from '../src/index.js';
 import type { Envelope } from '../src/l2/format.js';
-import { isTombstone, metricValue, openStore, rawValkey, readEnvelope } from './helpers/probe.js';
+import {
+  errorOf,
+  isTombstone,
+  metricValue,
+  openStore,
+  rawValkey,
+  readEnvelope,
+} from './helpers/probe.js';
 import { uniqueTable, valkeyTarget } from './helpers/store.js';
 
 describe('L2', () => {
@@ -187,6 +194,16 @@ describe('L2', () => {
       version,
     });
     expect(loads).toBe(0);
+  });
+
+  it('put refuses a value that is not JSON or a withPolicy wrapper with ECC_BAD_VALUE, writing nothing', async () => {
+    const table = uniqueTable('l2-put-bad');
+    const store = await openStore({ [table]: { load: () => ({ from: 'source' }) } });
+    const t = store.table(table);
+    for (const value of [{ n: 1n }, withPolicy({ a: 1 }, { tags: ['t'] })]) {
+      expect((await errorOf(t.put('p', value))).code).toBe('ECC_BAD_VALUE');
+    }
+    expect(await readEnvelope(raw, table, 'p')).toBeNull();
   });
 
   it('invalidate replaces the value with a tombstone, deletes the lease key and the L1 row', async () => {

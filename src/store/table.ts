@@ -530,6 +530,14 @@ export class Table {
     } catch (err) {
       return Promise.reject(err);
     }
+    if (value instanceof LoadResult) {
+      return Promise.reject(
+        new BadValueError(
+          'put takes the value itself: withPolicy is for what a loader returns (a written row carries no tags)',
+          { table: this.name, id },
+        ),
+      );
+    }
     // Serialised even when received: a value nested beyond the stack is refused either way.
     const serialised = toJson(value);
     const json = serialised === undefined ? undefined : (received ?? serialised);
