@@ -73,7 +73,9 @@ export async function call(
       cause?.errors?.[0]?.code ??
       (cause as Error | undefined)?.message ??
       (err as Error).name;
-    throw new UnreachableError(`cannot reach ${origin(remote.url)} (${why})`);
+    throw new UnreachableError(
+      `cannot reach ${origin(remote.url)} (${why}): is the service running there? name another with --url or ECHOSTORE_URL`,
+    );
   }
   let text: string;
   try {
