@@ -357,6 +357,17 @@ const CASES: Case[] = [
     code: 'ECC_UNSUPPORTED_MEDIA_TYPE',
   },
   {
+    name: 'PUT with Content-Encoding: gzip (a coded body is not stored as is)',
+    request: put('b1', '{"a":1}', { ...JSON_TYPE, 'content-encoding': 'gzip' }),
+    status: 415,
+    code: 'ECC_UNSUPPORTED_MEDIA_TYPE',
+  },
+  {
+    name: 'PUT with Content-Encoding: identity',
+    request: put('b3', '{"a":1}', { ...JSON_TYPE, 'content-encoding': 'identity' }),
+    status: 200,
+  },
+  {
     name: 'PUT with charset=UTF-8 (quoted, upper case)',
     request: put('b2', '{"a":1}', { 'content-type': 'application/json; charset="UTF-8"' }),
     status: 200,

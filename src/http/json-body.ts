@@ -36,7 +36,8 @@ function charsetOf(contentType: string | undefined): string | undefined {
  * Then makes `application/json` the only body type, UTF-8 only: a `charset` other
  * than `utf-8` is 415 `ECC_UNSUPPORTED_MEDIA_TYPE` (RFC 8259 §8.1: JSON
  * between systems is UTF-8; fastify itself ignores the parameter), and bytes
- * that are not valid UTF-8 are 400 `ECC_BAD_REQUEST`. The text
+ * that are not valid UTF-8 are 400 `ECC_BAD_REQUEST`; a `Content-Encoding`
+ * other than `identity` (a gzip body, say) is 415 (RFC 9110 §8.4.1). The text
  * is then parsed by fastify's own parser (secure-json-parse), which refuses
  * `__proto__` and `constructor.prototype` keys (400 `ECC_BAD_REQUEST`).
  * Any other content type is 415.
@@ -63,6 +64,12 @@ export function installJsonBodyParser(app: FastifyInstance): void {
   // fatal: bytes that are not UTF-8 are refused, not replaced by U+FFFD (what the client sent is what is stored).
   const utf8 = new TextDecoder('utf-8', { fatal: true });
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    // RFC 9110 §8.4.1: a content coding the server does not apply is 415, never stored as is.
+    const coding = request.headers['content-encoding'];
+    if (coding !== undefined && coding.trim().toLowerCase() !== 'identity') {
+      done(new UnsupportedMediaTypeError('send the body without a Content-Encoding (gzip, …)'));
+      return;
+    }
     const charset = charsetOf(request.headers['content-type']);
     if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
       done(new UnsupportedMediaTypeError('send the body as application/json; charset=utf-8'));
