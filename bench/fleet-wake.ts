@@ -6,7 +6,7 @@
  */
 import { loadavg } from 'node:os';
 import { Redis } from 'ioredis';
-import type { Reaper } from '../drills/lib/reaper.js';
+import { track } from '../drills/lib/reaper.js';
 import { median, percentile } from '../drills/lib/report.js';
 import { runWorkers, together } from '../drills/lib/workers.js';
 import { spawnValkey } from '../harness/valkey-server.js';
@@ -17,7 +17,6 @@ export interface WakeBench {
   rounds: number;
   /** The loader's sleep, ms. */
   latencyMs: number;
-  reaper: Reaper;
   /** The worker script (`peers-worker.js`). */
   worker: string;
   /** A table name no other round uses. */
@@ -62,8 +61,8 @@ function roundTrips(info: string): { scripts: number; probes: number; other: num
  * the waiters' subscribers; one host, one clock).
  */
 export async function fleetWake(bench: WakeBench): Promise<Record<string, unknown>> {
-  const { rounds, latencyMs, reaper, worker: WORKER, tagOf } = bench;
-  const server = await spawnValkey({ track: (child) => reaper.track(child) });
+  const { rounds, latencyMs, worker: WORKER, tagOf } = bench;
+  const server = await spawnValkey({ track });
   const admin = new Redis(server.url, { maxRetriesPerRequest: 0 });
   const fills = await watchFills(server.url);
   const variants = [
@@ -84,15 +83,10 @@ export async function fleetWake(bench: WakeBench): Promise<Record<string, unknow
     info: [] as string[],
   }));
   const measured = async (setups: Setup[]) => {
-    const results = await runWorkers<Result>(
-      WORKER,
-      setups,
-      async () => {
-        await admin.config('RESETSTAT');
-        return together(200, 120_000)();
-      },
-      reaper,
-    );
+    const results = await runWorkers<Result>(WORKER, setups, async () => {
+      await admin.config('RESETSTAT');
+      return together(200, 120_000)();
+    });
     const info = (await admin.info('commandstats')) as string;
     return { results, ...roundTrips(info), info };
   };
@@ -136,7 +130,6 @@ export async function fleetWake(bench: WakeBench): Promise<Record<string, unknow
             shape: paced(ids),
           })),
           together(200, 120_000),
-          reaper,
         );
         f.pairMs.push(
           ...pair.flatMap((r) => r.wokeAtMs.map((t, k) => t - fills.at(tag, r.wokeIds[k] ?? ''))),

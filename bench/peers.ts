@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LRUCache } from 'lru-cache';
 import { drillArgs, float, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { Reaper } from '../drills/lib/reaper.js';
+import { track } from '../drills/lib/reaper.js';
 import { columns, machineLine, median, percentile } from '../drills/lib/report.js';
 import { runWorkers, together } from '../drills/lib/workers.js';
 import { zipfSampler } from '../drills/lib/zipf.js';
@@ -38,7 +38,6 @@ const { rounds, valkey } = args;
 const latencyMs = args['latency-ms'];
 const only = new Set(args.only.split(','));
 const WORKER = fileURLToPath(new URL('./peers-worker.js', import.meta.url));
-const reaper = new Reaper();
 const report: Record<string, unknown> = {};
 const out: string[] = [];
 
@@ -67,7 +66,7 @@ async function coldRound(
     shape,
     ...(policy === undefined ? {} : { policy }),
   }));
-  const results = await runWorkers<Result>(WORKER, setups, together(200, 120_000), reaper);
+  const results = await runWorkers<Result>(WORKER, setups, together(200, 120_000));
   const loader = results.flatMap((r) => r.loaderMs);
   return {
     latencies: results.flatMap((r) => r.latenciesMs),
@@ -299,7 +298,7 @@ async function fleet(): Promise<void> {
 
 /** The fleet cold read's round trips and waiter wake-up (`fleet-wake.ts`). */
 async function wake(): Promise<void> {
-  report.fleetWake = await fleetWake({ rounds, latencyMs, reaper, worker: WORKER, tagOf, print });
+  report.fleetWake = await fleetWake({ rounds, latencyMs, worker: WORKER, tagOf, print });
 }
 
 async function storm(): Promise<void> {
@@ -390,7 +389,7 @@ async function hot(): Promise<void> {
 function child(argv: string[], what: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const c = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
-    reaper.track(c);
+    track(c);
     let text = '';
     c.stdout.on('data', (chunk: Buffer) => {
       text += chunk;

@@ -14,7 +14,6 @@ import { randomBytes } from 'node:crypto';
 import { type StampedRead, startOrigin } from '../harness/origin.js';
 import type { ExpiryGo, Setup, WorkerResult } from './expiry-worker.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { reaper } from './lib/reaper.js';
 import { addCounts, bump, check, columns, law, sum } from './lib/report.js';
 import { connectAdmin, dropId, originStore } from './lib/store.js';
 import { runWorkers, workerFile } from './lib/workers.js';
@@ -151,7 +150,7 @@ runDrill('expiry', args.json, async () => {
       return { message, resultWithinMs: stopAtMs - Date.now() + 30_000 };
     };
     const setups = Array.from({ length: args.instances }, () => setup);
-    const workers = await runWorkers<WorkerResult>(workerFile('expiry-worker'), setups, go, reaper);
+    const workers = await runWorkers<WorkerResult>(workerFile('expiry-worker'), setups, go);
     const sourceReads = origin.readsLog(id);
     const rows = judge(sourceReads, workers, t0Ms, stopAtMs);
     const [errorCodes, waitedBy, metrics] = [{}, {}, {} as Record<string, Record<string, number>>];
