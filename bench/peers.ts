@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { LRUCache } from 'lru-cache';
 import { drillArgs, float, int, text, valkeyOption } from '../drills/lib/cli.js';
 import { track } from '../drills/lib/reaper.js';
-import { columns, machineLine, median, percentile } from '../drills/lib/report.js';
+import { columns, machineLine, median, opsPerCpuSecond, percentile } from '../drills/lib/report.js';
 import { runWorkers, together } from '../drills/lib/workers.js';
 import { zipfSampler } from '../drills/lib/zipf.js';
 import { fleetWake } from './fleet-wake.js';
@@ -129,20 +129,6 @@ async function coldRounds(
       ];
     }),
   ) as Record<PeerName, ColdFigures>;
-}
-
-/**
- * `opsPerSecond` (batches of 1 000, each awaited) per second of this process's CPU time: on a
- * machine shared with other work the wall clock also counts the time others held the cores,
- * which moves one round's figure by a factor of two or three.
- */
-async function opsPerCpuSecond(ms: number, op: (i: number) => unknown): Promise<number> {
-  let n = 0;
-  const end = performance.now() + ms;
-  const cpu = process.cpuUsage();
-  while (performance.now() < end) for (let i = 0; i < 1_000; i++) await op(n++);
-  const used = process.cpuUsage(cpu);
-  return n / ((used.user + used.system) / 1e6);
 }
 
 async function warm(): Promise<void> {

@@ -3,7 +3,7 @@
  * message; a worker answers `{ kind: 'ready' }`, waits for `go`, then sends
  * `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
  */
-import { fork } from 'node:child_process';
+import { fork, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { running } from '../../harness/spawn.js';
@@ -79,6 +79,26 @@ export async function runWorkers<R>(
   } finally {
     for (const { child } of workers) if (running(child)) child.kill('SIGKILL');
   }
+}
+
+/**
+ * Runs `node <argv>` in a child process that dies with the drill; resolves with its stdout (also
+ * written to ours as it comes with `echo`), rejects when it exits otherwise than 0.
+ */
+export function runNode(argv: string[], echo = false): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    track(child);
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk;
+      if (echo) process.stdout.write(chunk);
+    });
+    child.on('error', reject);
+    child.on('exit', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`node ${argv.join(' ')} exited ${code}`)),
+    );
+  });
 }
 
 /** Worker side: resolves once `message` is handed to the IPC channel, so an exit right after cannot lose it. */
