@@ -6,7 +6,6 @@
  * computed from this run's figures. Prints figures and targets; asserts nothing. Usage:
  * drills/README.md#benchpeers.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,10 +13,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LRUCache } from 'lru-cache';
 import { drillArgs, float, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { track } from '../drills/lib/reaper.js';
 import { columns, machineLine, median, opsPerCpuSecond, percentile } from '../drills/lib/report.js';
-import { runWorkers, together } from '../drills/lib/workers.js';
+import { runNode, runWorkers, together } from '../drills/lib/workers.js';
 import { zipfSampler } from '../drills/lib/zipf.js';
+import type { HttpFigures } from './bench.js';
 import { fleetWake } from './fleet-wake.js';
 import { makePeer, PEERS, type PeerName, sleepLoader, versionOf } from './peers-lib.js';
 import type { Result, Setup } from './peers-worker.js';
@@ -371,119 +370,46 @@ async function hot(): Promise<void> {
   }
 }
 
-/** Runs `node <args>` with its output shown as it comes; resolves with its stdout. */
-function child(argv: string[], what: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
-    track(c);
-    let text = '';
-    c.stdout.on('data', (chunk: Buffer) => {
-      text += chunk;
-      process.stdout.write(chunk);
-    });
-    c.on('error', reject);
-    c.on('exit', (code) =>
-      code === 0 ? resolve(text) : reject(new Error(`${what} exited ${code}`)),
-    );
-  });
-}
+/** The built file of `bench/<name>.ts`. */
+const built = (name: string) => fileURLToPath(new URL(`./${name}.js`, import.meta.url));
 
-/** The HTTP L1 hit against a bare fastify route: `bench.ts --only http`, its `--json` figures. */
-async function http(): Promise<void> {
+/** Another bench (`node <argv>`) in a child process, its output shown as it comes: its `--json` figures. */
+async function benchFigures<T>(argv: string[]): Promise<T> {
   const dir = mkdtempSync(join(tmpdir(), 'bench-peers-'));
-  const file = join(dir, 'http.json');
+  const file = join(dir, 'figures.json');
   try {
-    const text = await child(
-      [
-        fileURLToPath(new URL('./bench.js', import.meta.url)),
-        '--only',
-        'http',
-        '--seconds',
-        String(args['http-seconds']),
-        '--valkey',
-        valkey,
-        '--json',
-        file,
-      ],
-      'bench --only http',
-    );
-    out.push(text);
-    report.http = (JSON.parse(readFileSync(file, 'utf8')) as { http: unknown }).http;
+    out.push(await runNode([...argv, '--valkey', valkey, '--json', file], true));
+    process.stdout.write('\n');
+    return JSON.parse(readFileSync(file, 'utf8')) as T;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-  process.stdout.write('\n');
 }
 
-/** What the `memory` section read from `bench:memory`'s stream table (ratios to maxBytes). */
-interface MemoryFigures {
-  settings: Array<{ readers: string; flags: string; heap: number; rss: number; peak: number }>;
-  heap: number;
-  rss: number;
-  peak: number;
+/** The HTTP L1 hit against a bare fastify route: `bench.ts --only http`. */
+async function http(): Promise<void> {
+  const argv = [built('bench'), '--only', 'http', '--seconds', String(args['http-seconds'])];
+  report.http = (await benchFigures<{ http: HttpFigures }>(argv)).http;
 }
+
+/** What the `memory` section read from `bench:memory`'s stream figures (ratios to maxBytes). */
+type Stream = { heap: number; rss: number; peak: number };
 
 /**
  * Memory: `memory.ts` in a child process, under `npm start`'s V8 flags only (`--no-defaults`:
- * what the service runs with). It prints no JSON, so its stream table is read by its column
- * headers (`heap (after GC)`, `RSS (after GC)`, `RSS peak`): the worse of 64 and 256 readers counts.
+ * what the service runs with); of its stream figures (÷ maxBytes) the worse of 64 and 256 readers
+ * counts.
  */
 async function memory(): Promise<void> {
-  const text = await child(
-    [
-      '--expose-gc',
-      fileURLToPath(new URL('./memory.js', import.meta.url)),
-      '--no-defaults',
-      '--rounds',
-      String(args['memory-rounds']),
-      '--valkey',
-      valkey,
-    ],
-    'bench:memory',
-  );
-  out.push(text);
-  const figures = parseMemory(text);
-  if (figures === undefined) throw new Error('bench:memory printed no stream table to read');
-  report.memory = figures;
-  process.stdout.write('\n');
-}
-
-/** The stream table of `bench:memory`'s output, by its headers; undefined when it is not there. */
-function parseMemory(text: string): MemoryFigures | undefined {
-  const lines = text.split('\n').map((l) => l.split('|').map((c) => c.trim()));
-  const at = lines.findIndex((cells) => cells.includes('heap (after GC)'));
-  const head = lines[at];
-  if (head === undefined) return undefined;
-  const col = (name: string) => head.indexOf(name);
-  const [readers, flags, heap, rss, peak] = [
-    col('readers'),
-    col('V8 flags'),
-    col('heap (after GC)'),
-    col('RSS (after GC)'),
-    col('RSS peak'),
-  ];
-  const settings: MemoryFigures['settings'] = [];
-  // The header, a rule, then one line per setting until the table ends.
-  for (const cells of lines.slice(at + 2)) {
-    if (cells.length < head.length) break;
-    settings.push({
-      readers: cells[readers] ?? '',
-      flags: cells[flags] ?? '',
-      heap: Number(cells[heap]),
-      rss: Number(cells[rss]),
-      peak: Number(cells[peak]),
-    });
-  }
-  if (settings.length === 0 || settings.some((x) => !Number.isFinite(x.heap + x.rss))) {
-    return undefined;
-  }
-  const worst = (f: (x: MemoryFigures['settings'][number]) => number) =>
-    Math.max(...settings.map(f));
-  return {
-    settings,
-    heap: worst((x) => x.heap),
-    rss: worst((x) => x.rss),
-    peak: worst((x) => x.peak),
+  const argv = ['--expose-gc', built('memory'), '--no-defaults'];
+  const more = ['--rounds', String(args['memory-rounds'])];
+  const { streams } = await benchFigures<{ streams: Stream[] }>([...argv, ...more]);
+  const worst = (k: keyof Stream) => Math.max(...streams.map((x) => x[k]));
+  report.memory = {
+    settings: streams,
+    heap: worst('heap'),
+    rss: worst('rss'),
+    peak: worst('peak'),
   };
 }
 
@@ -560,7 +486,7 @@ function summary(): SummaryRow[] {
     '≤ 1.25 ×; ≤ 2 ×, ≤ 2 ×',
     'memory',
     () => {
-      const m = report.memory as MemoryFigures | undefined;
+      const m = report.memory as Stream | undefined;
       if (m === undefined) return undefined;
       return [
         `${fmt(m.heap, 2)} ×; ${fmt(m.rss, 2)} × (peak ${fmt(m.peak, 2)} ×)`,
