@@ -1,18 +1,17 @@
 /**
- * Benchmark: warm `Table.get` against a raw lru-cache `get`, a fleet herd's p99 − loader
- * time, HTTP L1 hits against a bare fastify route, and tagged rows against untagged ones
- * (warm `Table.get` and the HTTP L1 hit); ratios measured side by side in one run.
+ * Benchmark: HTTP L1 hits against a bare fastify route, and tagged rows against untagged ones
+ * (warm `Table.get` and the HTTP L1 hit); ratios measured side by side in one run. (The warm
+ * `Table.get` against lru-cache and the fleet herd are `bench:peers`' `warm` and `fleet`.)
  * Prints figures, asserts nothing. Usage: drills/README.md#bench.
  */
-import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import type autocannon from 'autocannon';
 import Fastify from 'fastify';
-import { LRUCache } from 'lru-cache';
 import { pino } from 'pino';
 import { drillArgs, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { columns, median, opsPerSecond, percentile } from '../drills/lib/report.js';
+import { columns, median, met, opsPerCpuSecond } from '../drills/lib/report.js';
+import { runNode } from '../drills/lib/workers.js';
 import { buildServer } from '../src/http/server.js';
 import { withPolicy } from '../src/store/load-result.js';
 import { createStore } from '../src/store/store.js';
@@ -20,7 +19,7 @@ import { createStore } from '../src/store/store.js';
 const args = drillArgs({
   seconds: int(3, 1, 3_600),
   connections: int(50, 1, 10_000),
-  only: text('inproc,fleet,http,tags'),
+  only: text('http,tags'),
   valkey: valkeyOption(),
 });
 const { seconds, valkey, connections } = args;
@@ -50,53 +49,10 @@ async function alternating<T>(rounds: number, runs: Array<() => Promise<T>>, swa
 }
 
 /** autocannon in a child process against `url` (in this one it would take the event loop from the servers it measures). */
-function loadFrom(url: string, duration: number): Promise<autocannon.Result> {
+async function loadFrom(url: string, duration: number): Promise<autocannon.Result> {
   const cli = createRequire(import.meta.url).resolve('autocannon/autocannon.js');
   const argv = [cli, '--json', '-c', String(connections), '-d', String(duration), url];
-  return new Promise((resolve, reject) => {
-    execFile(process.execPath, argv, { maxBuffer: 16 * 1024 * 1024 }, (err, stdout) =>
-      err ? reject(err) : resolve(JSON.parse(stdout) as autocannon.Result),
-    );
-  });
-}
-
-async function inProcess(): Promise<Array<[string, string]>> {
-  const table = `bench-${process.pid}`;
-  const l1 = { ttlMs: 600_000, maxEntries: KEYS * 2 };
-  const store = await createStore({
-    valkey,
-    tables: { [table]: { load: (id) => value(Number(id)), l1 } },
-  });
-  const t = store.table(table);
-  for (const id of ids) await t.get(id);
-  const lru = new LRUCache<string, object>({ max: KEYS * 2 });
-  // With a TTL as well: an L1 row has lifetimes, and every hit checks them.
-  const lruTtl = new LRUCache<string, object>({ max: KEYS * 2, ttl: 300_000 });
-  for (const id of ids) {
-    lru.set(id, value(Number(id)));
-    lruTtl.set(id, value(Number(id)));
-  }
-  const ms = seconds * 1000;
-  // Warm-up, then measure alternately so drift on the machine hits both.
-  await opsPerSecond(300, (i) => t.get(nth(i)));
-  await opsPerSecond(300, (i) => lru.get(nth(i)), true);
-  const raw = await opsPerSecond(ms, (i) => lru.get(nth(i)), true);
-  const rawAwait = await opsPerSecond(ms, async (i) => lru.get(nth(i)));
-  const ttlAwait = await opsPerSecond(ms, async (i) => lruTtl.get(nth(i)));
-  const warm = await opsPerSecond(ms, (i) => t.get(nth(i)));
-  const stats = t.stats();
-  for (const id of ids) await t.invalidate(id);
-  await store.close();
-  return [
-    ['raw lru-cache get (sync)', `${fmt(raw)} ops/s`],
-    ['raw lru-cache get in an async fn + await', `${fmt(rawAwait)} ops/s`],
-    ['Table.get, warm (L1 hit)', `${fmt(warm)} ops/s`],
-    ['ratio Table.get / raw get', `${(warm / raw).toFixed(3)}`],
-    ['raw lru-cache (ttl 300 s) get in an async fn + await', `${fmt(ttlAwait)} ops/s`],
-    ['ratio Table.get / awaited raw get', `${(warm / rawAwait).toFixed(3)}`],
-    ['ratio Table.get / awaited raw get with TTL', `${(warm / ttlAwait).toFixed(3)}`],
-    ['L1 hits during the run (misses)', `${stats.hits} (${stats.misses - KEYS})`],
-  ];
+  return JSON.parse(await runNode(argv)) as autocannon.Result;
 }
 
 /** What the HTTP comparison measured (`--json`): medians and each round's req/s ratio. */
@@ -163,7 +119,7 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
       ['echostore GET (L1 hit)', line(c)],
       [`ratio echostore / bare, median of ${HTTP_ROUNDS} rounds (each round)`, ratios(rps)],
       ['ratio of server CPU per request, bare / echostore, median (each round)', ratios(cpu)],
-      ['target: req/s ratio ≥ 0.95', median(rps) >= 0.95 ? 'met' : 'GAP'],
+      ['target: req/s ratio ≥ 0.95', met(median(rps) >= 0.95)],
     ],
     figures: {
       ratio: median(rps),
@@ -174,56 +130,6 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
       errors,
     },
   };
-}
-
-/**
- * Fleet herd: S stores (separate Valkey connections, as separate instances would have) each
- * with R concurrent cold readers of one id. One store holds the lease and loads; the others are
- * contended and must be woken by the fill's PUBLISH. The overhead a reader pays beyond the
- * loader's own time is p99 − loader time, measured in the same run; polling alone would cost up
- * to the 250 ms poll interval.
- */
-async function fleetHerd(): Promise<Array<[string, string]>> {
-  const [stores, readers, loadMs, rounds] = [4, 50, 50, 5];
-  const table = `bench-fleet-${process.pid}`;
-  let [loaderMs, loads] = [0, 0];
-  const load = async (id: string) => {
-    const started = performance.now();
-    await new Promise((r) => setTimeout(r, loadMs));
-    loaderMs = performance.now() - started;
-    loads++;
-    return { id };
-  };
-  const all = await Promise.all(
-    Array.from({ length: stores }, () => createStore({ valkey, tables: { [table]: { load } } })),
-  );
-  const [overheads, p99s] = [[] as number[], [] as number[]];
-  for (let round = 0; round < rounds; round++) {
-    const id = `fleet-${Date.now()}-${round}`;
-    const started = performance.now();
-    const reads = all.flatMap((s) => Array.from({ length: readers }, () => s.table(table).get(id)));
-    const latencies = await Promise.all(
-      reads.map((r) => r.then(() => performance.now() - started)),
-    );
-    const p99 = percentile(latencies, 99);
-    p99s.push(p99);
-    overheads.push(p99 - loaderMs);
-    await all[0]?.table(table).invalidate(id);
-  }
-  await Promise.all(all.map((s) => s.close()));
-  const o = overheads;
-  // rounds is odd, so the nearest-rank 50th percentile is the middle round.
-  return [
-    ['instances × readers, rounds', `${stores} × ${readers}, ${rounds}`],
-    ['source reads per round (law: 1)', `${(loads / rounds).toFixed(2)}`],
-    ['loader time (measured)', `${loaderMs.toFixed(1)} ms`],
-    ['herd p99, median of rounds', `${median(p99s).toFixed(1)} ms`],
-    [
-      'p99 − loader time, median (worst)',
-      `${median(o).toFixed(1)} ms (${Math.max(...o).toFixed(1)} ms)`,
-    ],
-    ['poll interval, for comparison', '250 ms'],
-  ];
 }
 
 /**
@@ -248,12 +154,12 @@ async function taggedRows(): Promise<Array<[string, string]>> {
   for (const t of tables) {
     for (const id of ids) await t.get(id);
     await t.purge({ tags: ['no-row-has-it'] });
-    await opsPerSecond(300, (i) => t.get(nth(i)));
+    await opsPerCpuSecond(300, (i) => t.get(nth(i)));
   }
   const ms = Math.max(500, (seconds * 1000) / 2);
   const [plainOps, taggedOps] = (await alternating(
     6,
-    tables.map((t) => () => opsPerSecond(ms, (i) => t.get(nth(i)))),
+    tables.map((t) => () => opsPerCpuSecond(ms, (i) => t.get(nth(i)))),
   )) as [number[], number[]];
   const app = buildServer({ store, logger: pino({ level: 'silent' }) });
   const base = await app.listen({ host: '127.0.0.1', port: 0 });
@@ -268,10 +174,13 @@ async function taggedRows(): Promise<Array<[string, string]>> {
   await store.close();
   const inproc = taggedOps.map((x, i) => x / (plainOps[i] as number));
   const viaHttp = taggedRps.map((x, i) => x / (plainRps[i] as number));
-  const within = (xs: number[]) => (median(xs) >= 0.95 ? 'met' : 'GAP');
+  const within = (xs: number[]) => met(median(xs) >= 0.95);
   return [
-    ['Table.get warm, untagged rows (median of 6)', `${fmt(median(plainOps))} ops/s`],
-    ['Table.get warm, rows of 3 tags (median of 6)', `${fmt(median(taggedOps))} ops/s`],
+    ['Table.get warm, untagged rows (median of 6)', `${fmt(median(plainOps))} ops per CPU-second`],
+    [
+      'Table.get warm, rows of 3 tags (median of 6)',
+      `${fmt(median(taggedOps))} ops per CPU-second`,
+    ],
     ['ratio tagged / untagged, median (each round)', ratios(inproc)],
     ['HTTP L1 hit, untagged row (median)', `${fmt(median(plainRps))} req/s`],
     ['HTTP L1 hit, row of 3 tags (median)', `${fmt(median(taggedRps))} req/s`],
@@ -283,10 +192,6 @@ async function taggedRows(): Promise<Array<[string, string]>> {
 const only = new Set(args.only.split(','));
 const print = (title: string, rows: Array<[string, string]>) =>
   process.stdout.write(`${title}\n${columns(rows)}\n\n`);
-if (only.has('inproc'))
-  print(`in-process, ${KEYS} warm keys, ${seconds} s each`, await inProcess());
-if (only.has('fleet'))
-  print("fleet herd (lease; losers woken by the fill's PUBLISH)", await fleetHerd());
 if (only.has('tags')) {
   print(
     'tagged rows against untagged ones, each table purged once by a tag no row carries',

@@ -7,15 +7,15 @@
  * takes against what L1 counts. With `--check`, exits 1 when the heap bound or its flatness is
  * missed. Usage: drills/README.md#benchmemory.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { getHeapSpaceStatistics } from 'node:v8';
 import { drillArgs, flag, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { bump, columns, machineLine } from '../drills/lib/report.js';
+import { bump, columns, machineLine, median, met, round } from '../drills/lib/report.js';
 import { connectAdmin, dropTable } from '../drills/lib/store.js';
+import { runNode } from '../drills/lib/workers.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../src/l2/format.js';
 import { L1 } from '../src/store/l1.js';
 import { DEFAULT_POLICY } from '../src/store/policy.js';
@@ -223,28 +223,15 @@ function held(rss: number): string {
 }
 
 /** Runs one stream in a fresh process with `v8Flags`: the calibration's garbage or another stream's pages would flatter RSS. */
-function streamIn(lanes: number, v8Flags: string[]): Promise<StreamReport> {
+async function streamIn(lanes: number, v8Flags: string[]): Promise<StreamReport> {
   const argv = ['--expose-gc', ...v8Flags, fileURLToPath(import.meta.url), '--child'];
   for (const [k, v] of Object.entries({ lanes, ids: args.ids, 'max-mib': args['max-mib'] }))
     argv.push(`--${k}`, String(v));
-  argv.push('--valkey', args.valkey);
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk;
-    });
-    child.on('error', reject);
-    child.on('exit', (code) => {
-      if (code === 0) resolve(JSON.parse(out) as StreamReport);
-      else reject(new Error(`bench:memory stream (${lanes} lanes) exited ${code}`));
-    });
-  });
+  return JSON.parse(await runNode([...argv, '--valkey', args.valkey])) as StreamReport;
 }
 
 type StreamReport = Awaited<ReturnType<typeof stream>>;
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 /** Within ±10 % of their middle. */
 const flat = (xs: number[]) =>
   xs.length < 2 || (Math.max(...xs) - Math.min(...xs)) / Math.max(...xs) <= 0.2;
@@ -278,6 +265,8 @@ async function main(): Promise<void> {
   }
   let heapHeld = true;
   const table: Array<Array<string | number>> = [];
+  /** `--json`: each setting's growth ÷ maxBytes, as printed (what `bench:peers` reads). */
+  const streams: object[] = [];
   for (const lanes of laneCounts) {
     for (const y of settings) {
       const rs = runs.get(`${lanes}\u0000${y.label}`) ?? [];
@@ -291,14 +280,17 @@ async function main(): Promise<void> {
       heapHeld &&= rs.every(
         (r) => r.heapGrowth <= 1.25 * maxBytes && flat(r.full.map((s) => s.heap)),
       );
-      const peak = ratio((r) => r.peakRssGrowth);
+      const growth = ['heapGrowth', 'rssGrowth', 'peakRssGrowth'] as const;
+      const [heap, rss, peak] = growth.map((k) => ratio((r) => r[k])) as [number, number, number];
+      const ratios = { heap: round(heap), rss: round(rss), peak: round(peak) };
+      streams.push({ readers: lanes, flags: y.label, ...ratios });
       const last = rs.at(-1);
       const idsPerS = Math.round(median(rs.map((r) => args.ids / r.seconds)));
       table.push([
         ...[lanes, y.label, idsPerS, perId((r) => r.cpuMs), perId((r) => r.gcMs)],
         last === undefined ? '' : `${last.scavenges}/${last.markCompacts}`,
-        ...[failed, ratio((r) => r.heapGrowth).toFixed(2), ratio((r) => r.rssGrowth).toFixed(2)],
-        ...[peak.toFixed(2), peak <= 2 ? 'met' : 'GAP', mib(median(rs.map((r) => r.peakRss)))],
+        ...[failed, heap.toFixed(2), rss.toFixed(2)],
+        ...[peak.toFixed(2), met(peak <= 2), mib(median(rs.map((r) => r.peakRss)))],
         isFlat ? 'flat' : 'NOT FLAT',
         last === undefined ? '' : `${last.startHeld} → ${last.peakHeld}`,
       ]);
@@ -314,6 +306,8 @@ async function main(): Promise<void> {
   process.stdout.write(
     `\ncalibration: rows set into a bare L1, what a row takes after GC against what L1 counts\n${columns(calibrate(), ['values', 'rows', 'heap B/row', 'buffers B/row', 'counted B/row', 'taken ÷ counted'])}\n`,
   );
+  if (args.json !== undefined && args.json !== '-')
+    writeFileSync(args.json, `${JSON.stringify({ streams }, null, 2)}\n`);
   process.exit(args.check && !heapHeld ? 1 : 0);
 }
 

@@ -1,24 +1,33 @@
 /**
  * echostore beside async-cache-dedupe and bentocache, one run, one machine, the same loader
- * and Redis: warm gets, herds, a fleet herd, a storm and a hot key, each cold figure in fresh
- * processes, peers interleaved round by round; then the HTTP L1 hit (`bench.ts --only http`) and
- * memory (`memory.ts`), each in a child process; then issue 22's table, every row's verdict
- * computed from this run's figures. Prints figures and targets; asserts nothing. Usage:
- * drills/README.md#benchpeers.
+ * and Redis: warm gets, herds, a fleet herd (and echostore's own fleet cold read: round trips
+ * and wake-up), a storm and a hot key, each cold figure in fresh processes, peers interleaved
+ * round by round; then the HTTP L1 hit (`bench.ts --only http`) and memory (`memory.ts`), each in
+ * a child process; then issue 22's table, every row's verdict computed from this run's figures.
+ * Prints figures and targets; asserts nothing. Usage: drills/README.md#benchpeers.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { drillArgs, float, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { Reaper } from '../drills/lib/reaper.js';
-import { columns, machineLine, median, percentile } from '../drills/lib/report.js';
-import { runWorkers, together } from '../drills/lib/workers.js';
+import { track } from '../drills/lib/reaper.js';
+import {
+  columns,
+  machineLine,
+  median,
+  met,
+  opsPerCpuSecond,
+  percentile,
+  sum,
+} from '../drills/lib/report.js';
+import { runNode, runWorkers, together } from '../drills/lib/workers.js';
 import { zipfSampler } from '../drills/lib/zipf.js';
-import { fleetWake } from './fleet-wake.js';
+import { spawnValkey } from '../harness/valkey-server.js';
+import type { HttpFigures } from './bench.js';
 import { makePeer, PEERS, type PeerName, sleepLoader, versionOf } from './peers-lib.js';
 import type { Result, Setup } from './peers-worker.js';
 
@@ -26,7 +35,7 @@ const args = drillArgs({
   rounds: int(3, 1, 100),
   'latency-ms': float(20, 0, 2_000),
   seconds: float(1, 0.1, 600),
-  // `wake` alone: the fleet cold read's round trips and waiter wake-up (`fleet` prints it too).
+  // `wake` alone: the fleet cold read's round trips and waiter wake-up (`fleet` runs it too).
   only: text('warm,herd,fleet,storm,hot,http,memory'),
   // The `http` section: autocannon seconds per round (`bench --seconds`).
   'http-seconds': int(3, 1, 600),
@@ -37,8 +46,9 @@ const args = drillArgs({
 const { rounds, valkey } = args;
 const latencyMs = args['latency-ms'];
 const only = new Set(args.only.split(','));
-const WORKER = fileURLToPath(new URL('./peers-worker.js', import.meta.url));
-const reaper = new Reaper();
+/** The built file of `bench/<name>.ts`. */
+const built = (name: string) => fileURLToPath(new URL(`./${name}.js`, import.meta.url));
+const WORKER = built('peers-worker');
 const report: Record<string, unknown> = {};
 const out: string[] = [];
 
@@ -48,102 +58,82 @@ const print = (title: string, rows: Array<Array<string | number>>, header?: stri
   process.stdout.write(`${text}\n`);
 };
 const fmt = (n: number, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits) : 'n/a');
-const verdict = (ok: boolean) => (ok ? 'met' : 'GAP');
 const tagOf = (what: string) => `pb-${what}-${randomBytes(4).toString('hex')}`;
+type Policy = Record<string, unknown>;
 
-/** A round of one peer in `processes` fresh processes, all firing at one moment. */
-async function coldRound(
-  peer: PeerName,
-  shapes: Setup['shape'][],
-  tag: string,
-  policy?: Record<string, unknown>,
-): Promise<{ latencies: number[]; failed: number; reads: number; loaderMs: number }> {
-  const setups: Setup[] = shapes.map((shape) => ({
-    kind: 'setup',
-    peer,
-    valkey,
-    tag,
-    latencyMs,
-    shape,
-    ...(policy === undefined ? {} : { policy }),
-  }));
-  const results = await runWorkers<Result>(WORKER, setups, together(200, 120_000), reaper);
+/** Issue 22's rows, in the table's order: the section that measures each, the row, its target. */
+const ROWS = [
+  ['fleet', 'fleet herd 6 × 200: source reads; p99 − loader', '1 read; ≤ acd'],
+  ['herd', 'herd 200, fresh process: p99 − loader', '≤ acd'],
+  ['http', 'HTTP L1 hit ÷ bare fastify, req/s', '≥ 0.95'],
+  [
+    'storm',
+    'cold storm 4 × 4000, Zipf 1.2 over 1000 keys: reads ÷ distinct; p99',
+    '1.000; ≤ 1.2 × acd',
+  ],
+  [
+    'memory',
+    'L1 64 MiB, 400 k ids: heap after GC; RSS after GC and at its peak (÷ maxBytes, 64 and 256 readers)',
+    '≤ 1.25 ×; ≤ 2 ×, ≤ 2 ×',
+  ],
+  ['warm', 'warm Table.get ÷ awaited lru-cache get', '≥ 0.9'],
+  ['hot', 'hot key 20 000 readers: p99 − loader, none shed', '≤ 1.5 × acd'],
+] as const;
+/** Each row's figure as this run measured it and whether its target is met, by section. */
+const judged: Record<string, { figure: string; met: boolean }> = {};
+/** Keeps section `name`'s row of issue 22's table; returns `met`. */
+const judge = (name: string, figure: string, met: boolean) => {
+  judged[name] = { figure, met };
+  return met;
+};
+
+/** A round of fresh processes (one per setup), all firing at one moment. */
+const fire = (setups: Setup[]) => runWorkers<Result>(WORKER, setups, together(200, 120_000));
+/** A fresh process of `peer` for `shape`. */
+const setupOf = (peer: PeerName, shape: Setup['shape'], tag: string, policy?: Policy): Setup => ({
+  ...{ kind: 'setup', peer, valkey, tag, latencyMs, shape },
+  ...(policy === undefined ? {} : { policy }),
+});
+/** The herd's p99 less the loader's own time (its median over the round's source reads). */
+const overhead = (results: Result[]) => {
   const loader = results.flatMap((r) => r.loaderMs);
-  return {
-    latencies: results.flatMap((r) => r.latenciesMs),
-    failed: results.reduce((n, r) => n + r.failed, 0),
-    reads: results.reduce((n, r) => n + r.sourceReads, 0),
-    loaderMs: loader.length === 0 ? latencyMs : median(loader),
-  };
-}
+  const latencies = results.flatMap((r) => r.latenciesMs);
+  const p99 = percentile(latencies, 99);
+  return { p99, over: p99 - (loader.length === 0 ? latencyMs : median(loader)) };
+};
+const sourceReads = (results: Result[]) => sum(results, (r) => r.sourceReads);
 
-interface ColdFigures {
-  reads: number;
-  failed: number;
-  p99: number;
-  overhead: number;
-  worstOverhead: number;
-}
+/** A cold section's figures of one peer, over its rounds. */
+type ColdFigures = Record<'reads' | 'failed' | 'p99' | 'overhead' | 'worstOverhead', number>;
 
-/** `rounds` cold rounds of every peer, interleaved; medians over rounds. */
+/** `n` cold rounds of every peer of `peers`, interleaved, in fresh processes; medians over rounds. */
 async function coldRounds(
   what: string,
   shapes: (round: number) => Setup['shape'][],
-  policy?: Record<string, unknown>,
-  n = rounds,
-  peers: PeerName[] = PEERS,
+  { policy, n = rounds, peers = PEERS }: { policy?: Policy; n?: number; peers?: PeerName[] } = {},
 ): Promise<Record<PeerName, ColdFigures>> {
-  const per = Object.fromEntries(
-    PEERS.map((p) => [
-      p,
-      { reads: [] as number[], failed: 0, p99: [] as number[], over: [] as number[] },
-    ]),
-  ) as Record<PeerName, { reads: number[]; failed: number; p99: number[]; over: number[] }>;
+  type Round = { reads: number; failed: number; p99: number; over: number };
+  const per = new Map(peers.map((p) => [p, [] as Round[]]));
   for (let round = 0; round < n; round++) {
     for (const peer of peers) {
-      const r = await coldRound(
-        peer,
-        shapes(round),
-        tagOf(what),
-        peer === 'echostore' ? policy : undefined,
-      );
-      const p99 = percentile(r.latencies, 99);
-      const f = per[peer];
-      f.reads.push(r.reads);
-      f.failed += r.failed;
-      f.p99.push(p99);
-      f.over.push(p99 - r.loaderMs);
+      const tag = tagOf(what);
+      const mine = peer === 'echostore' ? policy : undefined;
+      const results = await fire(shapes(round).map((shape) => setupOf(peer, shape, tag, mine)));
+      const failed = sum(results, (r) => r.failed);
+      per.get(peer)?.push({ reads: sourceReads(results), failed, ...overhead(results) });
     }
   }
-  return Object.fromEntries(
-    peers.map((p) => {
-      const f = per[p];
-      return [
-        p,
-        {
-          reads: median(f.reads),
-          failed: f.failed,
-          p99: median(f.p99),
-          overhead: median(f.over),
-          worstOverhead: Math.max(...f.over),
-        },
-      ];
-    }),
-  ) as Record<PeerName, ColdFigures>;
-}
-
-/**
- * `opsPerSecond` (batches of 1 000, each awaited) per second of this process's CPU time: on a
- * machine shared with other work the wall clock also counts the time others held the cores,
- * which moves one round's figure by a factor of two or three.
- */
-async function opsPerCpuSecond(ms: number, op: (i: number) => unknown): Promise<number> {
-  let n = 0;
-  const end = performance.now() + ms;
-  const cpu = process.cpuUsage();
-  while (performance.now() < end) for (let i = 0; i < 1_000; i++) await op(n++);
-  const used = process.cpuUsage(cpu);
-  return n / ((used.user + used.system) / 1e6);
+  const figures = (rs: Round[]): ColdFigures => {
+    const of = (k: keyof Round) => rs.map((r) => r[k]);
+    return {
+      ...{ reads: median(of('reads')), failed: sum(rs, (r) => r.failed), p99: median(of('p99')) },
+      ...{ overhead: median(of('over')), worstOverhead: Math.max(...of('over')) },
+    };
+  };
+  return Object.fromEntries([...per].map(([p, rs]) => [p, figures(rs)])) as Record<
+    PeerName,
+    ColdFigures
+  >;
 }
 
 async function warm(): Promise<void> {
@@ -158,39 +148,32 @@ async function warm(): Promise<void> {
     lru.set(id, await loader.load(id));
     lruTtl.set(id, await loader.load(id));
   }
+  const { load } = loader;
   const peers = {
     // L1 rows outlive the run (by default they live 30 s, shorter than a run of `--seconds 2`).
     echostore: await makePeer('echostore', {
-      valkey,
-      tag: tagOf('warm'),
-      load: loader.load,
+      ...{ valkey, tag: tagOf('warm'), load },
       policy: { l1: { ttlMs: 3_600_000 } },
     }),
     'async-cache-dedupe': await makePeer('async-cache-dedupe', {
-      valkey,
-      tag: 'warm',
-      load: loader.load,
-      storage: 'memory',
+      ...{ valkey, tag: 'warm', load, storage: 'memory' },
     }),
-    bentocache: await makePeer('bentocache', { valkey, tag: tagOf('warm'), load: loader.load }),
+    bentocache: await makePeer('bentocache', { valkey, tag: tagOf('warm'), load }),
   };
   for (const p of Object.values(peers)) for (const id of ids) await p.get(id);
   const es = peers.echostore;
+  const nth = (i: number) => ids[i % KEYS] as string;
   const ops: Record<string, (i: number) => Promise<unknown>> = {
-    'lru-cache get, awaited': async (i) => lru.get(ids[i % KEYS] as string),
-    'lru-cache (ttl 300 s) get, awaited': async (i) => lruTtl.get(ids[i % KEYS] as string),
-    'echostore Table.get': (i) => es.get(ids[i % KEYS] as string),
-    'echostore Table.get + .value': async (i) =>
-      ((await es.get(ids[i % KEYS] as string)) as { value: unknown }).value,
-    'async-cache-dedupe (memory storage)': (i) =>
-      peers['async-cache-dedupe'].get(ids[i % KEYS] as string),
-    'bentocache (L1 + L2)': (i) => peers.bentocache.get(ids[i % KEYS] as string),
+    'lru-cache get, awaited': async (i) => lru.get(nth(i)),
+    'lru-cache (ttl 300 s) get, awaited': async (i) => lruTtl.get(nth(i)),
+    'echostore Table.get': (i) => es.get(nth(i)),
+    'echostore Table.get + .value': async (i) => ((await es.get(nth(i))) as { value: 0 }).value,
+    'async-cache-dedupe (memory storage)': (i) => peers['async-cache-dedupe'].get(nth(i)),
+    'bentocache (L1 + L2)': (i) => peers.bentocache.get(nth(i)),
   };
   const ms = args.seconds * 1000;
   for (const op of Object.values(ops)) await opsPerCpuSecond(200, op);
-  const samples: Record<string, number[]> = Object.fromEntries(
-    Object.keys(ops).map((k) => [k, []]),
-  );
+  const samples = Object.fromEntries(Object.keys(ops).map((k) => [k, [] as number[]]));
   for (let r = 0; r < Math.max(3, rounds); r++) {
     for (const [name, op] of Object.entries(ops))
       samples[name]?.push(await opsPerCpuSecond(ms, op));
@@ -200,62 +183,48 @@ async function warm(): Promise<void> {
   // machine moves a round's figures together.
   const ratiosTo = (name: string, floor: string) =>
     (samples[name] as number[]).map((x, r) => x / ((samples[floor] as number[])[r] as number));
-  const plain = 'lru-cache get, awaited';
-  const withTtl = 'lru-cache (ttl 300 s) get, awaited';
+  const [plain, withTtl] = ['lru-cache get, awaited', 'lru-cache (ttl 300 s) get, awaited'];
   const rows = Object.entries(samples).map(([name, xs]) => [
-    name,
-    `${(median(xs) / 1e6).toFixed(2)} M`,
-    fmt(median(ratiosTo(name, plain)), 2),
-    fmt(median(ratiosTo(name, withTtl)), 2),
+    ...[name, `${(median(xs) / 1e6).toFixed(2)} M`],
+    ...[fmt(median(ratiosTo(name, plain)), 2), fmt(median(ratiosTo(name, withTtl)), 2)],
   ]);
   const each = ratiosTo('echostore Table.get', plain);
-  const es2 = median(each);
-  const es2Ttl = median(ratiosTo('echostore Table.get', withTtl));
-  report.warm = {
-    opsPerSecond: Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, median(xs)])),
-    ratio: es2,
-    ratioTtl: es2Ttl,
-    rounds: each,
-  };
+  const [ratio, ratioTtl] = [median(each), median(ratiosTo('echostore Table.get', withTtl))];
+  const opsPerSecond = Object.fromEntries(Object.entries(samples).map(([k, x]) => [k, median(x)]));
+  report.warm = { opsPerSecond, ratio, ratioTtl, rounds: each };
+  const ok = judge(
+    'warm',
+    `${fmt(ratio, 2)} (÷ lru-cache with TTL: ${fmt(ratioTtl, 2)})`,
+    ratio >= 0.9,
+  );
   print(
     `warm get, ${KEYS} keys, ${args.seconds} s × ${Math.max(3, rounds)} rounds (median of each round's ratio; Table.get each round: ${each.map((x) => fmt(x, 2)).join(', ')})`,
-    [
-      ...rows,
-      ['target: Table.get ≥ 0.9 × awaited lru-cache get', '', fmt(es2, 2), verdict(es2 >= 0.9)],
-    ],
+    [...rows, ['target: Table.get ≥ 0.9 × awaited lru-cache get', '', fmt(ratio, 2), met(ok)]],
     ['', 'ops per CPU-second', '÷ lru awaited', '÷ lru (TTL) awaited'],
   );
 }
 
+/** A cold section's table: each peer's figures, then the target's row with `cells` and its verdict. */
 function coldTable(
   title: string,
   figures: Record<PeerName, ColdFigures>,
-  extra: Array<Array<string | number>> = [],
+  target: string,
+  ok: boolean,
+  [reads, failed]: Array<string | number> = ['', ''],
 ): void {
   const es = figures.echostore;
   const rows = PEERS.map((p) => {
     const f = figures[p];
-    return [
-      p,
-      f.reads,
-      f.failed,
-      fmt(f.p99),
-      fmt(f.overhead),
-      fmt(f.worstOverhead),
-      p === 'echostore' ? '' : fmt(es.overhead / f.overhead, 2),
-    ];
+    const ratio = p === 'echostore' ? '' : fmt(es.overhead / f.overhead, 2);
+    return [p, f.reads, f.failed, fmt(f.p99), fmt(f.overhead), fmt(f.worstOverhead), ratio];
   });
+  const last = [`target: ${target}`, reads, failed, '', fmt(es.overhead), '', met(ok)];
   print(
     title,
-    [...rows, ...extra],
+    [...rows, last as Array<string | number>],
     [
-      'peer',
-      'source reads',
-      'failed',
-      'p99 ms',
-      'p99 − loader ms',
-      'worst round: p99 − loader ms',
-      'echostore ÷ peer, p99 − loader',
+      ...['peer', 'source reads', 'failed', 'p99 ms', 'p99 − loader ms'],
+      ...['worst round: p99 − loader ms', 'echostore ÷ peer, p99 − loader'],
     ],
   );
 }
@@ -263,18 +232,11 @@ function coldTable(
 async function herd(): Promise<void> {
   const f = await coldRounds('herd', (r) => [{ kind: 'herd', id: `h${r}`, readers: 200 }]);
   report.herd = f;
-  const es = f.echostore;
-  coldTable(`herd: 200 cold readers of one id, fresh process, ${rounds} rounds (median)`, f, [
-    [
-      "target: p99 − loader ≤ async-cache-dedupe's",
-      '',
-      '',
-      '',
-      fmt(es.overhead),
-      '',
-      verdict(es.overhead <= f['async-cache-dedupe'].overhead),
-    ],
-  ]);
+  const [es, acd] = [f.echostore, f['async-cache-dedupe']];
+  const figure = `${fmt(es.overhead)} ms (acd ${fmt(acd.overhead)} ms)`;
+  const ok = judge('herd', figure, es.overhead <= acd.overhead);
+  const title = `herd: 200 cold readers of one id, fresh process, ${rounds} rounds (median)`;
+  coldTable(title, f, "p99 − loader ≤ async-cache-dedupe's", ok);
 }
 
 async function fleet(): Promise<void> {
@@ -282,80 +244,205 @@ async function fleet(): Promise<void> {
     Array.from({ length: 6 }, () => ({ kind: 'herd' as const, id: `f${r}`, readers: 200 })),
   );
   report.fleet = f;
-  const es = f.echostore;
-  coldTable(`fleet herd: 6 processes × 200 cold readers of one id, ${rounds} rounds (median)`, f, [
-    [
-      "target: 1 source read, p99 − loader ≤ async-cache-dedupe's",
-      es.reads,
-      '',
-      '',
-      fmt(es.overhead),
-      '',
-      verdict(es.overhead <= f['async-cache-dedupe'].overhead && es.reads === 1),
-    ],
-  ]);
-  if (!only.has('wake')) await wake();
+  const [es, acd] = [f.echostore, f['async-cache-dedupe']];
+  const figure = `${es.reads} read(s); ${fmt(es.overhead)} ms (acd ${acd.reads} reads, ${fmt(acd.overhead)} ms)`;
+  const ok = judge('fleet', figure, es.overhead <= acd.overhead && es.reads === 1);
+  const title = `fleet herd: 6 processes × 200 cold readers of one id, ${rounds} rounds (median)`;
+  coldTable(title, f, "1 source read, p99 − loader ≤ async-cache-dedupe's", ok, [es.reads, '']);
 }
 
-/** The fleet cold read's round trips and waiter wake-up (`fleet-wake.ts`). */
+/** Commands the scripts run (INFO commandstats counts them too): not round trips of their own. */
+const IN_SCRIPTS = new Set(['time', 'get', 'set', 'pttl', 'del', 'publish', 'pexpire']);
+/** The bench's own commands, a worker's goodbye, and the subscriber's heartbeat (not the read's). */
+const NOT_COUNTED = new Set(['config|resetstat', 'info', 'quit', 'ping']);
+
+/**
+ * Round trips in `INFO commandstats` (`info`): `scripts` is every EVALSHA and EVAL less the
+ * store's health probes (a script that writes, reads and deletes one hash field, each probe
+ * one `HDEL`), `other` every other command a client sent (an epochs `HGETALL`).
+ */
+function roundTrips(info: string): { scripts: number; other: number } {
+  const calls = Object.fromEntries(
+    [...info.matchAll(/^cmdstat_([\w|-]+):calls=(\d+)/gm)].map((m) => [m[1], Number(m[2])]),
+  ) as Record<string, number>;
+  const probes = calls.hdel ?? 0;
+  const probeInner = new Set(['hset', 'hget', 'hdel', 'hgetall', 'evalsha', 'eval']);
+  const other =
+    Object.entries(calls)
+      .filter(([c]) => !IN_SCRIPTS.has(c) && !NOT_COUNTED.has(c) && !probeInner.has(c))
+      .reduce((n, [, x]) => n + x, 0) + Math.max(0, (calls.hgetall ?? 0) - probes);
+  return { scripts: (calls.evalsha ?? 0) + (calls.eval ?? 0) - probes, other };
+}
+
+/**
+ * When each `fill` event reached a subscriber of the bench's own (epoch ms), by table and id:
+ * the moment the waiters' subscribers get it too. `at` is NaN for a fill not seen.
+ */
+async function watchFills(url: string) {
+  const sub = new Redis(url, { maxRetriesPerRequest: 0 });
+  const seen = new Map<string, number>();
+  sub.on('pmessage', (_pattern: string, channel: string, message: string) => {
+    const receivedAt = performance.timeOrigin + performance.now();
+    let event: { k?: string; id?: string };
+    try {
+      event = JSON.parse(message) as { k?: string; id?: string };
+    } catch {
+      return; // not an event (the store's start-up probe of the channel)
+    }
+    const key = `${channel.slice('ecc:events:'.length)}\u0000${event.id}`;
+    if (event.k === 'fill' && !seen.has(key)) seen.set(key, receivedAt);
+  });
+  await sub.psubscribe('ecc:events:*');
+  return {
+    at: (table: string, id: string) => seen.get(`${table}\u0000${id}`) ?? Number.NaN,
+    close: () => sub.disconnect(),
+  };
+}
+
+const PAIR_IDS = 40;
+
+/**
+ * The fleet cold read on a redis-server of the bench's own (a free port: `CONFIG RESETSTAT`
+ * touches nobody else's counters), echostore alone, in two ways side by side, interleaved round
+ * by round: the fill's event carrying the value (the default) and carrying its version only
+ * (`fillEventMaxBytes: 0`: how every waiter woke before issue 22, reading L2 once more). Counts
+ * the Valkey round trips (scripts run, from `INFO commandstats`) of the holder (a round of one
+ * process) and of a waiter (a round of six, less the holder's, ÷ 5), and times each waiter's
+ * answer from the moment the fill's event reached the bench's own subscriber (as it reaches
+ * the waiters' subscribers; one host, one clock).
+ */
 async function wake(): Promise<void> {
-  report.fleetWake = await fleetWake({ rounds, latencyMs, reaper, worker: WORKER, tagOf, print });
+  const server = await spawnValkey({ track });
+  const admin = new Redis(server.url, { maxRetriesPerRequest: 0 });
+  const fills = await watchFills(server.url);
+  const variants: Array<[string, Policy]> = [
+    ['fill event with the value (default)', {}],
+    ['fill event with the version only (before)', { fillEventMaxBytes: 0 }],
+  ];
+  const per = variants.map(() => ({
+    ...{ holder: [] as number[], waiter: [] as number[], other: 0, reads: [] as number[] },
+    ...{ over: [] as number[], firstMs: [] as number[], everyMs: [] as number[] },
+    pairMs: [] as number[],
+  }));
+  // Each process reads after the store's start-up commands have landed (`settleMs`).
+  const setup = (tag: string, id: string, policy: Policy, shape?: Setup['shape']): Setup => ({
+    ...setupOf('echostore', shape ?? { kind: 'herd', id, readers: 200 }, tag, policy),
+    ...{ valkey: server.url, settleMs: 500 },
+  });
+  const measured = async (setups: Setup[]) => {
+    const go = async () => {
+      await admin.config('RESETSTAT');
+      return together(200, 120_000)();
+    };
+    const results = await runWorkers<Result>(WORKER, setups, go);
+    return { results, ...roundTrips((await admin.info('commandstats')) as string) };
+  };
+  try {
+    // Loads the scripts into the server once (a first EVALSHA answered NOSCRIPT is one more trip).
+    await measured([setup(tagOf('wake'), 'warm', {})]);
+    for (let round = 0; round < rounds; round++) {
+      for (const [i, [, policy]] of variants.entries()) {
+        const f = per[i] as (typeof per)[number];
+        const tag = tagOf('wake');
+        const alone = await measured([setup(tag, `a${round}`, policy)]);
+        const six = Array.from({ length: 6 }, () => setup(tag, `w${round}`, policy));
+        const { results, ...fleet } = await measured(six);
+        f.holder.push(alone.scripts);
+        f.waiter.push((fleet.scripts - alone.scripts) / 5);
+        f.other += alone.other + fleet.other;
+        f.reads.push(sourceReads(results));
+        f.over.push(overhead(results).over);
+        const filledAt = fills.at(tag, `w${round}`);
+        for (const r of results) {
+          if (r.sourceReads === 0) f.everyMs.push(...r.answeredAtMs.map((t) => t - filledAt));
+          // The waiter's flight woke at its first answer; the rest is handing it to 200 callers.
+          f.firstMs.push(...r.wokeAtMs.map((t) => t - filledAt));
+        }
+        // Two processes, one reader each, 40 ids 50 ms apart: the wake-up without a herd's CPU.
+        const ids = Array.from({ length: PAIR_IDS }, (_, k) => `p${round}-${k}`);
+        const paced = { kind: 'paced' as const, ids, everyMs: 50 };
+        const pair = await fire([0, 1].map(() => setup(tag, '', policy, paced)));
+        for (const r of pair)
+          f.pairMs.push(...r.wokeAtMs.map((t, k) => t - fills.at(tag, r.wokeIds[k] ?? '')));
+      }
+    }
+  } finally {
+    fills.close();
+    admin.disconnect();
+    await server.stop();
+  }
+  const figures = variants.map(([name], i) => {
+    const f = per[i] as (typeof per)[number];
+    const [p50, p99] = [(xs: number[]) => percentile(xs, 50), (xs: number[]) => percentile(xs, 99)];
+    return {
+      ...{ name, reads: median(f.reads), holderTrips: median(f.holder) },
+      ...{ waiterTrips: median(f.waiter), otherCommands: f.other },
+      ...{ firstAnswerP50Ms: p50(f.firstMs), firstAnswerP99Ms: p99(f.firstMs) },
+      ...{ wakeP50Ms: p50(f.everyMs), wakeP99Ms: p99(f.everyMs), overheadMs: median(f.over) },
+      ...{ pairWakeP50Ms: p50(f.pairMs), pairWakeP99Ms: p99(f.pairMs) },
+    };
+  });
+  report.fleetWake = figures;
+  print(
+    `fleet cold read, echostore: 6 processes × 200 readers of one id, own redis-server, ${rounds} rounds (median; wake: from the fill event's arrival at the bench's own subscriber to a waiter process's first answer, and to each of its answers; then 2 processes × 1 reader, ${PAIR_IDS} ids per round; load average ${loadavg()[0]?.toFixed(1)})`,
+    figures.map((x) => [
+      ...[x.name, x.reads, fmt(x.holderTrips), fmt(x.waiterTrips), x.otherCommands],
+      ...[fmt(x.firstAnswerP50Ms, 2), fmt(x.firstAnswerP99Ms, 2)],
+      ...[fmt(x.wakeP50Ms, 2), fmt(x.wakeP99Ms, 2), fmt(x.overheadMs)],
+      `${fmt(x.pairWakeP50Ms, 2)} / ${fmt(x.pairWakeP99Ms, 2)}`,
+    ]),
+    [
+      ...['', 'source reads', 'holder round trips', 'waiter round trips'],
+      ...['other commands, all rounds', 'first answer p50 ms', 'first answer p99 ms'],
+      ...['every answer p50 ms', 'every answer p99 ms', 'p99 − loader ms'],
+      '2 × 1 reader: wake p50 / p99 ms',
+    ],
+  );
 }
 
 async function storm(): Promise<void> {
-  const PROCS = 4;
-  const READS = 4_000;
-  const KEYS = 1_000;
+  const [PROCS, READS, KEYS] = [4, 4_000, 1_000];
   const sequences = Array.from({ length: PROCS }, (_, i) =>
     Array.from({ length: READS }, zipfSampler(KEYS, 1.2, 1_000 + i)).map((k) => k - 1),
   );
   const distinct = new Set(sequences.flat()).size;
-  const f = await coldRounds(
-    'storm',
-    () =>
-      sequences.map((seq) => ({ kind: 'storm', ids: seq.map((k) => `k${k}`), concurrency: 128 })),
-    undefined,
-    Math.max(1, Math.ceil(rounds / 2)),
-  );
+  const shapes = () =>
+    sequences.map((seq) => ({
+      ...{ kind: 'storm' as const, ids: seq.map((k) => `k${k}`) },
+      concurrency: 128,
+    }));
+  const n = Math.max(1, Math.ceil(rounds / 2));
+  const f = await coldRounds('storm', shapes, { n });
   // What growing the load limit buys here: echostore once more with it fixed at 16 (a ceiling of
   // 16, where it starts), as it was before the limit could grow past its start.
-  const fixed = (
-    await coldRounds(
-      'storm16',
-      () =>
-        sequences.map((seq) => ({ kind: 'storm', ids: seq.map((k) => `k${k}`), concurrency: 128 })),
-      { maxConcurrentLoads: 16 },
-      Math.max(1, Math.ceil(rounds / 2)),
-      ['echostore'],
-    )
-  ).echostore;
+  const fixedAt16 = { policy: { maxConcurrentLoads: 16 }, n, peers: ['echostore' as const] };
+  const fixed = (await coldRounds('storm16', shapes, fixedAt16)).echostore;
   report.storm = { distinct, ...f, echostoreFixed16: fixed };
-  const es = f.echostore;
-  const acd = f['async-cache-dedupe'];
-  const rows = PEERS.map((p) => [
-    p,
-    fmt(f[p].reads / distinct, 2),
-    f[p].failed,
-    fmt(f[p].p99),
-    p === 'echostore' ? '' : fmt(es.p99 / f[p].p99, 2),
-  ]);
-  rows.push([
-    'echostore, maxConcurrentLoads 16 (the limit fixed at its start)',
-    fmt(fixed.reads / distinct, 2),
-    fixed.failed,
-    fmt(fixed.p99),
-    fmt(es.p99 / fixed.p99, 2),
-  ]);
+  const [es, acd] = [f.echostore, f['async-cache-dedupe']];
+  const figure = `${fmt(es.reads / distinct, 3)}; ${fmt(es.p99)} ms vs acd ${fmt(acd.p99)} ms: ${fmt(es.p99 / acd.p99, 2)} ×`;
+  const ok = judge('storm', figure, es.reads === distinct && es.p99 <= 1.2 * acd.p99);
+  const row = (name: string, x: ColdFigures, ratio: string) => [
+    name,
+    fmt(x.reads / distinct, 2),
+    x.failed,
+    fmt(x.p99),
+    ratio,
+  ];
   print(
     `cold storm: ${PROCS} processes × ${READS} reads, 128 at a time, Zipf 1.2 over ${KEYS} keys (${distinct} distinct read)`,
     [
-      ...rows,
+      ...PEERS.map((p) => row(p, f[p], p === 'echostore' ? '' : fmt(es.p99 / f[p].p99, 2))),
+      row(
+        'echostore, maxConcurrentLoads 16 (the limit fixed at its start)',
+        fixed,
+        fmt(es.p99 / fixed.p99, 2),
+      ),
       [
         'target: reads ÷ distinct = 1.00, p99 ≤ 1.2 × async-cache-dedupe',
         fmt(es.reads / distinct, 2),
         '',
         fmt(es.p99),
-        verdict(es.reads === distinct && es.p99 <= 1.2 * acd.p99),
+        met(ok),
       ],
     ],
     ['peer', 'reads ÷ distinct', 'failed', 'p99 ms', 'echostore ÷ peer'],
@@ -366,238 +453,53 @@ async function hot(): Promise<void> {
   for (const readers of [2_000, 20_000]) {
     const f = await coldRounds(`hot${readers}`, (r) => [{ kind: 'herd', id: `x${r}`, readers }]);
     report[`hot${readers}`] = f;
-    const es = f.echostore;
-    const acd = f['async-cache-dedupe'];
-    coldTable(
-      `hot key: ${readers} concurrent readers of one cold id, one process, ${rounds} rounds`,
-      f,
-      [
-        [
-          'target: p99 − loader ≤ 1.5 × async-cache-dedupe, none shed',
-          '',
-          es.failed,
-          '',
-          fmt(es.overhead),
-          '',
-          verdict(es.failed === 0 && es.overhead <= 1.5 * acd.overhead),
-        ],
-      ],
-    );
+    const [es, acd] = [f.echostore, f['async-cache-dedupe']];
+    const ok = es.failed === 0 && es.overhead <= 1.5 * acd.overhead;
+    // The 20 000 readers' figures are issue 22's row.
+    const figure = `${fmt(es.overhead)} ms, ${fmt(es.overhead / acd.overhead, 2)} × acd (${fmt(acd.overhead)} ms); ${es.failed} failed`;
+    if (readers === 20_000) judge('hot', figure, ok);
+    const title = `hot key: ${readers} concurrent readers of one cold id, one process, ${rounds} rounds`;
+    coldTable(title, f, 'p99 − loader ≤ 1.5 × async-cache-dedupe, none shed', ok, ['', es.failed]);
   }
 }
 
-/** Runs `node <args>` with its output shown as it comes; resolves with its stdout. */
-function child(argv: string[], what: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
-    reaper.track(c);
-    let text = '';
-    c.stdout.on('data', (chunk: Buffer) => {
-      text += chunk;
-      process.stdout.write(chunk);
-    });
-    c.on('error', reject);
-    c.on('exit', (code) =>
-      code === 0 ? resolve(text) : reject(new Error(`${what} exited ${code}`)),
-    );
-  });
-}
-
-/** The HTTP L1 hit against a bare fastify route: `bench.ts --only http`, its `--json` figures. */
-async function http(): Promise<void> {
+/** Another bench (`node <argv>`) in a child process, its output shown as it comes: its `--json` figures. */
+async function benchFigures<T>(argv: string[]): Promise<T> {
   const dir = mkdtempSync(join(tmpdir(), 'bench-peers-'));
-  const file = join(dir, 'http.json');
+  const file = join(dir, 'figures.json');
   try {
-    const text = await child(
-      [
-        fileURLToPath(new URL('./bench.js', import.meta.url)),
-        '--only',
-        'http',
-        '--seconds',
-        String(args['http-seconds']),
-        '--valkey',
-        valkey,
-        '--json',
-        file,
-      ],
-      'bench --only http',
-    );
-    out.push(text);
-    report.http = (JSON.parse(readFileSync(file, 'utf8')) as { http: unknown }).http;
+    out.push(await runNode([...argv, '--valkey', valkey, '--json', file], true));
+    process.stdout.write('\n');
+    return JSON.parse(readFileSync(file, 'utf8')) as T;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-  process.stdout.write('\n');
 }
 
-/** What the `memory` section read from `bench:memory`'s stream table (ratios to maxBytes). */
-interface MemoryFigures {
-  settings: Array<{ readers: string; flags: string; heap: number; rss: number; peak: number }>;
-  heap: number;
-  rss: number;
-  peak: number;
+/** The HTTP L1 hit against a bare fastify route: `bench.ts --only http`. */
+async function http(): Promise<void> {
+  const argv = [built('bench'), '--only', 'http', '--seconds', String(args['http-seconds'])];
+  const h = (await benchFigures<{ http: HttpFigures }>(argv)).http;
+  report.http = h;
+  const figure = `${fmt(h.ratio, 3)} (${h.ratios.map((r) => fmt(r, 2)).join(', ')}); ${h.errors} errors`;
+  judge('http', figure, h.ratio >= 0.95 && h.errors === 0);
 }
 
 /**
  * Memory: `memory.ts` in a child process, under `npm start`'s V8 flags only (`--no-defaults`:
- * what the service runs with). It prints no JSON, so its stream table is read by its column
- * headers (`heap (after GC)`, `RSS (after GC)`, `RSS peak`): the worse of 64 and 256 readers counts.
+ * what the service runs with); of its stream figures (÷ maxBytes) the worse of 64 and 256 readers
+ * counts.
  */
 async function memory(): Promise<void> {
-  const text = await child(
-    [
-      '--expose-gc',
-      fileURLToPath(new URL('./memory.js', import.meta.url)),
-      '--no-defaults',
-      '--rounds',
-      String(args['memory-rounds']),
-      '--valkey',
-      valkey,
-    ],
-    'bench:memory',
-  );
-  out.push(text);
-  const figures = parseMemory(text);
-  if (figures === undefined) throw new Error('bench:memory printed no stream table to read');
-  report.memory = figures;
-  process.stdout.write('\n');
-}
-
-/** The stream table of `bench:memory`'s output, by its headers; undefined when it is not there. */
-function parseMemory(text: string): MemoryFigures | undefined {
-  const lines = text.split('\n').map((l) => l.split('|').map((c) => c.trim()));
-  const at = lines.findIndex((cells) => cells.includes('heap (after GC)'));
-  const head = lines[at];
-  if (head === undefined) return undefined;
-  const col = (name: string) => head.indexOf(name);
-  const [readers, flags, heap, rss, peak] = [
-    col('readers'),
-    col('V8 flags'),
-    col('heap (after GC)'),
-    col('RSS (after GC)'),
-    col('RSS peak'),
-  ];
-  const settings: MemoryFigures['settings'] = [];
-  // The header, a rule, then one line per setting until the table ends.
-  for (const cells of lines.slice(at + 2)) {
-    if (cells.length < head.length) break;
-    settings.push({
-      readers: cells[readers] ?? '',
-      flags: cells[flags] ?? '',
-      heap: Number(cells[heap]),
-      rss: Number(cells[rss]),
-      peak: Number(cells[peak]),
-    });
-  }
-  if (settings.length === 0 || settings.some((x) => !Number.isFinite(x.heap + x.rss))) {
-    return undefined;
-  }
-  const worst = (f: (x: MemoryFigures['settings'][number]) => number) =>
-    Math.max(...settings.map(f));
-  return {
-    settings,
-    heap: worst((x) => x.heap),
-    rss: worst((x) => x.rss),
-    peak: worst((x) => x.peak),
-  };
-}
-
-/** One row of issue 22's table: the figure this run printed, the target, the verdict. */
-interface SummaryRow {
-  row: string;
-  target: string;
-  figure: string;
-  /** undefined: the section did not run (`--only`) or printed nothing readable. */
-  met: boolean | undefined;
-}
-
-/** Issue 22's table from this run's figures (`report`); a row whose section did not run says so. */
-function summary(): SummaryRow[] {
-  const cold = (key: string) => report[key] as Record<PeerName, ColdFigures> | undefined;
-  const rows: SummaryRow[] = [];
-  const add = (
-    row: string,
-    target: string,
-    name: string,
-    f: () => [string, boolean] | undefined,
-  ) => {
-    const got = f();
-    const why = failed[name];
-    if (why !== undefined) rows.push({ row, target, figure: `failed: ${why}`, met: false });
-    else if (got === undefined) {
-      rows.push({ row, target, figure: 'not measured in this run', met: undefined });
-    } else rows.push({ row, target, figure: got[0], met: got[1] });
-  };
-  const acdOf = (f: Record<PeerName, ColdFigures>) => f['async-cache-dedupe'];
-  add('fleet herd 6 × 200: source reads; p99 − loader', '1 read; ≤ acd', 'fleet', () => {
-    const f = cold('fleet');
-    if (f === undefined) return undefined;
-    const es = f.echostore;
-    return [
-      `${es.reads} read(s); ${fmt(es.overhead)} ms (acd ${acdOf(f).reads} reads, ${fmt(acdOf(f).overhead)} ms)`,
-      es.reads === 1 && es.overhead <= acdOf(f).overhead,
-    ];
-  });
-  add('herd 200, fresh process: p99 − loader', '≤ acd', 'herd', () => {
-    const f = cold('herd');
-    if (f === undefined) return undefined;
-    const es = f.echostore;
-    return [
-      `${fmt(es.overhead)} ms (acd ${fmt(acdOf(f).overhead)} ms)`,
-      es.overhead <= acdOf(f).overhead,
-    ];
-  });
-  add('HTTP L1 hit ÷ bare fastify, req/s', '≥ 0.95', 'http', () => {
-    const h = report.http as { ratio: number; ratios: number[]; errors: number } | undefined;
-    if (h === undefined) return undefined;
-    return [
-      `${fmt(h.ratio, 3)} (${h.ratios.map((r) => fmt(r, 2)).join(', ')}); ${h.errors} errors`,
-      h.ratio >= 0.95 && h.errors === 0,
-    ];
-  });
-  add(
-    'cold storm 4 × 4000, Zipf 1.2 over 1000 keys: reads ÷ distinct; p99',
-    '1.000; ≤ 1.2 × acd',
-    'storm',
-    () => {
-      const st = report.storm as ({ distinct: number } & Record<PeerName, ColdFigures>) | undefined;
-      if (st === undefined) return undefined;
-      const es = st.echostore;
-      const acd = acdOf(st);
-      return [
-        `${fmt(es.reads / st.distinct, 3)}; ${fmt(es.p99)} ms vs acd ${fmt(acd.p99)} ms: ${fmt(es.p99 / acd.p99, 2)} ×`,
-        es.reads === st.distinct && es.p99 <= 1.2 * acd.p99,
-      ];
-    },
-  );
-  add(
-    'L1 64 MiB, 400 k ids: heap after GC; RSS after GC and at its peak (÷ maxBytes, 64 and 256 readers)',
-    '≤ 1.25 ×; ≤ 2 ×, ≤ 2 ×',
-    'memory',
-    () => {
-      const m = report.memory as MemoryFigures | undefined;
-      if (m === undefined) return undefined;
-      return [
-        `${fmt(m.heap, 2)} ×; ${fmt(m.rss, 2)} × (peak ${fmt(m.peak, 2)} ×)`,
-        m.heap <= 1.25 && m.rss <= 2 && m.peak <= 2,
-      ];
-    },
-  );
-  add('warm Table.get ÷ awaited lru-cache get', '≥ 0.9', 'warm', () => {
-    const w = report.warm as { ratio: number; ratioTtl: number } | undefined;
-    if (w === undefined) return undefined;
-    return [`${fmt(w.ratio, 2)} (÷ lru-cache with TTL: ${fmt(w.ratioTtl, 2)})`, w.ratio >= 0.9];
-  });
-  add('hot key 20 000 readers: p99 − loader, none shed', '≤ 1.5 × acd', 'hot', () => {
-    const f = cold('hot20000');
-    if (f === undefined) return undefined;
-    const es = f.echostore;
-    return [
-      `${fmt(es.overhead)} ms, ${fmt(es.overhead / acdOf(f).overhead, 2)} × acd (${fmt(acdOf(f).overhead)} ms); ${es.failed} failed`,
-      es.failed === 0 && es.overhead <= 1.5 * acdOf(f).overhead,
-    ];
-  });
-  return rows;
+  const argv = ['--expose-gc', built('memory'), '--no-defaults'];
+  type Stream = { heap: number; rss: number; peak: number };
+  const more = ['--rounds', String(args['memory-rounds'])];
+  const { streams } = await benchFigures<{ streams: Stream[] }>([...argv, ...more]);
+  const worst = (k: keyof Stream) => Math.max(...streams.map((x) => x[k]));
+  const m = { settings: streams, heap: worst('heap'), rss: worst('rss'), peak: worst('peak') };
+  report.memory = m;
+  const figure = `${fmt(m.heap, 2)} ×; ${fmt(m.rss, 2)} × (peak ${fmt(m.peak, 2)} ×)`;
+  judge('memory', figure, m.heap <= 1.25 && m.rss <= 2 && m.peak <= 2);
 }
 
 const header = [
@@ -610,9 +512,9 @@ out.push(header);
 process.stdout.write(`${header}\n\n`);
 /** Sections that threw (a worker that never started, a child that failed): name → message. */
 const failed: Record<string, string> = {};
-/** Runs a section `--only` selects; its failure is printed and kept, and the run goes on. */
-async function section(name: string, run: () => Promise<void>): Promise<void> {
-  if (!only.has(name)) return;
+/** Runs a section `--only` selects (`wake` also with `fleet`); a failure is printed and kept, and the run goes on. */
+for (const [name, run] of Object.entries({ warm, herd, fleet, wake, storm, hot, http, memory })) {
+  if (!only.has(name) && !(name === 'wake' && only.has('fleet'))) continue;
   try {
     await run();
   } catch (err) {
@@ -620,20 +522,20 @@ async function section(name: string, run: () => Promise<void>): Promise<void> {
     print(`${name}: failed`, [[(err as Error).message]]);
   }
 }
-await section('warm', warm);
-await section('herd', herd);
-await section('fleet', fleet);
-await section('wake', wake);
-await section('storm', storm);
-await section('hot', hot);
-await section('http', http);
-await section('memory', memory);
-const table = summary();
+const table = ROWS.map(([name, row, target]) => {
+  const why = failed[name];
+  if (why !== undefined) return { row, target, figure: `failed: ${why}`, met: false };
+  return {
+    row,
+    target,
+    ...(judged[name] ?? { figure: 'not measured in this run', met: undefined }),
+  };
+});
 report.summary = table;
 report.failed = failed;
 print(
   'summary: the speed and memory targets (issue 22 of the tracker), every figure from this run (acd: async-cache-dedupe)',
-  table.map((r) => [r.row, r.target, r.figure, r.met === undefined ? '—' : verdict(r.met)]),
+  table.map((r) => [r.row, r.target, r.figure, r.met === undefined ? '—' : met(r.met)]),
   ['row', 'target', 'this run', 'verdict'],
 );
 if (args.json !== undefined) {

@@ -94,15 +94,13 @@ runDrill('batch', args.json, async () => {
       (JSON.parse(json) as { id?: number }).id !== Number(id);
     const wrongIds = Object.entries(r.answers).filter(([id, a]) => a.some((j) => wrong(id, j)));
     const { loads, coalesced } = t.stats();
-    const batches = (await store.registry.getSingleMetric('echostore_load_batches_total')?.get())
-      ?.values[0]?.value as number;
     await store.close();
     const latency = p50p99(r.latenciesMs, 1);
     return {
       title: `batch drill (${args.source}): ${readers} readers over ${ids} cold ids, ${args['latency-ms']} ms per query`,
       figures: {
         'readers / distinct cold ids': `${readers} / ${ids}`,
-        'loads (ids loaded) / loadMany calls': `${loads} / ${batches}`,
+        'loads (ids loaded)': loads,
         'coalesced waiters': coalesced,
         'latency p50 / p99': `${latency.p50Ms} / ${latency.p99Ms} ms`,
       },

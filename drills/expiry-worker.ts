@@ -37,15 +37,12 @@ export interface ExpiryGo extends Go {
 /** Worker → parent: the run as one instance saw it. */
 export type WorkerResult = ReturnType<ReturnType<typeof readLog>['summary']> & {
   pid: number;
-  /** Cumulative refresh counters sampled every 20 ms: [epoch ms, early, stale]. */
-  refreshSamples: Array<[number, number, number]>;
   /** The store's own counters at the end, by metric and label. */
   metrics: Record<string, Record<string, number>>;
 };
 
-const REFRESHES = 'echostore_refreshes_total';
 const REPORTED_METRICS = [
-  ...[REFRESHES, 'echostore_refresh_failures_total', 'echostore_lease_total'],
+  ...['echostore_refreshes_total', 'echostore_refresh_failures_total', 'echostore_lease_total'],
   ...['echostore_coherence_total', 'echostore_fills_total', 'echostore_coalesced_total'],
   ...['echostore_reads_total', 'echostore_load_errors_total'],
 ];
@@ -113,22 +110,12 @@ runWorker<Setup, ExpiryGo>(async (setup) => {
     }
   };
   const run = async ({ stopAtMs }: ExpiryGo): Promise<WorkerResult> => {
-    const refreshSamples: Array<[number, number, number]> = [];
-    const sample = async () => {
-      const text = await store.registry.getSingleMetricAsString(REFRESHES);
-      const r = byLabels(parseMetrics(text), REFRESHES, table);
-      refreshSamples.push([Date.now(), r.early ?? 0, r.stale ?? 0]);
-    };
-    await sample();
-    const sampler = setInterval(() => void sample(), 20);
-    const clients = Array.from({ length: setup.clients }, () => client(stopAtMs));
-    await Promise.all(clients).finally(() => clearInterval(sampler));
-    await sample();
+    await Promise.all(Array.from({ length: setup.clients }, () => client(stopAtMs)));
     const samples = parseMetrics(await store.registry.metrics());
     const metrics = Object.fromEntries(
       REPORTED_METRICS.map((n) => [n, byLabels(samples, n, table)]),
     );
-    return { pid: process.pid, ...log.summary(), refreshSamples, metrics };
+    return { pid: process.pid, ...log.summary(), metrics };
   };
   return { run, close };
 });

@@ -14,7 +14,6 @@ import { randomBytes } from 'node:crypto';
 import { type StampedRead, startOrigin } from '../harness/origin.js';
 import type { ExpiryGo, Setup, WorkerResult } from './expiry-worker.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { reaper } from './lib/reaper.js';
 import { addCounts, bump, check, columns, law, sum } from './lib/report.js';
 import { connectAdmin, dropId, originStore } from './lib/store.js';
 import { runWorkers, workerFile } from './lib/workers.js';
@@ -63,18 +62,6 @@ function judge(reads: StampedRead[], workers: WorkerResult[], t0Ms: number, stop
     const gen = s.gen > 0 ? (replaces.get(s.gen) ?? 0) : currentAt(s.atMs);
     waitedFor.set(gen, (waitedFor.get(gen) ?? 0) + 1);
   }
-  const refreshes = new Map<number, { early: number; stale: number }>();
-  for (const { refreshSamples: rs } of workers) {
-    for (let i = 1; i < rs.length; i++) {
-      const [[atMs, early, stale], [, early0, stale0]] = [rs[i], rs[i - 1]] as number[][] as [
-        [number, number, number],
-        [number, number, number],
-      ];
-      const gen = currentAt(atMs);
-      const r = refreshes.get(gen) ?? { early: 0, stale: 0 };
-      refreshes.set(gen, { early: r.early + early - early0, stale: r.stale + stale - stale0 });
-    }
-  }
   const rows = [];
   for (const { n: gen } of reads) {
     const soft = softAt(gen);
@@ -108,9 +95,6 @@ function judge(reads: StampedRead[], workers: WorkerResult[], t0Ms: number, stop
       /** Reads answered with it after its soft expiry, and the last of them. */
       staleServed: sum(seen, (g) => g.stale),
       staleForMs: Number.isFinite(lastStale) ? ms(lastStale) : undefined,
-      /** Background refreshes started while it was the newest, all instances. */
-      earlyRefreshes: refreshes.get(gen)?.early ?? 0,
-      staleRefreshes: refreshes.get(gen)?.stale ?? 0,
       verdict: why.length === 0 ? 'ok' : why.join(', '),
       superseded,
       never,
@@ -151,7 +135,7 @@ runDrill('expiry', args.json, async () => {
       return { message, resultWithinMs: stopAtMs - Date.now() + 30_000 };
     };
     const setups = Array.from({ length: args.instances }, () => setup);
-    const workers = await runWorkers<WorkerResult>(workerFile('expiry-worker'), setups, go, reaper);
+    const workers = await runWorkers<WorkerResult>(workerFile('expiry-worker'), setups, go);
     const sourceReads = origin.readsLog(id);
     const rows = judge(sourceReads, workers, t0Ms, stopAtMs);
     const [errorCodes, waitedBy, metrics] = [{}, {}, {} as Record<string, Record<string, number>>];
@@ -184,11 +168,11 @@ runDrill('expiry', args.json, async () => {
           rows.map((x) => [
             ...[x.expiry, `#${x.gen}`, x.softAtMs, x.sourceReads, ms(x.refreshReadAtMs)],
             ...[ms(x.newValueAtMs), x.waited, x.staleServed, ms(x.staleForMs)],
-            ...[x.earlyRefreshes, x.staleRefreshes, x.verdict],
+            x.verdict,
           ]),
           [
             ...['expiry', 'value', 'soft at ms', 'source reads', 'refresh read at', 'new value at'],
-            ...['waited', 'stale served', 'stale for ms', 'early refr.', 'stale refr.', 'result'],
+            ...['waited', 'stale served', 'stale for ms', 'result'],
           ],
         ),
         '  (soft at: ms after the warm-up fill; refresh read / new value at: ms relative to that soft expiry, negative = before it)',

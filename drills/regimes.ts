@@ -3,15 +3,11 @@
  * none / process / fleet → B·I, I and 1 source reads. Usage and laws: drills/README.md#regimes.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
 import { type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
-import { drillArgs, flag, float, int, oneOf, runDrill, text, valkeyOption } from './lib/cli.js';
+import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
 import { addCounts, check, columns, listCounts, p50p99, sum } from './lib/report.js';
 import { type DrillValkey, drillValkey } from './lib/store.js';
-import { barChartSvg } from './lib/svg.js';
-
 import { runWorkers, together, workerFile } from './lib/workers.js';
 import type { ReaderSetup, ReadsResult } from './reader-worker.js';
 
@@ -20,7 +16,6 @@ const args = drillArgs({
   readers: int(200, 1, 10_000),
   'latency-ms': float(50, 0, 2_000),
   via: oneOf('inproc', 'http'),
-  svg: text('drills/out/regimes.svg'),
   valkey: valkeyOption(),
   cluster: flag(),
   secure: flag(),
@@ -98,17 +93,6 @@ runDrill('regimes', args.json, async () => {
     await valkey.close();
   }
   const what = `${instances} instances × ${readers} concurrent cold readers, source latency ${args['latency-ms']} ms`;
-  const svg = resolve(args.svg);
-  mkdirSync(dirname(svg), { recursive: true });
-  const bars = regimes.map((r) => ({
-    ...r,
-    label: r.regime,
-    value: r.sourceReads,
-    expected: r.expectedReads,
-  }));
-  const subtitle = `${what} on one id; dashed line = expected`;
-  const y = 'source reads, counted by the source';
-  writeFileSync(svg, barChartSvg(`Source reads per regime (${via})`, subtitle, y, bars));
   const rows = regimes.map((x) => [
     ...[x.regime, x.expectedReads, x.sourceReads, x.distinctAnswers],
     ...[x.failures === 0 ? '0' : `${x.failures} (${listCounts(x.failureCodes)})`, x.p50Ms, x.p99Ms],
@@ -116,7 +100,7 @@ runDrill('regimes', args.json, async () => {
   const header = ['regime', 'expected reads', 'source reads', 'distinct answers', 'failures'];
   return {
     title: `regimes drill (${via}): ${what}, on ${valkey.label}`,
-    body: [columns(rows, [...header, 'p50 ms', 'p99 ms']), `  chart: ${svg}`],
+    body: [columns(rows, [...header, 'p50 ms', 'p99 ms'])],
     via,
     instances,
     readers,

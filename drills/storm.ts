@@ -5,7 +5,6 @@
 import { randomBytes } from 'node:crypto';
 import { withOrigin } from '../harness/origin.js';
 import { drillArgs, flag, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { reaper } from './lib/reaper.js';
 import { addCounts, law, listCounts, maxMs, p50p99, round, sum } from './lib/report.js';
 import { drillValkey } from './lib/store.js';
 
@@ -51,12 +50,7 @@ runDrill('storm', args.json, async () => {
         }),
       );
       const go = together(200, 120_000);
-      const results = await runWorkers<ReadsResult>(
-        workerFile('reader-worker'),
-        setups,
-        go,
-        reaper,
-      );
+      const results = await runWorkers<ReadsResult>(workerFile('reader-worker'), setups, go);
       const answers = new Map<string, Set<string>>();
       for (const r of results) {
         for (const [id, seen] of Object.entries(r.answers)) {

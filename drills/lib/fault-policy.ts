@@ -7,7 +7,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { type Origin, startOrigin } from '../../harness/origin.js';
 import { type Service, startServices } from '../../harness/service.js';
-import { itemUrl, readyWithin, timed } from './http.js';
+import { itemUrl, ready, readyWhen, timed } from './http.js';
 import { track } from './reaper.js';
 import { type Check, check, maxMs } from './report.js';
 import { originConfig } from './store.js';
@@ -97,7 +97,7 @@ const readyText = (ms: Array<number | undefined>, never: string) =>
 
 /** How long from now until each instance says ready (polled for up to `withinMs`), as text. */
 export async function readyAgain(services: Service[], withinMs: number): Promise<string> {
-  const ms = await Promise.all(services.map((s) => readyWithin(s.url, withinMs)));
+  const ms = await Promise.all(services.map((s) => readyWhen([s.url], ready, withinMs)));
   return readyText(ms, `not within ${withinMs} ms`);
 }
 
@@ -113,7 +113,7 @@ export async function recovery(
   withinMs = 5_000,
   requestTimeoutMs = 10_000,
 ): Promise<Check> {
-  const readyMs = await Promise.all(services.map((s) => readyWithin(s.url, withinMs)));
+  const readyMs = await Promise.all(services.map((s) => readyWhen([s.url], ready, withinMs)));
   const result = (roundTrip: boolean, detail: string) =>
     check(
       `recovery after phase ${phase}: /readyz ready within ${withinMs} ms and PUT + GET round-trip`,

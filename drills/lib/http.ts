@@ -105,12 +105,16 @@ export async function readyz(url: string): Promise<Readyz> {
   }
 }
 
-/** Polls `/readyz` (every 100 ms) until it says "ready"; the ms it took, or undefined after `withinMs`. */
-export async function readyWithin(url: string, withinMs: number): Promise<number | undefined> {
+/** `/readyz` says ready. */
+export const ready = (r: Readyz): boolean => r.status === 'ready';
+
+/** Ms until the `/readyz` of every one of `urls` satisfies `ok` at once (polled every 25 ms), or undefined after `withinMs`. */
+export async function readyWhen(urls: string[], ok: (r: Readyz) => boolean, withinMs = 5_000) {
   const started = performance.now();
   while (performance.now() - started < withinMs) {
-    if ((await readyz(url)).status === 'ready') return Math.round(performance.now() - started);
-    await sleep(100);
+    if ((await Promise.all(urls.map(readyz))).every(ok))
+      return Math.round(performance.now() - started);
+    await sleep(25);
   }
   return undefined;
 }

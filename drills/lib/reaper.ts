@@ -3,38 +3,25 @@
  * exits by any path (normal exit, uncaught error, SIGINT/SIGTERM).
  */
 import type { ChildProcess } from 'node:child_process';
+import { running } from '../../harness/spawn.js';
 
-/** Tracks children and kills those still running when the process exits. */
-export class Reaper {
-  readonly #children = new Set<ChildProcess>();
+const children = new Set<ChildProcess>();
 
-  constructor() {
-    process.on('exit', () => this.killAll());
-    for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-      process.once(signal, () => {
-        this.killAll();
-        process.exit(130);
-      });
-    }
-  }
-
-  /** Kills `child` on exit unless it has exited by then. */
-  track(child: ChildProcess): void {
-    this.#children.add(child);
-    child.once('exit', () => this.#children.delete(child));
-  }
-
-  /** SIGKILLs every tracked child still running (a stopped one too). Synchronous. */
-  killAll(): void {
-    for (const child of this.#children) {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
-    this.#children.clear();
-  }
+/** SIGKILLs every tracked child still running (a stopped one too). Synchronous. */
+function killAll(): void {
+  for (const child of children) if (running(child)) child.kill('SIGKILL');
+  children.clear();
+}
+process.on('exit', killAll);
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    killAll();
+    process.exit(130);
+  });
 }
 
-/** The drills' reaper: every child a drill starts dies with it. */
-export const reaper = new Reaper();
-
-/** Hands `child` to {@link reaper} (the `track` option of the harness's spawners). */
-export const track = (child: ChildProcess): void => reaper.track(child);
+/** Kills `child` when the drill exits, unless it has exited by then (the harness spawners' `track`). */
+export function track(child: ChildProcess): void {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+}

@@ -11,7 +11,7 @@ import type { Origin } from '../../harness/origin.js';
 import { type Service, spawnService, startService } from '../../harness/service.js';
 import type { TcpProxy } from '../../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../../harness/valkey-server.js';
-import { itemUrl, type Readyz, readyz, timed } from './http.js';
+import { itemUrl, ready, readyWhen, readyz, timed } from './http.js';
 import { bump, type Check, check, listCounts } from './report.js';
 
 /** What every refusal phase works with. */
@@ -38,18 +38,8 @@ const RECOVER_WITHIN_MS = 2_000;
 /** How long a frozen subscriber may go unnoticed (and L1 unflushed). */
 const SUBSCRIBER_WITHIN_MS = 5_000;
 
-/** Ms until every instance's `/readyz` satisfies `ok` (polled every 25 ms), or undefined after `withinMs`. */
-async function untilAll(d: RefusalDrill, ok: (r: Readyz) => boolean, withinMs = 5_000) {
-  const started = performance.now();
-  while (performance.now() - started < withinMs) {
-    const all = await Promise.all(d.services.map((s) => readyz(s.url)));
-    if (all.every(ok)) return Math.round(performance.now() - started);
-    await sleep(25);
-  }
-  return undefined;
-}
-
-const ready = (r: Readyz) => r.status === 'ready';
+/** The instances' base URLs (`readyWhen` polls them all at once). */
+const urls = (d: RefusalDrill) => d.services.map((s) => s.url);
 const ms = (x: number | undefined) => (x === undefined ? 'never' : `${x} ms`);
 /** Recovered in time: within {@link RECOVER_WITHIN_MS}. */
 const inTime = (x: number | undefined) => x !== undefined && x <= RECOVER_WITHIN_MS;
@@ -80,19 +70,19 @@ async function fillUp(admin: Redis): Promise<void> {
  */
 async function oomWithProbeInFlight(d: RefusalDrill): Promise<Check> {
   d.valkey.pause();
-  const opened = await untilAll(d, (r) => r.status === 'degraded');
+  const opened = await readyWhen(urls(d), (r) => r.status === 'degraded');
   // Sent while paused: run when it resumes, before any probe.
   const filled = fillUp(d.admin);
   d.valkey.resume();
   await filled;
-  const oom = await untilAll(d, (r) => r.reason === 'oom', 8_000);
+  const oom = await readyWhen(urls(d), (r) => r.reason === 'oom', 8_000);
   const tally: Record<string, number> = {};
   await send(d, d.services[0] as Service, `oom-put-${d.run}`, tally, 'PUT');
   // The probe keeps meeting OOM, and keeps being given back.
   await sleep(1_500);
-  const stillOom = (await untilAll(d, (r) => r.reason === 'oom', 1)) !== undefined;
+  const stillOom = (await readyWhen(urls(d), (r) => r.reason === 'oom', 1)) !== undefined;
   await d.admin.config('SET', 'maxmemory', '0');
-  const recovered = await untilAll(d, ready);
+  const recovered = await readyWhen(urls(d), ready);
   return check(
     `OOM with a probe in flight: /readyz says oom, then ready within ${RECOVER_WITHIN_MS} ms of maxmemory being raised`,
     oom !== undefined && stillOom && inTime(recovered),
@@ -122,7 +112,7 @@ async function oomDelete(d: RefusalDrill): Promise<Check> {
   }
   const goneMs = Math.round(performance.now() - started);
   await d.admin.config('SET', 'maxmemory', '0');
-  const recovered = await untilAll(d, ready);
+  const recovered = await readyWhen(urls(d), ready);
   const reads = d.origin.readsOf(id);
   return check(
     `OOM delete: DELETE answers 204, no instance serves the old row, ready within ${RECOVER_WITHIN_MS} ms of maxmemory being raised`,
@@ -140,11 +130,11 @@ async function readOnlyAndBack(d: RefusalDrill): Promise<Check> {
   const primary = await spawnValkey({ track: d.track });
   try {
     await d.admin.replicaof('127.0.0.1', String(primary.port));
-    const demoted = await untilAll(d, (r) => r.reason === 'readonly', 8_000);
+    const demoted = await readyWhen(urls(d), (r) => r.reason === 'readonly', 8_000);
     const tally: Record<string, number> = {};
     await send(d, d.services[0] as Service, `ro-put-${d.run}`, tally, 'PUT');
     await d.admin.replicaof('NO', 'ONE');
-    const recovered = await untilAll(d, ready);
+    const recovered = await readyWhen(urls(d), ready);
     return check(
       `read-only demotion: /readyz says readonly, then ready within ${RECOVER_WITHIN_MS} ms of the promotion back`,
       demoted !== undefined && inTime(recovered),

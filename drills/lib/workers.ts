@@ -3,10 +3,11 @@
  * message; a worker answers `{ kind: 'ready' }`, waits for `go`, then sends
  * `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
  */
-import { fork } from 'node:child_process';
+import { fork, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import type { Reaper } from './reaper.js';
+import { running } from '../../harness/spawn.js';
+import { track } from './reaper.js';
 
 /** Parent → workers after `ready`: fire at `atEpochMs` (one wall-clock moment for all; default at once), with a tool's own fields. */
 export interface Go {
@@ -37,18 +38,16 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
  * Forks one worker of `file` per setup and waits (20 s) until all are ready; then `go` says
  * which message starts them all and how long their results may take. Resolves with the results
  * (each message without its `kind`) once every worker has exited (10 s); a worker that fails or
- * exits first rejects the call, and no worker outlives it. A `reaper` also kills them if the
- * drill exits.
+ * exits first rejects the call, and no worker outlives it, nor the drill.
  */
 export async function runWorkers<R>(
   file: string,
   setups: object[],
   go: () => Promise<{ message: object; resultWithinMs: number }>,
-  reaper?: Reaper,
 ): Promise<R[]> {
   const workers = setups.map((setup) => {
     const child = fork(file, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    reaper?.track(child);
+    track(child);
     const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
     const message = (kind: string) =>
       Promise.race([
@@ -78,10 +77,28 @@ export async function runWorkers<R>(
     await within(Promise.all(workers.map((w) => w.exited)), 10_000, 'workers exit');
     return results.map(({ kind: _, ...r }) => r as R);
   } finally {
-    for (const { child } of workers) {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
+    for (const { child } of workers) if (running(child)) child.kill('SIGKILL');
   }
+}
+
+/**
+ * Runs `node <argv>` in a child process that dies with the drill; resolves with its stdout (also
+ * written to ours as it comes with `echo`), rejects when it exits otherwise than 0.
+ */
+export function runNode(argv: string[], echo = false): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    track(child);
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk;
+      if (echo) process.stdout.write(chunk);
+    });
+    child.on('error', reject);
+    child.on('exit', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`node ${argv.join(' ')} exited ${code}`)),
+    );
+  });
 }
 
 /** Worker side: resolves once `message` is handed to the IPC channel, so an exit right after cannot lose it. */
