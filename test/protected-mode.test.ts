@@ -187,7 +187,7 @@ describe('protected mode (no admin token)', () => {
     });
     const { port } = local.server.address() as AddressInfo;
     // Raw bytes, so that the Host reaches the server exactly as written here.
-    const deleteWithRawHost = (host: string) =>
+    const deleteWithRawHost = (host: string, target = item('hostparse')) =>
       new Promise<string>((resolve, reject) => {
         const socket = connect(port, '127.0.0.1');
         let answer = '';
@@ -195,9 +195,7 @@ describe('protected mode (no admin token)', () => {
           answer += c;
         });
         socket.on('error', reject).on('close', () => resolve(answer));
-        socket.write(
-          `DELETE ${item('hostparse')} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`,
-        );
+        socket.write(`DELETE ${target} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
       });
     for (const host of [
       '[::1]evil',
@@ -218,6 +216,15 @@ describe('protected mode (no admin token)', () => {
       headers: { host: ' localhost' },
     });
     expect(spaced.statusCode).toBe(403);
+    // Two Host headers (RFC 9112 §3.2: never trusted), and an absolute-form target naming another
+    // host behind a loopback Host (RFC 9112 §3.2.2: the target's authority is the one that counts).
+    for (const [target, host] of [
+      [item('hostparse'), 'localhost\r\nHost: evil.example'],
+      [`http://evil.example${item('hostparse')}`, 'localhost'],
+    ] as const) {
+      const answer = await deleteWithRawHost(host, target);
+      expect(answer.split('\r\n')[0], target).toBe('HTTP/1.1 403 Forbidden');
+    }
     expect(await (await fetch(urlOf(local, item('hostparse')))).json()).toEqual({ n: 1 });
     expect(await deleteWithRawHost(`localhost:${port}`)).toMatch(/^HTTP\/1\.1 204/);
   });

@@ -29,7 +29,8 @@ function sha256(text: string): Buffer {
  * Without one: protected mode, as Redis's — they answer only clients whose
  * address is loopback (`127.0.0.0/8`, `::1`, or `::ffff:127.x.y.z`); any
  * other gets 403 `ECC_PROTECTED_MODE` saying how to set a token. The request's
- * `Host` must name loopback too (`localhost`, `127.x.y.z`, `[::1]`), so a page
+ * `Host` must name loopback too (`localhost`, `127.x.y.z`, `[::1]`; one `Host`, and an
+ * absolute-form target's own authority), so a page
  * that a DNS rebinding points at this port from a browser on the same host is
  * refused as well. A reverse proxy on the same host makes every client look
  * local: set a token there.
@@ -44,10 +45,7 @@ export function adminOnly(token: string | undefined): AdminRouteOptions {
   if (token === undefined) {
     return {
       onRequest: async (request) => {
-        if (
-          !isLoopback(request.socket.remoteAddress) ||
-          !isLoopback(hostName(request.headers.host))
-        )
+        if (!isLoopback(request.socket.remoteAddress) || !isLoopback(hostName(targetHost(request))))
           throw new ProtectedModeError(PROTECTED_MODE_HINT);
       },
     };
@@ -76,6 +74,26 @@ export function isLoopback(address: string | undefined): boolean {
   if (address === 'localhost' || address === '::1') return true;
   const v4 = address.startsWith('::ffff:') ? address.slice(7) : address;
   return isIP(v4) === 4 && v4.startsWith('127.');
+}
+
+/**
+ * The one host a request names, `host[:port]` (RFC 9112 §3.2.2): an absolute-form target's
+ * authority (a server ignores `Host` then), else its `Host` header; undefined when it has none,
+ * or more than one (RFC 9112 §3.2: a 400, and never trusted here).
+ */
+function targetHost(request: FastifyRequest): string | undefined {
+  const target = request.raw.url ?? '';
+  if (!target.startsWith('/')) {
+    try {
+      return new URL(target).host;
+    } catch {
+      return undefined;
+    }
+  }
+  const raw = request.raw.rawHeaders;
+  let hosts = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]?.toLowerCase() === 'host') hosts++;
+  return hosts === 1 ? request.headers.host : undefined;
 }
 
 /**
