@@ -263,6 +263,20 @@ const CASES: Case[] = [
     check: allow(ITEM_ALLOW),
   },
   {
+    name: 'PROPFIND on an item (a method Node parses that fastify does not route by default)',
+    request: { method: 'PROPFIND', url: item('1') } as InjectOptions,
+    status: 405,
+    code: 'ECC_METHOD_NOT_ALLOWED',
+    check: allow(ITEM_ALLOW),
+  },
+  {
+    name: 'PURGE on an item',
+    request: { method: 'PURGE', url: item('1') } as InjectOptions,
+    status: 405,
+    code: 'ECC_METHOD_NOT_ALLOWED',
+    check: allow(ITEM_ALLOW),
+  },
+  {
     name: 'QUERY on an item',
     request: { method: 'QUERY', url: item('1') } as InjectOptions,
     status: 405,

@@ -5,7 +5,8 @@ import { errorResponses } from './openapi.js';
 /**
  * Declares the methods `url` serves (its routes are registered elsewhere):
  * `OPTIONS` answers 204 with `Allow`, and every other method fastify routes
- * (`POST`, `PATCH`, `TRACE`, `QUERY`, …) answers 405 `ECC_METHOD_NOT_ALLOWED`
+ * (`POST`, `PATCH`, `TRACE`, `QUERY`, and every other one Node parses, `PROPFIND`,
+ * `PURGE`, …: `buildServer` adds them) answers 405 `ECC_METHOD_NOT_ALLOWED`
  * with `Allow` (RFC 9110 §15.5.6).
  *
  * @param allowed the methods the path's own routes serve, `HEAD` included when it has a GET.

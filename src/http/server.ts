@@ -1,3 +1,4 @@
+import { METHODS } from 'node:http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import type { Logger } from 'pino';
 import type { ReadAfter } from '../changes/read-your-writes.js';
@@ -110,6 +111,11 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       connectionsCheckingInterval: 1_000,
     },
   });
+  // Every method Node parses (PROPFIND, PURGE, LINK, …) is routed, so a path that serves others
+  // answers it 405 with Allow (methods.ts) rather than 404; CONNECT never reaches the router.
+  for (const method of METHODS) {
+    if (method !== 'CONNECT' && !app.supportedMethods.includes(method)) app.addHttpMethod(method);
+  }
   // Before the routes: it gives each its own hook from onRoute.
   const metrics = installRequestMetrics(app, options.store.registry);
   // Inside the Host check and the pipelining order (they wrap it below), before fastify.
