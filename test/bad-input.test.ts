@@ -780,6 +780,27 @@ describe('bad input over real HTTP', () => {
     expect(answers).toContain('ECC_ROUTE_NOT_FOUND');
   });
 
+  it('answers requests sent before the client half-closed (nc -N), then closes', async () => {
+    const port = (app.server.address() as AddressInfo).port;
+    const answers = await new Promise<string>((resolve) => {
+      let text = '';
+      // A miss (a load) and a PUT behind it, then FIN: both are answered before the close.
+      const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () =>
+        socket.end(
+          `GET ${item(`half-${Date.now()}`)} HTTP/1.1\r\nHost: x\r\n\r\n` +
+            `PUT ${item('half-put')} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\n` +
+            'Content-Type: application/json\r\nContent-Length: 7\r\n\r\n{"n":1}',
+        ),
+      );
+      socket.setEncoding('utf8').on('data', (c: string) => {
+        text += c;
+      });
+      socket.on('close', () => resolve(text));
+    });
+    expect([...answers.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => m[1])).toEqual(['200', '200']);
+    expect((await app.inject({ url: item('half-put') })).json()).toEqual({ n: 1 });
+  });
+
   it.each(RAW_CASES)('$name -> $status $code', async ({ text, status, code, closes, check }) => {
     const port = (app.server.address() as AddressInfo).port;
     const r = await rawExchange(port, text.replace('{items}', items));

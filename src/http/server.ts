@@ -127,6 +127,10 @@ export function buildServer(options: ServerOptions): FastifyInstance {
       log,
     });
   }
+  // A client that half-closes after its requests (`nc -N`, some health checkers) gets their
+  // answers, then the close: by default Node drops requests still in progress at the FIN.
+  // `httpAllowHalfOpen` is Node's own switch for this (`_http_server.js`, not in its types).
+  (app.server as typeof app.server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   requireHost(app.server, log);
   orderPipelined(app.server);
   app.server.on('connect', (_request, socket) => answerConnect(socket, log));
