@@ -216,8 +216,7 @@ runDrill('soak', args.json, async () => {
         body: [columns(kinds, ['request', 'share', 'responses', 'statuses', 'p50 ms', 'p99 ms'])],
         figures: {
           throughput: `${Math.round(tally.responses / result.duration).toLocaleString('en-US')} req/s`,
-          'latency p50 / p99':
-            Object.values(p50p99(KINDS.flatMap((k) => tally.byKind[k].ms))).join(' / ') + ' ms',
+          'latency p50 / p99': `${Object.values(p50p99(KINDS.flatMap((k) => tally.byKind[k].ms))).join(' / ')} ms`,
           'hot GETs answered by L1': `${((hot.l1 / Math.max(1, hot.statuses['200'] ?? 0)) * 100).toFixed(1)}%`,
           'source reads (loader mean, seen by the service)': `${origin.totalReads() - readsBefore} (${round((load('sum') * 1000) / Math.max(1, load('count')))} ms)`,
           'error codes (non-2xx)': listCounts(tally.errorCodes, 'none'),
