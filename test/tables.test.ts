@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createStore, type TableOptions, valueKey } from '../src/index.js';
 import { errorOf, openStore, rawValkey } from './helpers/probe.js';
@@ -139,6 +140,26 @@ describe('tables', () => {
       expect.objectContaining({ code: 'ECC_UNKNOWN_TABLE' }),
     );
     expect(store.table(table).name).toBe(table);
+  });
+
+  it('warns at start of a table whose leaseMs is not below its waitTimeoutMs, and not of one whose is', async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(line) });
+    const [slow, fine] = [uniqueTable('lease-long'), uniqueTable('lease-short')];
+    await openStore(
+      {
+        [slow]: { load: () => 1, leaseMs: 10_000, waitTimeoutMs: 1_000 },
+        [fine]: { load: () => 1, leaseMs: 1_000, waitTimeoutMs: 5_000 },
+      },
+      { logger },
+    );
+    const warned = lines.filter((l) => l.includes('leaseMs is not below waitTimeoutMs'));
+    expect(warned).toHaveLength(1);
+    expect(JSON.parse(warned[0] as string)).toMatchObject({
+      table: slow,
+      leaseMs: 10_000,
+      waitTimeoutMs: 1_000,
+    });
   });
 
   const load = () => 1;

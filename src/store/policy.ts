@@ -104,7 +104,7 @@ export const TablePolicySchema = Type.Object(
     ),
     leaseMs: Type.Optional(
       ms(
-        "Lease lifetime (Valkey `PX`): how long one instance holds the right to load an id for the whole fleet without renewing it. The holder renews it every third of `leaseMs` while it loads, so a slow but live loader keeps it and a dead holder's lease expires within `leaseMs` (then exactly one waiter takes over). Keep it well below `waitTimeoutMs`.",
+        "Lease lifetime (Valkey `PX`): how long one instance holds the right to load an id for the whole fleet without renewing it. The holder renews it every third of `leaseMs` while it loads, so a slow but live loader keeps it and a dead holder's lease expires within `leaseMs` (then exactly one waiter takes over). Keep it well below `waitTimeoutMs` (a table whose is not is warned about at start: its waiters would time out before a takeover).",
         2_000,
       ),
     ),

@@ -445,6 +445,12 @@ function buildTable(name: string, input: TableOptions, deps: StoreDeps): Table {
   );
   deps.epochs.push(epochs);
   const log = deps.log.child({ table: name });
+  if (policy.leaseMs >= policy.waitTimeoutMs) {
+    log.warn(
+      { leaseMs: policy.leaseMs, waitTimeoutMs: policy.waitTimeoutMs },
+      'leaseMs is not below waitTimeoutMs: when a lease holder dies, its waiters time out (ECC_WAIT_TIMEOUT) before one of them can take the lease over; keep leaseMs well below waitTimeoutMs',
+    );
+  }
   let lastForeignWarnMs = Number.NEGATIVE_INFINITY;
   let table: Table | undefined;
   const tracer = deps.tracing === undefined ? undefined : new TableTracer(name, deps.tracing);
