@@ -4,7 +4,7 @@
  * in a hundred.
  */
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import type { Bindings, ChildLoggerOptions } from 'pino';
+import type { Bindings, ChildLoggerOptions, Logger } from 'pino';
 
 /** Options of {@link installAccessLog}. */
 export interface AccessLogOptions {
@@ -68,6 +68,21 @@ class LazyRequestLogger {
     return this.#child;
   }
 
+  /**
+   * Whether a line at `level` would be written: asked of the parent while no child exists and
+   * the child would have the parent's level (no `level` option), so a line below the level
+   * (a shed's at debug, under overload) makes no child at all.
+   */
+  #enabled(level: string): boolean {
+    const asked = this.#child === undefined && this.#options.level === undefined;
+    // A pino logger (the server's `loggerInstance`): fastify's type leaves the method out.
+    const logger = (asked ? this.#parent : this.#made()) as unknown as Pick<
+      Logger,
+      'isLevelEnabled'
+    >;
+    return logger.isLevelEnabled(level);
+  }
+
   get level(): string {
     return this.#child?.level ?? this.#parent.level;
   }
@@ -77,22 +92,22 @@ class LazyRequestLogger {
   }
 
   fatal(...args: Parameters<FastifyBaseLogger['fatal']>): void {
-    this.#made().fatal(...args);
+    if (this.#enabled('fatal')) this.#made().fatal(...args);
   }
   error(...args: Parameters<FastifyBaseLogger['error']>): void {
-    this.#made().error(...args);
+    if (this.#enabled('error')) this.#made().error(...args);
   }
   warn(...args: Parameters<FastifyBaseLogger['warn']>): void {
-    this.#made().warn(...args);
+    if (this.#enabled('warn')) this.#made().warn(...args);
   }
   info(...args: Parameters<FastifyBaseLogger['info']>): void {
-    this.#made().info(...args);
+    if (this.#enabled('info')) this.#made().info(...args);
   }
   debug(...args: Parameters<FastifyBaseLogger['debug']>): void {
-    this.#made().debug(...args);
+    if (this.#enabled('debug')) this.#made().debug(...args);
   }
   trace(...args: Parameters<FastifyBaseLogger['trace']>): void {
-    this.#made().trace(...args);
+    if (this.#enabled('trace')) this.#made().trace(...args);
   }
   silent(...args: Parameters<FastifyBaseLogger['silent']>): void {
     this.#made().silent(...args);
