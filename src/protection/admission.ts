@@ -72,6 +72,12 @@ const MIN_OVERDUE_MS = 100;
  * answers late, must keep its loads in the pool (and so its bound).
  */
 const MIN_STALL_MS = 1_000;
+/**
+ * The share of `maxQueueDelayMs` a steady source's predicted wait (plus one load) may fill; the
+ * rest is headroom for loads that slow down while the queue waits (a process busy with the burst
+ * it queued sees its loads run longer than their recent average).
+ */
+const STEADY_SHARE = 0.8;
 /** An id whose load went overdue is admitted straight to the overdue partition for this long, ms. */
 const HANGING_MEMORY_MS = 30_000;
 
@@ -208,7 +214,7 @@ export class Admission {
    * moves above it is headroom a burst earned, measured in the drain rate as
    * it moves) and the recent loads within twice the long-term latency
    * ({@link LoadLimit.steady}), so the rate measured is the rate to come — the prediction plus
-   * one recent load latency must fit in `maxQueueDelayMs`. While the limit is
+   * one recent load latency must fit in {@link STEADY_SHARE} of `maxQueueDelayMs`. While the limit is
    * cut below its initial value it may shrink further under the queued loads:
    * then the prediction must fit in half of it, the other half being the
    * headroom for that error. Either way what is queued is served in time
@@ -216,7 +222,7 @@ export class Admission {
    */
   admits(predictedMs: number): boolean {
     return this.#limit.steady
-      ? predictedMs + this.#limit.shortMs <= this.#maxQueueDelayMs
+      ? predictedMs + this.#limit.shortMs <= STEADY_SHARE * this.#maxQueueDelayMs
       : predictedMs <= this.#maxQueueDelayMs / 2;
   }
 

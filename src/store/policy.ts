@@ -153,7 +153,7 @@ export const TablePolicySchema = Type.Object(
         maximum: MAX_MS,
         default: 2_000,
         description:
-          'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) plus one load exceeds it — whose predicted wait exceeds half of it while the load limit is cut below `initialConcurrentLoads` — is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',
+          'Longest a load may wait for a slot. A load whose predicted wait (loads ahead ÷ limit × current load latency) plus one load exceeds 80 % of it — whose predicted wait exceeds half of it while the load limit is cut below `initialConcurrentLoads` — is shed at once with `ECC_SHED` and `Retry-After`; a queued load that has waited this long is shed too.',
       }),
     ),
     maxOverdueLoads: Type.Optional(
