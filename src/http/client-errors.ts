@@ -74,9 +74,9 @@ export function answerClientError(err: ParserError, socket: Duplex, log: Fastify
     return;
   }
   const grace = setTimeout(() => socket.destroy(), IN_FLIGHT_GRACE_MS).unref();
-  afterAnswers(socket as PipelinedSocket, () => {
+  afterAnswers(socket as PipelinedSocket, (lastFinished) => {
     clearTimeout(grace);
-    answerAndDestroy(socket, e);
+    answerAndDestroy(socket, e, lastFinished);
   });
 }
 
@@ -84,8 +84,11 @@ export function answerClientError(err: ParserError, socket: Duplex, log: Fastify
 type PipelinedSocket = Duplex & {
   _httpMessage?: {
     headersSent?: boolean;
+    /** Set by Node on the last answer it owes (the client half-closed, or asked to close). */
+    _last?: boolean;
     req?: { complete?: boolean };
     once(e: string, f: () => void): void;
+    prependOnceListener(e: string, f: () => void): void;
   } | null;
 };
 
@@ -95,16 +98,26 @@ type PipelinedSocket = Duplex & {
  * `finish` listener, which runs before this one), so each is waited for in
  * turn. A response whose request was not received in full is the malformed
  * request's own (its body broke the parser): `then` answers it instead.
+ *
+ * The last answer Node owes (`_last`: the client half-closed, or asked to
+ * close) is different: Node's `finish` listener ends the socket, so `then` runs
+ * just before it, with `lastFinished` true (that answer is sent, its socket
+ * still open).
  */
-function afterAnswers(socket: PipelinedSocket, then: () => void): void {
+function afterAnswers(socket: PipelinedSocket, then: (lastFinished: boolean) => void): void {
   const holder = socket._httpMessage;
   // Not `writableFinished`: an answer ended before its turn reads finished while
   // its bytes still wait; Node lets go of the socket only on its `finish`.
   if (holder == null || holder.req?.complete !== true) {
-    then();
+    then(false);
     return;
   }
   let called = false;
+  holder.prependOnceListener('finish', () => {
+    if (called || holder._last !== true) return;
+    called = true;
+    then(true);
+  });
   const next = () => {
     if (called) return;
     called = true;
@@ -119,9 +132,11 @@ function afterAnswers(socket: PipelinedSocket, then: () => void): void {
  * the connection once what was written has gone out: a `destroy()` now would
  * drop the earlier answers still in the socket's buffer.
  */
-function answerAndDestroy(socket: Duplex, e: EchoStoreError): void {
+function answerAndDestroy(socket: Duplex, e: EchoStoreError, lastFinished = false): void {
   const holder = (socket as PipelinedSocket)._httpMessage;
-  if (socket.writable && holder?.headersSent !== true) socket.write(rawErrorResponse(e));
+  if (socket.writable && (lastFinished || holder?.headersSent !== true)) {
+    socket.write(rawErrorResponse(e));
+  }
   const soon = (socket as Duplex & { destroySoon?(): void }).destroySoon;
   if (typeof soon === 'function') soon.call(socket);
   else socket.destroy();
