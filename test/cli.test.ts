@@ -306,6 +306,7 @@ describe('the echostore CLI against a running service', () => {
     const unauthorized = await cli(['purge', table, 'x', '--url', service.url]);
     expect(unauthorized.code).toBe(1);
     expect(unauthorized.stderr).toContain('ECC_UNAUTHORIZED');
+    expect(unauthorized.stderr).toContain('--token or ECHOSTORE_ADMIN_TOKEN');
     const peek = await cli(['inspect', table, 'x', '--url', service.url, '--token', 'wrong-token']);
     expect(peek.code).toBe(1);
     expect(peek.stderr).toContain('ECC_UNAUTHORIZED');

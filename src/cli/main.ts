@@ -124,7 +124,12 @@ export async function run(argv: readonly string[], out = print, err = printErr):
       return EXIT.failed;
     }
     if (e instanceof RemoteError) {
-      err(`echostore ${command}: ${e.code} (HTTP ${e.status}): ${e.message}`);
+      // The service's message speaks HTTP ("send Authorization: …"): say how the CLI sends it.
+      const hint =
+        e.code === 'ECC_UNAUTHORIZED'
+          ? '\n(pass the admin token with --token or ECHOSTORE_ADMIN_TOKEN)'
+          : '';
+      err(`echostore ${command}: ${e.code} (HTTP ${e.status}): ${e.message}${hint}`);
       return EXIT.failed;
     }
     if (e instanceof UnreachableError) {
