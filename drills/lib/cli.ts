@@ -103,6 +103,9 @@ export interface Outcome {
   [data: string]: unknown;
 }
 
+/** A drill that cannot start for a reason its message says whole (no server at a URL): printed without a stack. */
+export class SetupError extends Error {}
+
 /**
  * Runs a drill: `main` measures and judges; the outcome is printed (title, body, one line per
  * check and the verdict) or, with `--json`, written as JSON (`'-'`: one line instead of the
@@ -131,7 +134,8 @@ export function runDrill(name: string, json: string | undefined, main: () => Pro
       process.exit(pass ? 0 : 1);
     },
     (err: unknown) => {
-      process.stderr.write(`${name} drill failed to run: ${(err as Error)?.stack ?? err}\n`);
+      const why = err instanceof SetupError ? err.message : ((err as Error)?.stack ?? err);
+      process.stderr.write(`${name} drill failed to run: ${why}\n`);
       process.exit(2);
     },
   );

@@ -8,6 +8,7 @@ import { leaseKey, valueKey } from '../../src/l2/keys.js';
 import { httpSource } from '../../src/sources/http.js';
 import { createStore, type TableOptions } from '../../src/store/store.js';
 import { redactUrl, type ValkeyOptions } from '../../src/valkey/client.js';
+import { SetupError } from './cli.js';
 import { track } from './reaper.js';
 
 /** A store with one table, `table`, whose loader GETs the origin's item `template`; `valkey` as `createStore` takes it. */
@@ -54,7 +55,7 @@ export async function loadFetch(template: string): Promise<void> {
 /**
  * A Valkey connection for the drill's own housekeeping (no reconnects).
  *
- * @throws {Error} naming the (redacted) URL when it cannot connect.
+ * @throws {SetupError} naming the (redacted) URL when it cannot connect.
  */
 export async function connectAdmin(url: string): Promise<Redis> {
   const redis = new Redis(url, {
@@ -66,7 +67,9 @@ export async function connectAdmin(url: string): Promise<Redis> {
     last = err;
   });
   await redis.connect().catch((err: unknown) => {
-    throw new Error(`no Valkey/Redis at ${redactUrl(url)}: ${((last ?? err) as Error).message}`);
+    throw new SetupError(
+      `no Valkey/Redis at ${redactUrl(url)}: ${((last ?? err) as Error).message}`,
+    );
   });
   return redis;
 }
