@@ -426,7 +426,7 @@ export class TableOwner {
     if (ack.unpublished !== undefined) {
       bump(this.#ctx.counters.valkeyErrors, 'publish');
       this.#ctx.log.warn(
-        { table: this.#ctx.name, refusal: ack.unpublished },
+        { refusal: ack.unpublished },
         'purged, but valkey refused the purge event: other instances may serve purged rows from L1 until their L1 TTL',
       );
     }
@@ -476,7 +476,7 @@ export class TableOwner {
   /** A handler threw (a bug): its callers get `ECC_INTERNAL`, and nothing it held stays stuck. */
   #failed(m: Message, err: unknown): void {
     const id = 'id' in m ? m.id : 'flight' in m ? m.flight.id : undefined;
-    this.#ctx.log.error({ err, table: this.#ctx.name, kind: m.kind }, 'table owner handler failed');
+    this.#ctx.log.error({ err, kind: m.kind }, 'table owner handler failed');
     const error = new InternalError('internal error in the table owner', {
       table: this.#ctx.name,
       ...(id === undefined ? {} : { id }),

@@ -468,7 +468,7 @@ function rememberedFailure(
   if (stale !== undefined && servable(ctx, flight, stale, ctx.now()) && !flight.background) {
     return { kind: 'value', envelope: stale, layer: 'l2', refused: false };
   }
-  const where = { table: ctx.name, id: flight.id };
+  const where = { id: flight.id };
   const Unstorable = UNSTORABLE[failed.failure];
   return {
     kind: 'error',
@@ -564,7 +564,7 @@ function confirmNotFound(
   ctx.counters.unconfirmedNotFound++;
   throw new LoadFailedError(
     `the source answered "not found" for an item that has a value; kept until that holds for ${ctx.policy.confirmNotFoundMs} ms`,
-    { table: ctx.name, id: flight.id },
+    { id: flight.id },
   );
 }
 
@@ -581,7 +581,7 @@ function failureTtlMs(ctx: TableContext, err: unknown): number {
 function valkeyFailed(ctx: TableContext, err: unknown, op: string): void {
   if (classifyValkeyError(err) === 'unsent') return;
   bump(ctx.counters.valkeyErrors, op);
-  ctx.log.debug({ err, table: ctx.name, op }, 'valkey command failed; answering without L2');
+  ctx.log.debug({ err, op }, 'valkey command failed; answering without L2');
 }
 
 /**
@@ -699,7 +699,7 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
       // Its slot stays taken until the loader settles: say so if that takes as long again.
       stuck = setTimeout(() => {
         ctx.log.warn(
-          { table: ctx.name, id: flight.id },
+          { id: flight.id },
           `a load has not settled ${policy.loadTimeoutMs} ms after its timeout aborted its signal; it keeps its admission slot until it does (does the loader honour its signal?)`,
         );
       }, policy.loadTimeoutMs).unref();

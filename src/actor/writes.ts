@@ -260,7 +260,7 @@ export class Writes {
   #warnUnpublished(op: 'put' | 'delete', id: string, refusal: string | undefined): void {
     if (refusal === undefined) return;
     this.#ctx.log.warn(
-      { table: this.#ctx.name, id, op, refusal },
+      { id, op, refusal },
       'written, but valkey refused the coherence message: other instances may serve the old row from L1 until its TTL',
     );
   }

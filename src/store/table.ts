@@ -694,7 +694,7 @@ export class Table {
   /** A read's failure as a coded error (anything else is a bug: `ECC_INTERNAL`). */
   #asError(err: unknown, id: string): EchoStoreError {
     if (err instanceof EchoStoreError) return err;
-    this.#ctx.log.error({ err, table: this.name }, 'batch read failed');
+    this.#ctx.log.error({ err }, 'batch read failed');
     return new InternalError('internal error in a batch read', {
       table: this.name,
       id,
