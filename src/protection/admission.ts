@@ -344,8 +344,11 @@ export class Admission {
   /**
    * Moves the loads of the pool that are overdue into the overdue partition
    * (while it has room), oldest first, and hands the slots they free to the queue.
+   *
+   * @returns how many loads it moved.
    */
-  #sweep(): void {
+  #sweep(): number {
+    let moved = 0;
     const now = this.#now();
     const overdueAfterMs = this.overdueAfterMs;
     for (const running of this.#running) {
@@ -356,14 +359,18 @@ export class Admission {
       running.overdue = true;
       this.#active--;
       this.#overdue++;
+      moved++;
       if (running.id !== undefined) this.#hanging.set(running.id, true);
     }
     this.#grant();
+    return moved;
   }
 
   /**
    * While loads are queued, sweeps when the oldest running load may be
-   * overdue, and again while loads stay queued. The
+   * overdue, and again while loads stay queued or the last sweep moved loads
+   * out (the queued loads it let in may hang on their ids too: many hanging ids
+   * at once, a stalled pool). The
    * sweep runs after the event loop's I/O (`setImmediate` from the timer), so
    * loads that finished while this process was busy are counted first, not
    * mistaken for a stalled pool.
@@ -387,8 +394,8 @@ export class Admission {
     this.#sweepTimer = setTimeout(() => {
       setImmediate(() => {
         this.#sweepTimer = undefined;
-        this.#sweep();
-        if (this.#queue.length > 0) this.#scheduleSweep();
+        const moved = this.#sweep();
+        if (this.#queue.length > 0 || moved > 0) this.#scheduleSweep();
       });
     }, dueInMs);
     this.#sweepTimer.unref();

@@ -448,6 +448,21 @@ describe('admission: overdue loads leave the pool (a partitioned limit)', () => 
     next.release('ok');
   });
 
+  it('the queued loads a sweep lets in are swept too once the queue is empty: hanging ids at once do not halve the limit', async () => {
+    const t = partitioned(2, 4);
+    await warm(t);
+    const hung = [await t.take('hang-1'), await t.take('hang-2')];
+    const third = t.take('hang-3'); // queued
+    t.advance(1_000); // the pool has stalled: the sweep moves both out and lets hang-3 in
+    hung.push(await third);
+    expect(t.a.overdue).toBe(2);
+    expect(t.a.queued).toBe(0);
+    t.advance(200); // hang-3 has run ten times the usual latency, in a pool still stalled
+    await vi.waitFor(() => expect(t.a.overdue).toBe(3));
+    for (const p of hung) p.release('failed');
+    expect(t.a.limit).toBe(2);
+  });
+
   it('an id whose load went overdue is admitted only to the overdue partition, and shed while it is full', async () => {
     const t = partitioned(1, 1);
     await warm(t);
