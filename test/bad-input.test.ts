@@ -660,6 +660,13 @@ const RAW_CASES: RawCase[] = [
     closes: true,
   },
   {
+    name: 'two Host lines on a read',
+    text: 'GET /v1/tables/{items}/items/1 HTTP/1.1\r\nHost: localhost\r\nhost: evil.example\r\n\r\n',
+    status: 400,
+    code: 'ECC_BAD_REQUEST',
+    closes: true,
+  },
+  {
     name: 'HTTP/1.1 without Host',
     text: 'GET /healthz HTTP/1.1\r\n\r\n',
     status: 400,

@@ -185,8 +185,19 @@ function answerAndClose(response: ServerResponse, e: EchoStoreError, log: Fastif
   response.end(text);
 }
 
+/** How many `Host` lines `raw` (a request's `rawHeaders`: name, value, …) holds. */
+function hostLines(raw: readonly string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i] as string;
+    if (name.length === 4 && name.toLowerCase() === 'host') n++;
+  }
+  return n;
+}
+
 /**
- * RFC 9112 §3.2: an HTTP/1.1 request without `Host` is 400. Node's own check
+ * RFC 9112 §3.2: an HTTP/1.1 request without `Host`, and any request with more
+ * than one `Host` line (Node keeps the first), is 400. Node's own check
  * (turned off with `requireHostHeader: false`) answers it with an empty body;
  * this wraps fastify's request listener to answer 400 `ECC_BAD_REQUEST` with
  * the coded JSON instead. Costs one property read per request.
@@ -200,6 +211,10 @@ export function requireHost(server: Server, log: FastifyBaseLogger): void {
   server.on('request', (request: IncomingMessage, response: ServerResponse) => {
     if (request.headers.host === undefined && request.httpVersion === '1.1') {
       answerAndClose(response, new BadRequestError('an HTTP/1.1 request needs a Host header'), log);
+      return;
+    }
+    if (hostLines(request.rawHeaders) > 1) {
+      answerAndClose(response, new BadRequestError('a request names one Host, not several'), log);
       return;
     }
     for (const handler of handlers) handler(request, response);
