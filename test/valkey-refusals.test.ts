@@ -343,6 +343,12 @@ describe('ACL rights', () => {
     expect(
       await metricValue(store, 'echostore_valkey_errors_total', table, { op: 'publish' }),
     ).toBe(1);
+    // Every later write is refused alike: one warning per 10 s, the rest at debug (not kept here).
+    for (let i = 0; i < 5; i++) await store.table(table).put(`k${i}`, { put: i });
+    expect(log.text().match(/refused the coherence message/g)).toHaveLength(1);
+    expect(
+      await metricValue(store, 'echostore_valkey_errors_total', table, { op: 'publish' }),
+    ).toBe(6);
   });
   it('a user that loses its channels while running outlives its subscriber: the refused re-subscription is logged, nothing is left unhandled, reads go on', async () => {
     const unhandled: unknown[] = [];

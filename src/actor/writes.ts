@@ -19,6 +19,7 @@ import { bump } from '../metrics.js';
 import type { L1 } from '../store/l1.js';
 import { hardTtlMs, mintEnvelope, tombstone } from '../store/mint.js';
 import { classifyValkeyError, isReplyError, valkeyReason } from '../valkey/breaker.js';
+import { WARN_WINDOW_MS, WarnLimiter } from '../warn-limiter.js';
 import { noteWritten, type TableContext } from './flight.js';
 import type { Message } from './messages.js';
 
@@ -44,6 +45,8 @@ export class Writes {
   readonly #newer = new Map<string, number>();
   /** Per id with a write in flight: that write (its caller waits for Valkey's answer). */
   readonly #sent = new Map<string, Put | Invalidate>();
+  /** One warning per refusal of coherence messages per window (every write is refused alike). */
+  readonly #unpublished: WarnLimiter;
 
   /**
    * @param post posts a message to the owner (for the acknowledgements).
@@ -54,6 +57,12 @@ export class Writes {
     this.#l1 = l1;
     this.#post = post;
     this.#replay = replay;
+    this.#unpublished = new WarnLimiter((fields, repeats) =>
+      ctx.log.warn(
+        { ...fields, repeats },
+        `${repeats} more writes whose coherence message valkey refused in ${WARN_WINDOW_MS / 1000} s (logged at debug)`,
+      ),
+    );
   }
 
   /** Ids with a write in flight. */
@@ -259,7 +268,8 @@ export class Writes {
   /** A write happened but its coherence message was refused (counted by {@link noteWritten}): other instances may keep the old row in L1 until its TTL. */
   #warnUnpublished(op: 'put' | 'delete', id: string, refusal: string | undefined): void {
     if (refusal === undefined) return;
-    this.#ctx.log.warn(
+    const level = this.#unpublished.take({ op, refusal }) ? 'warn' : 'debug';
+    this.#ctx.log[level](
       { id, op, refusal },
       'written, but valkey refused the coherence message: other instances may serve the old row from L1 until its TTL',
     );

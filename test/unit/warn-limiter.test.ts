@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { type WarnKey, WarnLimiter } from '../../src/http/errors.js';
+import { type WarnKey, WarnLimiter } from '../../src/warn-limiter.js';
 
 describe('WarnLimiter: one warning per kind of failure per window, the repeats counted once', () => {
   afterEach(() => {
