@@ -608,19 +608,12 @@ export class L2 {
       kind,
       deadline,
     ];
-    const reply = await this.#failAfterDeadline(
+    const reply = await this.#cancellingWrite(
+      kind,
       deadline,
-      this.#keyByKey(
-        kind,
-        () => this.#call('writeAndCancel', key, lease, ...rest),
-        async () => {
-          // The value first: a fill that lands before the lease is gone finds it changed.
-          const written = await this.#call('writeAlone', key, ...rest);
-          if (written !== 'late')
-            await this.#breaker.run(() => this.#client.del(lease), { key: lease });
-          return written;
-        },
-      ),
+      lease,
+      () => this.#call('writeAndCancel', key, lease, ...rest),
+      () => this.#call('writeAlone', key, ...rest),
     );
     return this.#acknowledged(reply, 'write');
   }
@@ -646,20 +639,42 @@ export class L2 {
       deadline,
       this.#fingerprint,
     ];
-    const reply = await this.#failAfterDeadline(
+    const reply = await this.#cancellingWrite(
+      'del',
       deadline,
-      this.#keyByKey(
-        'del',
-        () => this.#call('staleAndCancel', key, lease, ...rest),
-        async () => {
-          const written = await this.#call('staleAlone', key, ...rest);
-          if (written !== 'late')
-            await this.#breaker.run(() => this.#client.del(lease), { key: lease });
-          return written;
-        },
-      ),
+      lease,
+      () => this.#call('staleAndCancel', key, lease, ...rest),
+      () => this.#call('staleAlone', key, ...rest),
     );
     return this.#acknowledged(reply, 'staleAndCancel');
+  }
+
+  /**
+   * One write that cancels `lease`, run nowhere after `deadline`: `both` (one script over the
+   * value and the lease) where one node holds the two keys, else `alone` on the value and then a
+   * DEL of the lease — the value first, so a fill that lands before the lease is gone finds it
+   * changed. `whileRefused`: the DEL is sent while the server refuses writes (OOM), as `forget` is.
+   *
+   * @returns the script's reply ('late' when it ran after `deadline`: then no DEL is sent).
+   */
+  #cancellingWrite(
+    op: string,
+    deadline: number,
+    lease: string,
+    both: () => Promise<unknown>,
+    alone: () => Promise<unknown>,
+    whileRefused = false,
+  ): Promise<unknown> {
+    return this.#failAfterDeadline(
+      deadline,
+      this.#keyByKey(op, both, async () => {
+        const written = await alone();
+        if (written !== 'late') {
+          await this.#breaker.run(() => this.#client.del(lease), { whileRefused, key: lease });
+        }
+        return written;
+      }),
+    );
   }
 
   /** A fill's answer: its {@link WriteAck}, or undefined when it was refused. */
@@ -700,22 +715,13 @@ export class L2 {
         () => this.#client[commandOf(name)]?.(...keys, ...args) as Promise<unknown>,
         { whileRefused: true, key },
       );
-    const reply = await this.#failAfterDeadline(
+    const reply = await this.#cancellingWrite(
+      'forget',
       deadline,
-      this.#keyByKey(
-        'forget',
-        () => run('forget', [key, lease]),
-        async () => {
-          const forgotten = await run('forgetAlone', [key]);
-          if (forgotten !== 'late') {
-            await this.#breaker.run(() => this.#client.del(lease), {
-              whileRefused: true,
-              key: lease,
-            });
-          }
-          return forgotten;
-        },
-      ),
+      lease,
+      () => run('forget', [key, lease]),
+      () => run('forgetAlone', [key]),
+      true,
     );
     return this.#acknowledged(reply, 'forget');
   }
