@@ -2,6 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { FastifyRequest } from 'fastify';
 import { ProtectedModeError, UnauthorizedError } from '../errors.js';
+import { hostLines } from './client-errors.js';
 
 /** Route options that guard an admin route: the bearer token, or protected mode without one. */
 export interface AdminRouteOptions {
@@ -90,10 +91,7 @@ function targetHost(request: FastifyRequest): string | undefined {
       return undefined;
     }
   }
-  const raw = request.raw.rawHeaders;
-  let hosts = 0;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]?.toLowerCase() === 'host') hosts++;
-  return hosts === 1 ? request.headers.host : undefined;
+  return hostLines(request.raw.rawHeaders) === 1 ? request.headers.host : undefined;
 }
 
 /**

@@ -186,7 +186,7 @@ function answerAndClose(response: ServerResponse, e: EchoStoreError, log: Fastif
 }
 
 /** How many `Host` lines `raw` (a request's `rawHeaders`: name, value, …) holds. */
-function hostLines(raw: readonly string[]): number {
+export function hostLines(raw: readonly string[]): number {
   let n = 0;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i] as string;
