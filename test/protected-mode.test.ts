@@ -69,15 +69,29 @@ function makeNamespace(): Namespace | string {
   return { name, host, client, remove };
 }
 
-/** An HTTP request from inside the namespace (curl, run asynchronously: the server is in this process). */
+/**
+ * An HTTP request from inside the namespace (curl, run asynchronously: the server is in this process).
+ * Rejects when curl fails (its stderr in the message), `maxSeconds` at the most.
+ */
 async function fromNamespace(
   ns: Namespace,
   method: string,
   url: string,
   headers: Record<string, string> = {},
   body?: string,
+  maxSeconds = 15,
 ): Promise<{ status: number; body: string }> {
-  const args = ['netns', 'exec', ns.name, 'curl', '-sS', '--max-time', '5', '-X', method];
+  const args = [
+    'netns',
+    'exec',
+    ns.name,
+    'curl',
+    '-sS',
+    '--max-time',
+    `${maxSeconds}`,
+    '-X',
+    method,
+  ];
   for (const [k, v] of Object.entries(headers)) args.push('-H', `${k}: ${v}`);
   if (body !== undefined) args.push('-H', 'content-type: application/json', '--data', body);
   args.push('-w', '\n%{http_code}', url);
@@ -128,6 +142,19 @@ beforeAll(async () => {
   if (ns !== undefined) {
     open = await listen(ns.host);
     guarded = await listen(ns.host, TOKEN);
+    // A new veth pair may drop the first packets while its link comes up: the tests start once
+    // the namespace reaches both servers.
+    const n = ns;
+    await vi.waitFor(
+      async () => {
+        for (const app of [open, guarded]) {
+          expect(
+            (await fromNamespace(n, 'GET', urlOf(app, '/healthz'), {}, undefined, 2)).status,
+          ).toBe(200);
+        }
+      },
+      { timeout: 45_000, interval: 250 },
+    );
   }
 });
 
@@ -276,7 +303,7 @@ withNamespace('protected mode, from a non-loopback address (network namespace)',
     const read = await fromNamespace(n, 'GET', urlOf(open, item('r')));
     expect(read.status).toBe(200);
     expect(JSON.parse(read.body)).toEqual({ id: 'r' });
-  });
+  }, 60_000);
 
   it('with a token, the same client writes with it (and gets 401 without it)', async () => {
     const n = ns as Namespace;
@@ -291,7 +318,7 @@ withNamespace('protected mode, from a non-loopback address (network namespace)',
       '{"n":2}',
     );
     expect(put.status).toBe(200);
-  });
+  }, 60_000);
 
   it('start-up warns when it listens beyond loopback without a token, and not on loopback or with one', async () => {
     const n = ns as Namespace;
