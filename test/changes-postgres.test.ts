@@ -306,7 +306,7 @@ describe('the commit-vs-fill race', () => {
 });
 
 describe('the acknowledged position', () => {
-  it('is not acknowledged to Postgres while Valkey is down, and the change is applied once it is back', async () => {
+  it('is not acknowledged to Postgres while Valkey is down, and the change is applied once it is back, in the same run', async () => {
     const server = await spawnValkey();
     onTestFinished(() => server.stop());
     const name = await itemsTable();
@@ -315,7 +315,8 @@ describe('the acknowledged position', () => {
       { [table]: { load: loaderOf(name), ttlMs: 600_000 } },
       { valkey: server.url, readyTimeoutMs: 2_000 },
     );
-    const fa = await follow(a, table, name);
+    const registry = new Registry();
+    const fa = await follow(a, table, name, undefined, registry);
     await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
     const confirmed = async () => {
       const { rows } = await admin.query<{ lsn: string }>(
@@ -346,6 +347,8 @@ describe('the acknowledged position', () => {
       (await new StreamPosition(raw, streamKeys(name).position).read()) ?? 0n,
     ).toBeGreaterThanOrEqual(committed);
     expect(formatLsn(committed)).toMatch(/^[0-9A-F]+\/[0-9A-F]+$/);
+    // The refused change was applied again within the run: the stream never failed and restarted.
+    expect(await registry.metrics()).not.toMatch(/echostore_changes_restarts_total\{[^}]*\} [1-9]/);
   }, 30_000);
 
   it('reports the slot lag in bytes', async () => {
@@ -444,6 +447,47 @@ describe('configuration', () => {
       ),
     );
     expect(err.code).toBe('ECC_BAD_CONFIG');
+  }, 30_000);
+
+  it('creates the slot before it is ready, so a commit made right after is streamed; a user who cannot is refused with ECC_BAD_CONFIG', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-slot');
+    const a = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
+    // No lease yet (an instance takes a free one at its second look): the slot exists all the same.
+    const fa = await follow(a, table, name);
+    const slots = await admin.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [
+      name,
+    ]);
+    expect(slots.rowCount).toBe(1);
+    expect(await versionOf(a, table, '2')).toBe(1);
+    await commit(`UPDATE ${name} SET version = 2 WHERE id = 2`);
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    await vi.waitFor(async () => expect(await versionOf(a, table, '2')).toBe(2), {
+      timeout: 10_000,
+    });
+
+    const role = `norepl_${randomBytes(4).toString('hex')}`;
+    await admin.query(`CREATE ROLE ${role} LOGIN NOREPLICATION`);
+    onTestFinished(() => admin.query(`DROP ROLE ${role}`).then(() => {}));
+    const url = new URL(db.url);
+    url.username = role;
+    const err = await errorOf(
+      followPostgres(
+        table,
+        { url: url.toString(), idColumn: 'id' },
+        { slot: `${name}_norepl`, tables: [{ table: name, idColumn: 'id' }] },
+        { invalidate: async () => {}, truncate: async () => {} },
+        {
+          valkey: a.valkey,
+          metrics: changeMetrics(new Registry()),
+          log: pino({ level: 'silent' }),
+          namespace: '',
+        },
+        'source.follow',
+      ),
+    );
+    expect(err.code).toBe('ECC_BAD_CONFIG');
+    expect(err.message).toMatch(/cannot create the publication or the replication slot/);
   }, 30_000);
 });
 

@@ -3,6 +3,7 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { StreamLease } from '../src/changes/lease.js';
 import type { Store } from '../src/index.js';
 import { leaseKey, valueKey } from '../src/l2/keys.js';
 import {
@@ -479,5 +480,54 @@ describe('lease renewal (a lease lives only while its holder does)', () => {
     await vi.waitFor(() => expect(t.stats().l1_entries).toBe(0));
     const next = await t.get('k');
     expect(next.found && next.value).toEqual({ from: 'put-6c0d' });
+  });
+});
+
+describe('change stream lease (one reader per stream)', () => {
+  const streamLeases = (n: number) => {
+    const key = `ecc:changes:{${uniqueTable('lease')}}:lease`;
+    const raw = scopedValkey();
+    return { key, raw, leases: Array.from({ length: n }, () => new StreamLease(raw, key, 2_000)) };
+  };
+
+  it('a key lost under a live holder (a Valkey restart) stays with that holder', async () => {
+    const { key, raw, leases } = streamLeases(2);
+    const [holder, other] = leases as [StreamLease, StreamLease];
+    // Nobody holds it yet: an instance takes it at its second look.
+    expect(await holder.hold()).toBe(false);
+    expect(await holder.hold()).toBe(true);
+    expect(await other.hold()).toBe(false);
+    await raw.del(key);
+    // The other instance looks first after the loss: it does not take the lease at its first look.
+    expect(await other.hold()).toBe(false);
+    expect(await holder.hold()).toBe(true);
+    expect(await other.hold()).toBe(false);
+    expect(await raw.get(key)).toBe(holder.token);
+  });
+
+  it('a lease whose holder died (its key expired) goes to another instance at its second look', async () => {
+    const { key, raw, leases } = streamLeases(2);
+    const [dead, other] = leases as [StreamLease, StreamLease];
+    expect(await dead.hold()).toBe(false);
+    expect(await dead.hold()).toBe(true);
+    expect(await other.hold()).toBe(false);
+    await raw.del(key);
+    expect(await other.hold()).toBe(false);
+    expect(await other.hold()).toBe(true);
+    expect(await raw.get(key)).toBe(other.token);
+    expect(await raw.pttl(key)).toBeGreaterThan(0);
+  });
+
+  it("a released lease goes to the next instance that looks, at once; a renewal never takes another holder's", async () => {
+    const { key, raw, leases } = streamLeases(3);
+    const [first, second, third] = leases as [StreamLease, StreamLease, StreamLease];
+    expect(await first.hold()).toBe(false);
+    expect(await first.hold()).toBe(true);
+    expect(await second.hold()).toBe(false);
+    await first.release();
+    expect(await second.hold()).toBe(true);
+    expect(await first.hold()).toBe(false);
+    expect(await third.hold()).toBe(false);
+    expect(await raw.get(key)).toBe(second.token);
   });
 });

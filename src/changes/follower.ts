@@ -6,10 +6,12 @@
  * lease, so a load that read the row before the commit never stores it after
  * as fresh), a TRUNCATE through its table purge (`Table.purge`); then the
  * stream's position is raised in Valkey, and only then is the transaction
- * acknowledged to the database. A crash anywhere before the acknowledgement
- * replays the transaction (at least once; replaying an invalidation or a
- * purge is harmless).
+ * acknowledged to the database. A step Valkey refuses is tried again within
+ * the run for a while (a Valkey restart costs no stream restart); a crash
+ * anywhere before the acknowledgement replays the transaction (at least once;
+ * replaying an invalidation or a purge is harmless).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { EchoStoreError } from '../errors.js';
 import type { StreamLease } from './lease.js';
@@ -19,6 +21,12 @@ import type { ChangeBatch, ChangeStream, StreamSink } from './stream.js';
 
 /** The longest pause between two runs of a stream that keeps failing, ms. */
 const MAX_RETRY_MS = 30_000;
+/**
+ * How long a transaction whose invalidations Valkey refuses is applied again inside the run, ms
+ * (pauses of 50 ms doubling to 1 s) before the run ends: a Valkey restart or failover costs no
+ * stream restart, and so no gap in reading.
+ */
+const APPLY_RETRY_MS = 10_000;
 
 /** What a stream's changes do to its cache table; each resolves once Valkey applied and published it. */
 export interface ChangeTarget {
@@ -117,7 +125,7 @@ export class ChangeFollower {
       this.#failures = 0;
       log.info('reading the change stream');
     };
-    run.done = stream.run(this.#sink(started), abort.signal).then(
+    run.done = stream.run(this.#sink(started, abort.signal), abort.signal).then(
       () => {},
       (err: unknown) => {
         metrics.restarts.inc({ stream: stream.name });
@@ -146,29 +154,67 @@ export class ChangeFollower {
     await run.done;
   }
 
-  #sink(started: () => void): StreamSink {
+  #sink(started: () => void, signal: AbortSignal): StreamSink {
     const { target, position, metrics, log, stream } = this.#o;
     const labels = { stream: stream.name };
+    const applyOnce = async (batch: ChangeBatch) => {
+      const invalidated = [...batch.ids].map((id) => invalidateOne(target, id));
+      if (batch.truncated) invalidated.push(target.truncate());
+      await Promise.all(invalidated);
+      await position.raise(batch.position);
+    };
     return {
       started,
       apply: async (batch: ChangeBatch) => {
-        const invalidated = [...batch.ids].map((id) => invalidateOne(target, id));
-        if (batch.truncated) invalidated.push(target.truncate());
-        await Promise.all(invalidated);
+        await retried(
+          signal,
+          APPLY_RETRY_MS,
+          () => applyOnce(batch),
+          (err) => log.warn({ err }, 'Valkey refused a change: applying it again within the run'),
+        );
         if (batch.truncated) {
           metrics.truncates.inc(labels);
           log.info('a watched table was truncated: purged every row of the cache table');
         }
-        await position.raise(batch.position);
         metrics.transactions.inc(labels);
         metrics.invalidations.inc(labels, batch.ids.size);
         metrics.lagSeconds.set(labels, Math.max(0, Date.now() - batch.commitTimeMs) / 1000);
       },
       passed: async (at: bigint) => {
-        await position.raise(at);
+        await retried(
+          signal,
+          APPLY_RETRY_MS,
+          () => position.raise(at),
+          () => {},
+        );
         metrics.lagSeconds.set(labels, 0);
       },
     };
+  }
+}
+
+/**
+ * Runs `step` until it resolves, pausing 50 ms doubling to 1 s between tries, while `signal` is
+ * not aborted and for at most `withinMs`; `onFirstFailure` hears of the first failure only.
+ *
+ * @throws (rejects) the last failure once the signal aborts or the time is up.
+ */
+async function retried(
+  signal: AbortSignal,
+  withinMs: number,
+  step: () => Promise<void>,
+  onFirstFailure: (err: unknown) => void,
+): Promise<void> {
+  const deadline = performance.now() + withinMs;
+  for (let pauseMs = 50; ; pauseMs = Math.min(1_000, pauseMs * 2)) {
+    try {
+      return await step();
+    } catch (err) {
+      if (pauseMs === 50) onFirstFailure(err);
+      if (signal.aborted || performance.now() + pauseMs > deadline) throw err;
+      await sleep(pauseMs, undefined, { signal }).catch(() => {});
+      if (signal.aborted) throw err;
+    }
   }
 }
 

@@ -65,6 +65,15 @@ export async function postgresStream(
   pool.on('error', () => {});
   try {
     await check(pool, options);
+    if (options.create) {
+      await createMissing(pool, options).catch((err: unknown) => {
+        const why = err instanceof Error ? err.message : String(err);
+        throw new ConfigError(
+          `${options.field}: cannot create the publication or the replication slot: ${why}`,
+          { field: options.field, cause: err },
+        );
+      });
+    }
   } catch (err) {
     await pool.end().catch(() => {});
     throw err;
@@ -122,34 +131,40 @@ async function check(pool: pg.Pool, o: PostgresStreamOptions): Promise<void> {
     });
 }
 
-/** Creates the publication and the slot when missing (another instance may race: a duplicate is fine); returns the slot's acknowledged position. */
-async function prepare(pool: pg.Pool, o: PostgresStreamOptions): Promise<bigint> {
-  if (o.create) {
-    const pub = await pool.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [
-      o.publication,
-    ]);
-    if (pub.rowCount === 0) {
-      const tables = o.tables
-        .map((t) =>
-          qualified(t.table)
-            .split('.')
-            .map((part) => pg.escapeIdentifier(part))
-            .join('.'),
-        )
-        .join(', ');
-      await ignoreDuplicate(
-        pool.query(`CREATE PUBLICATION ${pg.escapeIdentifier(o.publication)} FOR TABLE ${tables}`),
-      );
-    }
-    const slot = await pool.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [
-      o.slot,
-    ]);
-    if (slot.rowCount === 0) {
-      await ignoreDuplicate(
-        pool.query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", [o.slot]),
-      );
-    }
+/**
+ * Creates the publication and the slot when missing (another instance may race: a duplicate is
+ * fine). Called at start-up, before the service is ready, so that every commit made once it
+ * answers is in the slot (a slot created later would start past them, and read-your-writes would
+ * wait on a position that already counts them); and again before each run, for a slot dropped since.
+ */
+async function createMissing(pool: pg.Pool, o: PostgresStreamOptions): Promise<void> {
+  const pub = await pool.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [o.publication]);
+  if (pub.rowCount === 0) {
+    const tables = o.tables
+      .map((t) =>
+        qualified(t.table)
+          .split('.')
+          .map((part) => pg.escapeIdentifier(part))
+          .join('.'),
+      )
+      .join(', ');
+    await ignoreDuplicate(
+      pool.query(`CREATE PUBLICATION ${pg.escapeIdentifier(o.publication)} FOR TABLE ${tables}`),
+    );
   }
+  const slot = await pool.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [
+    o.slot,
+  ]);
+  if (slot.rowCount === 0) {
+    await ignoreDuplicate(
+      pool.query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", [o.slot]),
+    );
+  }
+}
+
+/** Creates what is missing (with `create`) and returns the slot's acknowledged position. */
+async function prepare(pool: pg.Pool, o: PostgresStreamOptions): Promise<bigint> {
+  if (o.create) await createMissing(pool, o);
   const { rows } = await pool.query<{ lsn: string | null }>(
     'SELECT confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1',
     [o.slot],

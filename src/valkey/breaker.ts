@@ -133,8 +133,8 @@ const isRefusal = (reason: DegradedReason | undefined) =>
  * The circuit breaker in front of Valkey; its only entry is {@link run}
  * (cockatiel's shape). While the circuit is open the store is *degraded*:
  * misses go straight to the source and writes fail fast, so a dead, paused or
- * refusing server costs a request nothing. After each cool-down exactly one
- * command probes the server; the probe is taken and given back inside `run`,
+ * refusing server costs a request nothing. After each cool-down, or at once
+ * when the client has connected again, exactly one command probes the server; the probe is taken and given back inside `run`,
  * whatever the command does. Transitions are logged once each way.
  *
  * States: closed → open → half-open (one probe in flight) → closed on an
@@ -164,6 +164,16 @@ export class Breaker {
   #reported = false;
   #timer: NodeJS.Timeout | undefined;
   readonly #onReport = () => this.#report();
+  /**
+   * A new connection is news that the server answers again: a circuit open
+   * because commands went unanswered probes at the next command instead of
+   * after the rest of its cool-down. A refusal is not lifted by reconnecting.
+   */
+  readonly #onReady = () => {
+    if (this.#failures >= this.#threshold && !isRefusal(this.#cause))
+      this.#openUntil = Math.min(this.#openUntil, this.#now());
+    this.#report();
+  };
 
   constructor(client: Redis | Cluster, log: Logger, options: BreakerOptions = {}) {
     this.#client = client;
@@ -173,7 +183,7 @@ export class Breaker {
     this.#probe = options.probe;
     this.#probeIntervalMs = options.probeIntervalMs ?? 5_000;
     this.#now = options.now ?? Date.now;
-    client.on('ready', this.#onReport);
+    client.on('ready', this.#onReady);
     client.on('close', this.#onReport);
     if (this.#probe !== undefined) {
       // Looks often, probes rarely: at most once per (half) cool-down while open.
@@ -220,7 +230,7 @@ export class Breaker {
 
   /** Stops reporting connection events and probing (the client may be the caller's). */
   close(): void {
-    this.#client.off('ready', this.#onReport);
+    this.#client.off('ready', this.#onReady);
     this.#client.off('close', this.#onReport);
     clearInterval(this.#timer);
   }

@@ -184,6 +184,23 @@ describe('circuit breaker in front of Valkey', () => {
     expect(t.b.degraded).toBe(false);
   });
 
+  it('a reconnect lets the next command probe at once, unless the server refused', async () => {
+    const t = breaker();
+    const onReady = t.client.on.mock.calls.find((c) => c[0] === 'ready')?.[1] as () => void;
+    await t.open();
+    expect(await t.attempt()).toBe('skipped');
+    onReady();
+    expect(await t.attempt()).toBe('ran');
+    expect(t.b.degraded).toBe(false);
+
+    const r = breaker();
+    const onReadyR = r.client.on.mock.calls.find((c) => c[0] === 'ready')?.[1] as () => void;
+    await r.fail(reply(OOM));
+    onReadyR();
+    expect(await r.attempt()).toBe('skipped');
+    expect(r.b.degraded).toBe(true);
+  });
+
   it('logs each transition once: one warning when it opens, one line when it closes', async () => {
     const t = breaker();
     await t.open();
