@@ -44,8 +44,13 @@ const loaderOf = (name: string) => async (id: string) => {
   return (rows as unknown[])[0];
 };
 
-function follow(store: Store, table: string, name: string, stream: string): ChangeFollower {
-  const follower = followMysql(
+async function follow(
+  store: Store,
+  table: string,
+  name: string,
+  stream: string,
+): Promise<ChangeFollower> {
+  const follower = await followMysql(
     table,
     { url: db.url, idColumn: 'id' },
     { stream, tables: [{ table: name, idColumn: 'id' }], leaseMs: 600 },
@@ -73,7 +78,7 @@ describe("invalidation from MariaDB's binlog", () => {
     const a = await openStore({
       [table]: { load: loaderOf(name), ttlMs: 600_000, negativeTtlMs: 600_000 },
     });
-    const fa = follow(a, table, name, `s_${name}`);
+    const fa = await follow(a, table, name, `s_${name}`);
     await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
     for (const id of ['1', '2', '4']) await a.table(table).get(id);
     await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 1`);
@@ -95,13 +100,17 @@ describe("invalidation from MariaDB's binlog", () => {
     const stream = `s_${name}`;
     const raw = scopedValkey();
     const a = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
-    const first = follow(a, table, name, stream);
+    const first = await follow(a, table, name, stream);
+    // The binlog's end when it started, saved before its first run.
+    const pinned = await raw.get(`ecc:changes:{${stream}}:binlog`);
+    expect(pinned).toMatch(/^binlog\.\d+:\d+$/);
     await vi.waitFor(() => expect(first.reading).toBe(true), { timeout: 10_000 });
     await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 3`);
     // Saved once the invalidation is applied; then the read below caches version 2 in L1.
     const saved = await vi.waitFor(async () => {
       const text = await raw.get(`ecc:changes:{${stream}}:binlog`);
       expect(text).toMatch(/^binlog\.\d+:\d+$/);
+      expect(text).not.toBe(pinned);
       return text;
     });
     expect(await versionOf(a, table, '3')).toBe(2);
@@ -113,13 +122,29 @@ describe("invalidation from MariaDB's binlog", () => {
       layer: cached.layer,
       version: cached.found && (cached.value as { version: number }).version,
     }).toEqual({ layer: 'l1', version: 2 });
-    const second = follow(a, table, name, stream);
+    const second = await follow(a, table, name, stream);
     await vi.waitFor(async () => expect(await versionOf(a, table, '3')).toBe(3), {
       timeout: 10_000,
       interval: 20,
     });
     expect(second.reading).toBe(true);
     expect(await raw.get(`ecc:changes:{${stream}}:binlog`)).not.toBe(saved);
+  }, 30_000);
+
+  it('reads from where the binlog was when it started: a commit made before its first run is not skipped', async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('my-pin');
+    const a = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
+    expect(await versionOf(a, table, '1')).toBe(1);
+    const fa = await follow(a, table, name, `p_${name}`);
+    // Committed before the follower's first run (an instance takes a free lease at its second look).
+    expect(fa.reading).toBe(false);
+    await admin.query(`UPDATE ${name} SET version = 2 WHERE id = 1`);
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
+    await vi.waitFor(async () => expect(await versionOf(a, table, '1')).toBe(2), {
+      timeout: 10_000,
+      interval: 20,
+    });
   }, 30_000);
 
   it('is configured on a mysql source with follow, and the service invalidates from it', async () => {
@@ -166,7 +191,7 @@ describe('TRUNCATE of a watched table (a statement in the binlog)', () => {
     const a = await openStore({
       [table]: { load: loaderOf(name), ttlMs: 600_000, negativeTtlMs: 600_000 },
     });
-    const fa = follow(a, table, name, `t_${name}`);
+    const fa = await follow(a, table, name, `t_${name}`);
     await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 10_000 });
     for (const id of ['1', '2', '3']) expect(await versionOf(a, table, id)).toBe(1);
     await admin.query(`TRUNCATE TABLE ${name}`);

@@ -6,7 +6,7 @@ import type { Table } from '../store/table.js';
 import { ChangeFollower, type ChangeTarget } from './follower.js';
 import { StreamLease } from './lease.js';
 import type { ChangeMetrics } from './metrics.js';
-import { mysqlStream } from './mysql-stream.js';
+import { mysqlStream, pinStart } from './mysql-stream.js';
 import { StreamPosition, streamKeys } from './position.js';
 import { postgresStream, type WatchedTable } from './postgres-stream.js';
 
@@ -133,25 +133,34 @@ export const defaultServerId = (name: string) =>
 /**
  * Starts following a `mysql` table's binlog: every instance competes for the
  * stream's lease, the holder reads the binlog from the position saved in
- * Valkey and applies its changes to `target`.
+ * Valkey and applies its changes to `target`. On a stream's first start the
+ * binlog's current end is saved first ({@link pinStart}); when that fails
+ * (the database or Valkey does not answer) it is logged, and the first run
+ * starts from the binlog's end as it is then. Never rejects.
  */
-export function followMysql(
+export async function followMysql(
   table: string,
   source: { url: string; idColumn: string },
   follow: MysqlFollowConfig,
   target: ChangeTarget,
   deps: FollowDeps,
-): ChangeFollower {
+): Promise<ChangeFollower> {
   const name = follow.stream ?? defaultSlot(table, deps.namespace);
-  const stream = mysqlStream({
+  const options = {
     url: follow.url ?? source.url,
     name,
     tables: follow.tables ?? [{ table, idColumn: source.idColumn }],
     serverId: follow.serverId ?? defaultServerId(name),
     valkey: deps.valkey,
     resumeKey: streamKeys(name, deps.namespace).binlog,
-  });
-  return followerOf(name, stream, follow.leaseMs, target, deps);
+  };
+  await pinStart(options).catch((err: unknown) =>
+    deps.log.warn(
+      { err, stream: name },
+      "could not save the binlog's start position: the first run starts from the binlog's end then",
+    ),
+  );
+  return followerOf(name, mysqlStream(options), follow.leaseMs, target, deps);
 }
 
 /** The follower of stream `name`: its lease and saved position in Valkey, under the fleet lease. */

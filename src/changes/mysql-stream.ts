@@ -1,7 +1,8 @@
 /**
  * MySQL's and MariaDB's change stream: the row binlog (through
  * @vlasky/zongji), read from the position saved in Valkey after the last
- * applied transaction (from the binlog's end on the very first run). Each
+ * applied transaction (on a stream's very first start, from the binlog's end
+ * as it was when the service started: {@link pinStart}). Each
  * transaction's ids go to the sink at its commit (the `Xid` event), a
  * `TRUNCATE` of a watched table (a statement: the row binlog has no row
  * event for it) at its `Query` event, and the end position is saved only
@@ -9,6 +10,7 @@
  */
 import ZongJi, { type AnyBinlogEvent } from '@vlasky/zongji';
 import type { Cluster, Redis } from 'ioredis';
+import mysql from 'mysql2/promise';
 import { BadRequestError } from '../errors.js';
 import type { WatchedTable } from './postgres-stream.js';
 import type { ChangeBatch, ChangeStream, StreamSink } from './stream.js';
@@ -88,6 +90,34 @@ export function mysqlStream(options: MysqlStreamOptions): ChangeStream {
     run: (sink, signal) => run(options, watched, resumeKey, sink, signal),
     async close() {},
   };
+}
+
+/**
+ * Saves the binlog's current end as the stream's resume position, unless one is saved already
+ * (`SET NX`). Called at start-up, before the service is ready: the first run reads from there,
+ * so a commit made once the service answers is read whenever the first run starts (without it,
+ * that run would start from the binlog's end as it is then, past such a commit).
+ *
+ * @throws (rejects) when the database or Valkey does not answer, or the binlog is off (the
+ *   caller logs it; the first run then starts from the binlog's end, as before).
+ */
+export async function pinStart(
+  o: Pick<MysqlStreamOptions, 'url' | 'valkey' | 'resumeKey'>,
+): Promise<void> {
+  if ((await o.valkey.exists(o.resumeKey)) === 1) return;
+  const conn = await mysql.createConnection({ uri: o.url, connectTimeout: 2_000 });
+  try {
+    // MySQL 8.4 names it SHOW BINARY LOG STATUS; MariaDB and older MySQL, SHOW MASTER STATUS.
+    const status = await conn
+      .query('SHOW MASTER STATUS')
+      .catch(() => conn.query('SHOW BINARY LOG STATUS'));
+    const row = (status[0] as Array<{ File?: string; Position?: number | string }>)[0];
+    if (row?.File === undefined || row.Position === undefined)
+      throw new Error('the binary log is off (SHOW MASTER STATUS answered no row)');
+    await o.valkey.set(o.resumeKey, `${row.File}:${row.Position}`, 'NX');
+  } finally {
+    await conn.end().catch(() => {});
+  }
 }
 
 type Rows = { rows: Array<Record<string, unknown>> };

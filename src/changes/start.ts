@@ -85,9 +85,10 @@ export async function startFollowers(
         parse: parseLsn,
       });
     }
-    // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off).
+    // MySQL/MariaDB: no start-up check (a run reports a bad URL or a binlog that is off); the
+    // first start saves the binlog's end as the stream's position.
     for (const { name, source, follow } of binlogs) {
-      const follower = followMysql(
+      const follower = await followMysql(
         name,
         { url: source.url, idColumn: source.idColumn ?? DEFAULT_ID_COLUMN },
         follow,
