@@ -6,6 +6,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { connect } from 'node:net';
 import type autocannon from 'autocannon';
 import Fastify from 'fastify';
 import { pino } from 'pino';
@@ -55,11 +56,23 @@ async function loadFrom(url: string, duration: number): Promise<autocannon.Resul
   return JSON.parse(await runNode(argv)) as autocannon.Result;
 }
 
+/** The bytes of one response of `url` on the wire, head and body (a raw HTTP/1.1 GET). */
+async function responseBytes(url: string): Promise<number> {
+  const { hostname, port, pathname } = new URL(url);
+  const socket = connect(Number(port), hostname);
+  socket.write(`GET ${pathname} HTTP/1.1\r\nhost: ${hostname}\r\nconnection: close\r\n\r\n`);
+  let bytes = 0;
+  for await (const chunk of socket) bytes += (chunk as Buffer).length;
+  return bytes;
+}
+
 /** What the HTTP comparison measured (`--json`): medians and each round's req/s ratio. */
 export interface HttpFigures {
   ratio: number;
   ratios: number[];
   cpuRatio: number;
+  /** echostore ÷ a bare route that sends the hit's headers as fixed strings. */
+  ratioSameHeaders: number;
   bareRps: number;
   cacheRps: number;
   errors: number;
@@ -77,13 +90,25 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
   bare.get('/v1/tables/:table/items/:id', (_req, reply) => {
     reply.type('application/json; charset=utf-8').send(body);
   });
-  const [cacheUrl, bareUrl] = (await Promise.all(
-    [app, bare].map(
+  // The same route sending the hit's own headers as fixed strings: what those bytes cost a bare
+  // route, to tell the hit path's own cost from its headers' (RFC 9211 Cache-Status, Age, …).
+  const hitHeaders: Record<string, string> = {};
+  const alike = Fastify({ logger: false });
+  alike.get('/v1/tables/:table/items/:id', (_req, reply) => {
+    reply.headers(hitHeaders).type('application/json; charset=utf-8').send(body);
+  });
+  const [cacheUrl, bareUrl, alikeUrl] = (await Promise.all(
+    [app, bare, alike].map(
       async (a) => `${await a.listen({ host: '127.0.0.1', port: 0 })}/v1/tables/${table}/items/42`,
     ),
-  )) as [string, string];
-  if ((await (await fetch(cacheUrl)).text()) !== body)
-    throw new Error('the cached body differs from the bare body');
+  )) as [string, string, string];
+  const first = await fetch(cacheUrl);
+  if ((await first.text()) !== body) throw new Error('the cached body differs from the bare body');
+  for (const name of ['cache-status', 'cache-control', 'age', 'etag'])
+    hitHeaders[name] = first.headers.get(name) ?? '';
+  const [hitBytes, bareBytes, alikeBytes] = await Promise.all(
+    [cacheUrl, bareUrl, alikeUrl].map(responseBytes),
+  );
   // Besides req/s (which the load generator on the same cores also decides), the servers' own
   // CPU time per request: this process runs nothing else meanwhile.
   const run = async (url: string, duration: number) => {
@@ -95,19 +120,22 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
   };
   await run(cacheUrl, 1);
   await run(bareUrl, 1);
-  // Rounds of bare then cache, so drift on the machine hits both; the median round's figures.
-  const [bares, caches] = (await alternating(
+  await run(alikeUrl, 1);
+  // Rounds of bare, cache, alike, so drift on the machine hits all three; the median round's figures.
+  type Run = Awaited<ReturnType<typeof run>>;
+  const [bares, caches, alikes] = (await alternating(
     HTTP_ROUNDS,
-    [() => run(bareUrl, seconds), () => run(cacheUrl, seconds)],
+    [() => run(bareUrl, seconds), () => run(cacheUrl, seconds), () => run(alikeUrl, seconds)],
     false,
-  )) as [Array<Awaited<ReturnType<typeof run>>>, Array<Awaited<ReturnType<typeof run>>>];
+  )) as [Run[], Run[], Run[]];
   const rps = bares.map((b, i) => (caches[i]?.rps as number) / b.rps);
   const cpu = bares.map((b, i) => b.cpuUs / (caches[i]?.cpuUs as number));
-  const mid = (xs: typeof bares) =>
-    [...xs].sort((x, y) => x.rps - y.rps)[xs.length >> 1] as (typeof xs)[number];
-  const [b, c] = [mid(bares), mid(caches)];
+  const rpsAlike = alikes.map((a, i) => (caches[i]?.rps as number) / a.rps);
+  const mid = (xs: Run[]) => [...xs].sort((x, y) => x.rps - y.rps)[xs.length >> 1] as Run;
+  const [b, c, a] = [mid(bares), mid(caches), mid(alikes)];
   await app.close();
   await bare.close();
+  await alike.close();
   await store.table(table).invalidate('42');
   await store.close();
   const errors = [...bares, ...caches].reduce((n, r) => n + r.errors, 0);
@@ -115,15 +143,18 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
     `${fmt(x.rps)} req/s, p99 ${x.p99} ms, errors ${x.errors}, ${x.cpuUs.toFixed(1)} µs CPU/req`;
   return {
     rows: [
-      ['bare fastify route, same body', line(b)],
-      ['echostore GET (L1 hit)', line(c)],
+      [`bare fastify route, same body (${bareBytes} bytes a response)`, line(b)],
+      [`echostore GET (L1 hit, ${hitBytes} bytes)`, line(c)],
+      [`bare fastify route sending the hit's headers (${alikeBytes} bytes)`, line(a)],
       [`ratio echostore / bare, median of ${HTTP_ROUNDS} rounds (each round)`, ratios(rps)],
       ['ratio of server CPU per request, bare / echostore, median (each round)', ratios(cpu)],
+      ["ratio echostore / bare sending the hit's headers, median (each round)", ratios(rpsAlike)],
       ['target: req/s ratio ≥ 0.95', met(median(rps) >= 0.95)],
     ],
     figures: {
       ratio: median(rps),
       ratios: rps,
+      ratioSameHeaders: median(rpsAlike),
       cpuRatio: median(cpu),
       bareRps: b.rps,
       cacheRps: c.rps,
