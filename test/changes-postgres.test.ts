@@ -426,26 +426,33 @@ describe('one reader per slot per fleet', () => {
   }, 60_000);
 });
 
+/** Starts following Postgres at `url` for `store`'s `table` with a target that does nothing: to see it refused. */
+const startFollowing = (
+  store: Store,
+  url: string,
+  table: string,
+  follow: Parameters<typeof followPostgres>[2],
+) =>
+  followPostgres(
+    table,
+    { url, idColumn: 'id' },
+    follow,
+    { invalidate: async () => {}, truncate: async () => {} },
+    {
+      valkey: store.valkey,
+      metrics: changeMetrics(new Registry()),
+      log: pino({ level: 'silent' }),
+      namespace: '',
+    },
+    'source.follow',
+  );
+
 describe('configuration', () => {
   it('refuses a database without wal_level=logical with ECC_BAD_CONFIG', async () => {
     const plain = await startPostgres({ settings: { wal_level: 'replica' } });
     onTestFinished(() => plain.stop());
     const a = await openStore({ [uniqueTable('pg-cfg')]: { load: () => undefined } });
-    const err = await errorOf(
-      followPostgres(
-        't',
-        { url: plain.url, idColumn: 'id' },
-        {},
-        { invalidate: async () => {}, truncate: async () => {} },
-        {
-          valkey: a.valkey,
-          metrics: changeMetrics(new Registry()),
-          log: pino({ level: 'silent' }),
-          namespace: '',
-        },
-        'source.follow',
-      ),
-    );
+    const err = await errorOf(startFollowing(a, plain.url, 't', {}));
     expect(err.code).toBe('ECC_BAD_CONFIG');
   }, 30_000);
 
@@ -472,19 +479,10 @@ describe('configuration', () => {
     const url = new URL(db.url);
     url.username = role;
     const err = await errorOf(
-      followPostgres(
-        table,
-        { url: url.toString(), idColumn: 'id' },
-        { slot: `${name}_norepl`, tables: [{ table: name, idColumn: 'id' }] },
-        { invalidate: async () => {}, truncate: async () => {} },
-        {
-          valkey: a.valkey,
-          metrics: changeMetrics(new Registry()),
-          log: pino({ level: 'silent' }),
-          namespace: '',
-        },
-        'source.follow',
-      ),
+      startFollowing(a, url.toString(), table, {
+        slot: `${name}_norepl`,
+        tables: [{ table: name, idColumn: 'id' }],
+      }),
     );
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toMatch(/cannot create the publication or the replication slot/);
