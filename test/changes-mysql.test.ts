@@ -5,6 +5,7 @@
  * reader resumes from it without losing what was committed meanwhile.
  */
 import { randomBytes } from 'node:crypto';
+import { type AddressInfo, createServer } from 'node:net';
 import mysql from 'mysql2/promise';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
@@ -145,6 +146,32 @@ describe("invalidation from MariaDB's binlog", () => {
       timeout: 10_000,
       interval: 20,
     });
+  }, 30_000);
+
+  it('a database that accepts and never answers does not hold the start: the follower starts within seconds', async () => {
+    const silent = createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    onTestFinished(() => {
+      silent.close();
+    });
+    const { port } = silent.address() as AddressInfo;
+    const table = uniqueTable('my-silent');
+    const a = await openStore({ [table]: { load: () => undefined } });
+    const started = performance.now();
+    const follower = await followMysql(
+      table,
+      { url: `mysql://root@127.0.0.1:${port}/test`, idColumn: 'id' },
+      { stream: `silent_${randomBytes(4).toString('hex')}`, leaseMs: 600 },
+      { invalidate: async () => {}, truncate: async () => {} },
+      {
+        valkey: a.valkey,
+        metrics: changeMetrics(new Registry()),
+        log: pino({ level: 'silent' }),
+        namespace: a.namespace,
+      },
+    );
+    await follower.close();
+    expect(performance.now() - started).toBeLessThan(8_000);
   }, 30_000);
 
   it('is configured on a mysql source with follow, and the service invalidates from it', async () => {

@@ -108,15 +108,16 @@ export async function pinStart(
   const conn = await mysql.createConnection({ uri: o.url, connectTimeout: 2_000 });
   try {
     // MySQL 8.4 names it SHOW BINARY LOG STATUS; MariaDB and older MySQL, SHOW MASTER STATUS.
+    // Each bounded (2 s): a database that accepts and never answers must not hold the start-up.
     const status = await conn
-      .query('SHOW MASTER STATUS')
-      .catch(() => conn.query('SHOW BINARY LOG STATUS'));
+      .query({ sql: 'SHOW MASTER STATUS', timeout: 2_000 })
+      .catch(() => conn.query({ sql: 'SHOW BINARY LOG STATUS', timeout: 2_000 }));
     const row = (status[0] as Array<{ File?: string; Position?: number | string }>)[0];
     if (row?.File === undefined || row.Position === undefined)
       throw new Error('the binary log is off (SHOW MASTER STATUS answered no row)');
     await o.valkey.set(o.resumeKey, `${row.File}:${row.Position}`, 'NX');
   } finally {
-    await conn.end().catch(() => {});
+    conn.destroy();
   }
 }
 
