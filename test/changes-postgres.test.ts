@@ -487,6 +487,29 @@ describe('configuration', () => {
     expect(err.code).toBe('ECC_BAD_CONFIG');
     expect(err.message).toMatch(/cannot create the publication or the replication slot/);
   }, 30_000);
+
+  it("starts while a long transaction holds the slot's creation back, and creates it at the first run after", async () => {
+    const name = await itemsTable();
+    const table = uniqueTable('pg-slot-later');
+    const a = await openStore({ [table]: { load: loaderOf(name), ttlMs: 600_000 } });
+    // A slot is created only once every transaction running then has ended.
+    const long = await admin.connect();
+    await long.query('BEGIN');
+    await long.query('SELECT pg_current_xact_id()');
+    let released = false;
+    onTestFinished(async () => {
+      if (!released) await long.query('ROLLBACK');
+      long.release();
+    });
+    const fa = await follow(a, table, name);
+    const slots = () =>
+      admin.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [name]);
+    expect((await slots()).rowCount).toBe(0);
+    await long.query('ROLLBACK');
+    released = true;
+    await vi.waitFor(() => expect(fa.reading).toBe(true), { timeout: 15_000 });
+    expect((await slots()).rowCount).toBe(1);
+  }, 30_000);
 });
 
 describe('a commit is applied once it is visible', () => {

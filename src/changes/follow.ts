@@ -110,6 +110,11 @@ export async function followPostgres(
         { stream: slot, xids },
         'a commit stayed invisible to new snapshots for 5 s: invalidating anyway',
       ),
+    onCreateDeferred: (err) =>
+      deps.log.warn(
+        { err, stream: slot },
+        'could not create the publication or the slot at start-up: the first run tries again (commits made until then are not streamed)',
+      ),
   });
   deps.metrics.lagReaders.set(slot, () => stream.lagBytes());
   return followerOf(slot, stream, follow.leaseMs, target, deps);

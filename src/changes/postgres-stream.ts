@@ -39,6 +39,20 @@ export interface PostgresStreamOptions {
   field: string;
   /** Commits stayed invisible to new snapshots for 5 s and were applied anyway (logged by the caller). */
   onInvisible?: (xids: number[]) => void;
+  /** Creating the publication or the slot at start-up failed for a reason that may pass (logged by the caller); the first run tries again. */
+  onCreateDeferred?: (err: unknown) => void;
+}
+
+/**
+ * Whether Postgres refused to create the publication or the slot for a reason a retry does not
+ * change: SQLSTATE class 42 (no privilege, an unknown table), 55000 (a prerequisite, such as
+ * `wal_level`), 53400 (`max_replication_slots` reached).
+ */
+function refusedForGood(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code;
+  return (
+    typeof code === 'string' && (code.startsWith('42') || code === '55000' || code === '53400')
+  );
 }
 
 const qualified = (t: string) => (t.includes('.') ? t : `public.${t}`);
@@ -67,6 +81,11 @@ export async function postgresStream(
     await check(pool, options);
     if (options.create) {
       await createMissing(pool, options).catch((err: unknown) => {
+        if (!refusedForGood(err)) {
+          // A timeout (the slot waits for running transactions), a lost connection: the run tries again.
+          options.onCreateDeferred?.(err);
+          return;
+        }
         const why = err instanceof Error ? err.message : String(err);
         throw new ConfigError(
           `${options.field}: cannot create the publication or the replication slot: ${why}`,
