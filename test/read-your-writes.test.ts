@@ -6,10 +6,16 @@
  * answered (`ryw=source`). Against a private Postgres and the test Valkey.
  */
 import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type PrivatePostgres, startPostgres } from '../harness/postgres-server.js';
 import { type Service, startService } from '../harness/service.js';
+import { spawnValkey } from '../harness/valkey-server.js';
+import { parseLsn } from '../src/changes/lsn.js';
+import { StreamPosition } from '../src/changes/position.js';
+import { ReadAfter } from '../src/changes/read-your-writes.js';
+import { openStore } from './helpers/probe.js';
 import { readItem } from './helpers/service.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
 
@@ -147,5 +153,63 @@ describe('read-your-writes', () => {
     const unfollowed = await get(plain, 1, '0/0');
     expect(unfollowed.status).toBe(400);
     expect(unfollowed.body.error?.code).toBe('ECC_BAD_REQUEST');
+  });
+
+  it('refuses a position on a batch read with ECC_BAD_REQUEST rather than answer it without waiting', async () => {
+    const lsn = await commit(`UPDATE ${name} SET version = version + 1 WHERE id = 4`);
+    const headers = { 'echostore-min-lsn': lsn, 'content-type': 'application/json' };
+    const answers = [
+      await fetch(`${service.url}/v1/tables/${items}/items?ids=4,5`, { headers }),
+      await fetch(`${service.url}/v1/tables/${items}/items:batchGet`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ ids: ['4', '5'] }),
+      }),
+    ];
+    for (const r of answers) {
+      expect(r.status).toBe(400);
+      const body = (await r.json()) as { error?: { code?: string; message?: string } };
+      expect(body.error?.code).toBe('ECC_BAD_REQUEST');
+      expect(body.error?.message).toMatch(/single-item route/);
+    }
+  });
+});
+
+describe('read-your-writes wait', () => {
+  it('is bounded by readYourWritesWaitMs when Valkey does not answer where the stream is: the source answers', async () => {
+    const server = await spawnValkey();
+    onTestFinished(() => server.stop());
+    // A command timeout far past the wait: only the wait's own bound ends it.
+    const raw = new Redis(server.url, {
+      commandTimeout: 4_000,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+    });
+    onTestFinished(() => raw.disconnect());
+    await new Promise((resolve) => raw.once('ready', resolve));
+    const after = new ReadAfter(new StreamPosition(raw, 'ecc:changes:{ryw-wait}:position'), 100, {
+      header: 'echostore-min-lsn',
+      parse: parseLsn,
+    });
+    const table = uniqueTable('ryw-wait');
+    let loads = 0;
+    const store = await openStore({
+      [table]: {
+        load: (id: string) => {
+          loads++;
+          return { id, version: 7 };
+        },
+      },
+    });
+    // Paused (SIGSTOP); its stop at the end SIGKILLs it.
+    server.pause();
+    const started = performance.now();
+    const { result, via } = await after.read(store.table(table), '1', 5n);
+    const tookMs = performance.now() - started;
+    expect(via).toBe('source');
+    expect(result.found && result.value).toEqual({ id: '1', version: 7 });
+    expect(loads).toBe(1);
+    // Unbounded, it would take the 4 s command timeout.
+    expect(tookMs).toBeLessThan(2_000);
   });
 });

@@ -5,12 +5,26 @@
  * after it, sent as `Echostore-Min-Binlog`) asks for an answer at least that
  * new. The stream's applied position is in Valkey; once it has reached P every
  * invalidation up to P is in Valkey, so a read past L1 (`Table.getFresh`) is
- * new enough. When the stream does not reach P within the bound, the source
- * answers instead (`Table.readSource`).
+ * new enough. When the stream does not reach P within the bound, or Valkey does
+ * not say within it where the stream is, the source answers instead (`Table.readSource`).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Table } from '../store/table.js';
 import type { ReadResult } from '../store/types.js';
 import type { StreamPosition } from './position.js';
+
+/** What `read` resolves with within `ms`; undefined when it rejects or is later (it is left to settle). */
+async function within<T>(read: Promise<T>, ms: number): Promise<T | undefined> {
+  const timer = new AbortController();
+  try {
+    return await Promise.race([
+      read.catch(() => undefined),
+      sleep(Math.max(0, ms), undefined, { signal: timer.signal }).catch(() => undefined),
+    ]);
+  } finally {
+    timer.abort();
+  }
+}
 
 /** How a read-your-writes answer was made: after the stream passed the position, or from the source. */
 export type ReadAfterVia = 'stream' | 'source';
@@ -61,11 +75,11 @@ export class ReadAfter {
   async #reached(at: bigint): Promise<boolean> {
     const deadline = performance.now() + this.#waitMs;
     for (;;) {
-      // Valkey not answering: the position is unknown, so the source answers.
-      const position = await this.#position.read().catch(() => undefined);
+      // Valkey not answering, or not within the wait: the position is unknown, so the source answers.
+      const position = await within(this.#position.read(), deadline - performance.now());
       if (position !== undefined && position >= at) return true;
       if (performance.now() >= deadline) return false;
-      await new Promise((r) => setTimeout(r, POLL_MS));
+      await sleep(POLL_MS);
     }
   }
 }

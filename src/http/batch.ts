@@ -9,6 +9,7 @@
 
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { MIN_BINLOG_HEADER, MIN_LSN_HEADER } from '../changes/read-your-writes.js';
 import { BadIdError, BadRequestError, BatchTooLargeError, type EchoStoreError } from '../errors.js';
 import type { Store } from '../store/store.js';
 import { MAX_BATCH_IDS, type Table } from '../store/table.js';
@@ -105,8 +106,9 @@ interface Asked {
 
 /**
  * The batch routes. 404 `ECC_UNKNOWN_TABLE` before the ids are validated;
- * 400 `ECC_BAD_REQUEST` for no ids, more than {@link MAX_BATCH_IDS}, or a
- * body that breaks its schema; otherwise 200 with a per-id status.
+ * 400 `ECC_BAD_REQUEST` for no ids, more than {@link MAX_BATCH_IDS}, a
+ * body that breaks its schema, or a read-your-writes header (only the
+ * single-item route waits for a commit position); otherwise 200 with a per-id status.
  */
 export function batchRoutes(
   app: FastifyInstance,
@@ -152,6 +154,16 @@ async function answer(
   asked: Asked[],
   maxBytes: number,
 ): Promise<FastifyReply> {
+  // A batch does not wait for a commit position: answering it without would break the header's promise.
+  if (
+    request.headers[MIN_LSN_HEADER] !== undefined ||
+    request.headers[MIN_BINLOG_HEADER] !== undefined
+  ) {
+    throw new BadRequestError(
+      `${MIN_LSN_HEADER} and ${MIN_BINLOG_HEADER} are answered by the single-item route (GET /v1/tables/${table.name}/items/<id>), not by a batch read`,
+      { table: table.name },
+    );
+  }
   if (asked.length > MAX_BATCH_IDS) {
     throw new BadRequestError(`at most ${MAX_BATCH_IDS} ids per request (got ${asked.length})`, {
       table: table.name,
