@@ -1,9 +1,9 @@
 /**
  * The fleet lease of one change stream: a Valkey key holding its holder's
  * random token with an expiry, renewed while the holder lives and marked
- * `released` (compare-token) when it stops, so that another instance takes it at once. Whoever holds it is the one instance that
- * reads the stream; when the holder dies the key expires and another instance
- * takes it.
+ * `released` (compare-token) when it stops, so that another instance takes it
+ * at once. Whoever holds it is the one instance that reads the stream; when
+ * the holder dies the key expires and another instance takes it.
  *
  * A missing key is taken at once only by the instance that held it at its last
  * look: a Valkey restart or failover that loses the key then leaves the lease

@@ -11,20 +11,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Table } from '../store/table.js';
 import type { ReadResult } from '../store/types.js';
+import { within } from '../valkey/probe.js';
 import type { StreamPosition } from './position.js';
-
-/** What `read` resolves with within `ms`; undefined when it rejects or is later (it is left to settle). */
-async function within<T>(read: Promise<T>, ms: number): Promise<T | undefined> {
-  const timer = new AbortController();
-  try {
-    return await Promise.race([
-      read.catch(() => undefined),
-      sleep(Math.max(0, ms), undefined, { signal: timer.signal }).catch(() => undefined),
-    ]);
-  } finally {
-    timer.abort();
-  }
-}
 
 /** How a read-your-writes answer was made: after the stream passed the position, or from the source. */
 export type ReadAfterVia = 'stream' | 'source';
@@ -76,7 +64,8 @@ export class ReadAfter {
     const deadline = performance.now() + this.#waitMs;
     for (;;) {
       // Valkey not answering, or not within the wait: the position is unknown, so the source answers.
-      const position = await within(this.#position.read(), deadline - performance.now());
+      const read = this.#position.read().catch(() => undefined);
+      const position = await within(read, deadline - performance.now());
       if (position !== undefined && position >= at) return true;
       if (performance.now() >= deadline) return false;
       await sleep(POLL_MS);
