@@ -65,19 +65,10 @@ async function responseBytes(url: string): Promise<number> {
   return bytes;
 }
 
-/** What the HTTP comparison measured (`--json`): medians and each round's req/s ratio. */
-export interface HttpFigures {
-  ratio: number;
-  ratios: number[];
-  cpuRatio: number;
-  /** echostore ÷ a bare route that sends the hit's headers as fixed strings. */
-  ratioSameHeaders: number;
-  bareRps: number;
-  cacheRps: number;
-  errors: number;
-}
+/** What the HTTP comparison measured (`--json`, read by `bench:peers`): medians and each round's req/s ratio. */
+export type HttpFigures = Awaited<ReturnType<typeof http>>['figures'];
 
-async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFigures }> {
+async function http() {
   const table = `bench-http-${process.pid}`;
   const store = await createStore({
     valkey,
@@ -144,14 +135,10 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
       ["ratio echostore / bare sending the hit's headers, median (each round)", ratios(rpsAlike)],
       ['target: req/s ratio ≥ 0.95', met(median(rps) >= 0.95)],
     ],
+    // ratioSameHeaders: echostore ÷ the bare route sending the hit's headers as fixed strings.
     figures: {
-      ratio: median(rps),
-      ratios: rps,
-      ratioSameHeaders: median(rpsAlike),
-      cpuRatio: median(cpu),
-      bareRps: b.rps,
-      cacheRps: c.rps,
-      errors,
+      ...{ ratio: median(rps), ratios: rps, ratioSameHeaders: median(rpsAlike) },
+      ...{ cpuRatio: median(cpu), bareRps: b.rps, cacheRps: c.rps, errors },
     },
   };
 }
@@ -163,7 +150,7 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
  * makes a hit look at the epochs at all). A row carries three tags, as a catalogue row might
  * (product, category, brand).
  */
-async function taggedRows(): Promise<Array<[string, string]>> {
+async function taggedRows(): Promise<string[][]> {
   const [plain, tagged] = [`bench-plain-${process.pid}`, `bench-tagged-${process.pid}`];
   const l1 = { ttlMs: 600_000, maxEntries: KEYS * 2 };
   const tags = (i: number) => [`product:${i}`, `category:${i % 50}`, `brand:${i % 7}`];
@@ -214,7 +201,7 @@ async function taggedRows(): Promise<Array<[string, string]>> {
 }
 
 const only = new Set(args.only.split(','));
-const print = (title: string, rows: Array<[string, string]>) =>
+const print = (title: string, rows: string[][]) =>
   process.stdout.write(`${title}\n${columns(rows)}\n\n`);
 if (only.has('tags')) {
   print(

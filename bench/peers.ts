@@ -86,8 +86,7 @@ const judge = (name: string, figure: string, met: boolean) => {
 const fire = (setups: Setup[]) => runWorkers<Result>(WORKER, setups, together(200, 120_000));
 /** A fresh process of `peer` for `shape`. */
 const setupOf = (peer: PeerName, shape: Setup['shape'], tag: string, policy?: Policy): Setup => ({
-  ...{ kind: 'setup', peer, valkey, tag, latencyMs, shape },
-  ...(policy === undefined ? {} : { policy }),
+  ...{ kind: 'setup', peer, valkey, tag, latencyMs, shape, policy },
 });
 /** `readers` cold readers of `id` at once. */
 const herdOf = (id: string, readers = 200) => ({ kind: 'herd' as const, id, readers });
@@ -125,10 +124,8 @@ async function coldRounds(
       worstOverhead: Math.max(...over),
     };
   };
-  return Object.fromEntries([...per].map(([p, rs]) => [p, figures(rs)])) as Record<
-    PeerName,
-    ColdFigures
-  >;
+  const all = Object.fromEntries([...per].map(([p, rs]) => [p, figures(rs)]));
+  return all as Record<PeerName, ColdFigures>;
 }
 
 async function warm(): Promise<void> {
