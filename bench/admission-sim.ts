@@ -5,7 +5,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { drillArgs, int } from '../drills/lib/cli.js';
-import { columns } from '../drills/lib/report.js';
+import { columns, round } from '../drills/lib/report.js';
 import { ShedError } from '../src/errors.js';
 import { Admission } from '../src/protection/admission.js';
 import { mulberry32 } from '../src/random.js';
@@ -26,25 +26,22 @@ interface Scenario {
 
 const exponential = (_: number, u: number) => -100 * Math.log(1 - u);
 const slowsDown = (now: number, _: number, runMs: number) => (now < runMs / 2 ? 20 : 500);
+/** A scenario named by its load durations (`what`) and its figures. */
 const scenario = (
-  name: string,
+  what: string,
   durationMs: Scenario['durationMs'],
   [limit, boundMs, burst, everyMs, initial]: [number, number, number, number, number?],
-): Scenario => ({ name, durationMs, limit, boundMs, burst, everyMs, initial });
+): Scenario => {
+  const slots = initial === undefined ? limit : `${initial} growing to ${limit}`;
+  const name = `${what}, ${slots} slots, ${burst} every ${everyMs} ms`;
+  return { name, durationMs, limit, boundMs, burst, everyMs, initial };
+};
 const SCENARIOS: Scenario[] = [
-  scenario('steady 100 ms, 8 slots, 30 every 600 ms', () => 100, [8, 1_000, 30, 600]),
-  scenario('exponential mean 100 ms, 8 slots, 30 every 600 ms', exponential, [8, 1_000, 30, 600]),
-  scenario('exponential mean 100 ms, 16 slots, 50 every 600 ms', exponential, [16, 2_000, 50, 600]),
-  scenario(
-    '20 ms, then 500 ms half-way, 16 slots, 100 every 500 ms',
-    slowsDown,
-    [16, 2_000, 100, 500],
-  ),
-  scenario(
-    '20 ms, then 500 ms half-way, 16 growing to 256 slots, 100 every 500 ms',
-    slowsDown,
-    [256, 2_000, 100, 500, 16],
-  ),
+  scenario('steady 100 ms', () => 100, [8, 1_000, 30, 600]),
+  scenario('exponential mean 100 ms', exponential, [8, 1_000, 30, 600]),
+  scenario('exponential mean 100 ms', exponential, [16, 2_000, 50, 600]),
+  scenario('20 ms, then 500 ms half-way', slowsDown, [16, 2_000, 100, 500]),
+  scenario('20 ms, then 500 ms half-way', slowsDown, [256, 2_000, 100, 500, 16]),
 ];
 
 /** Runs one scenario on a virtual clock, one event at a time (promises settle between events). */
@@ -91,15 +88,10 @@ async function simulate(s: Scenario, runMs: number, seed: number) {
     e.run();
     await new Promise((r) => setImmediate(r));
   }
-  const shedPct = Number(((100 * shed) / asked).toFixed(1));
+  const shedPct = round((100 * shed) / asked, 1);
   return {
-    scenario: s.name,
-    asked,
-    shedPct,
-    late,
-    longestWaitMs: Math.round(longestWaitMs),
-    highestLimit,
-    secondHalfPeak: slowPeak,
+    ...{ scenario: s.name, asked, shedPct, late, longestWaitMs: Math.round(longestWaitMs) },
+    ...{ highestLimit, secondHalfPeak: slowPeak },
   };
 }
 

@@ -1,8 +1,7 @@
 /**
- * Benchmark: HTTP L1 hits against a bare fastify route, and tagged rows against untagged ones
- * (warm `Table.get` and the HTTP L1 hit); ratios measured side by side in one run. (The warm
- * `Table.get` against lru-cache and the fleet herd are `bench:peers`' `warm` and `fleet`.)
- * Prints figures, asserts nothing. Usage: drills/README.md#bench.
+ * Benchmark: the HTTP L1 hit against a bare fastify route, and tagged rows against untagged ones;
+ * ratios measured side by side in one run. Prints figures, asserts nothing. Usage:
+ * drills/README.md#bench.
  */
 import { writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -66,19 +65,10 @@ async function responseBytes(url: string): Promise<number> {
   return bytes;
 }
 
-/** What the HTTP comparison measured (`--json`): medians and each round's req/s ratio. */
-export interface HttpFigures {
-  ratio: number;
-  ratios: number[];
-  cpuRatio: number;
-  /** echostore ÷ a bare route that sends the hit's headers as fixed strings. */
-  ratioSameHeaders: number;
-  bareRps: number;
-  cacheRps: number;
-  errors: number;
-}
+/** What the HTTP comparison measured (`--json`, read by `bench:peers`): medians and each round's req/s ratio. */
+export type HttpFigures = Awaited<ReturnType<typeof http>>['figures'];
 
-async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFigures }> {
+async function http() {
   const table = `bench-http-${process.pid}`;
   const store = await createStore({
     valkey,
@@ -86,17 +76,15 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
   });
   const app = buildServer({ store, logger: pino({ level: 'silent' }) });
   const body = JSON.stringify(value(42));
-  const bare = Fastify({ logger: false });
-  bare.get('/v1/tables/:table/items/:id', (_req, reply) => {
-    reply.type('application/json; charset=utf-8').send(body);
-  });
+  /** A bare fastify route sending the same body with `headers`. */
+  const route = (headers: Record<string, string>) =>
+    Fastify({ logger: false }).get('/v1/tables/:table/items/:id', (_req, reply) => {
+      reply.headers(headers).type('application/json; charset=utf-8').send(body);
+    });
   // The same route sending the hit's own headers as fixed strings: what those bytes cost a bare
   // route, to tell the hit path's own cost from its headers' (RFC 9211 Cache-Status, Age, …).
   const hitHeaders: Record<string, string> = {};
-  const alike = Fastify({ logger: false });
-  alike.get('/v1/tables/:table/items/:id', (_req, reply) => {
-    reply.headers(hitHeaders).type('application/json; charset=utf-8').send(body);
-  });
+  const [bare, alike] = [route({}), route(hitHeaders)];
   const [cacheUrl, bareUrl, alikeUrl] = (await Promise.all(
     [app, bare, alike].map(
       async (a) => `${await a.listen({ host: '127.0.0.1', port: 0 })}/v1/tables/${table}/items/42`,
@@ -118,9 +106,7 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
     const cpuUs = (used.user + used.system) / Math.max(1, r.requests.total);
     return { rps: r.requests.average, p99: r.latency.p99, errors: r.errors + r.non2xx, cpuUs };
   };
-  await run(cacheUrl, 1);
-  await run(bareUrl, 1);
-  await run(alikeUrl, 1);
+  for (const url of [cacheUrl, bareUrl, alikeUrl]) await run(url, 1);
   // Rounds of bare, cache, alike, so drift on the machine hits all three; the median round's figures.
   type Run = Awaited<ReturnType<typeof run>>;
   const [bares, caches, alikes] = (await alternating(
@@ -133,9 +119,7 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
   const rpsAlike = alikes.map((a, i) => (caches[i]?.rps as number) / a.rps);
   const mid = (xs: Run[]) => [...xs].sort((x, y) => x.rps - y.rps)[xs.length >> 1] as Run;
   const [b, c, a] = [mid(bares), mid(caches), mid(alikes)];
-  await app.close();
-  await bare.close();
-  await alike.close();
+  for (const server of [app, bare, alike]) await server.close();
   await store.table(table).invalidate('42');
   await store.close();
   const errors = [...bares, ...caches].reduce((n, r) => n + r.errors, 0);
@@ -151,14 +135,10 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
       ["ratio echostore / bare sending the hit's headers, median (each round)", ratios(rpsAlike)],
       ['target: req/s ratio ≥ 0.95', met(median(rps) >= 0.95)],
     ],
+    // ratioSameHeaders: echostore ÷ the bare route sending the hit's headers as fixed strings.
     figures: {
-      ratio: median(rps),
-      ratios: rps,
-      ratioSameHeaders: median(rpsAlike),
-      cpuRatio: median(cpu),
-      bareRps: b.rps,
-      cacheRps: c.rps,
-      errors,
+      ...{ ratio: median(rps), ratios: rps, ratioSameHeaders: median(rpsAlike) },
+      ...{ cpuRatio: median(cpu), bareRps: b.rps, cacheRps: c.rps, errors },
     },
   };
 }
@@ -170,7 +150,7 @@ async function http(): Promise<{ rows: Array<[string, string]>; figures: HttpFig
  * makes a hit look at the epochs at all). A row carries three tags, as a catalogue row might
  * (product, category, brand).
  */
-async function taggedRows(): Promise<Array<[string, string]>> {
+async function taggedRows(): Promise<string[][]> {
   const [plain, tagged] = [`bench-plain-${process.pid}`, `bench-tagged-${process.pid}`];
   const l1 = { ttlMs: 600_000, maxEntries: KEYS * 2 };
   const tags = (i: number) => [`product:${i}`, `category:${i % 50}`, `brand:${i % 7}`];
@@ -221,7 +201,7 @@ async function taggedRows(): Promise<Array<[string, string]>> {
 }
 
 const only = new Set(args.only.split(','));
-const print = (title: string, rows: Array<[string, string]>) =>
+const print = (title: string, rows: string[][]) =>
   process.stdout.write(`${title}\n${columns(rows)}\n\n`);
 if (only.has('tags')) {
   print(

@@ -1,19 +1,17 @@
 /**
  * Does `l1.maxBytes` bound real memory? Streams `--ids` distinct ids through a store, each stream
- * in a fresh child process, at 64 and 256 readers at a time, under V8's defaults, under the
- * service's V8 flags (read from `npm start`, {@link serviceV8Flags}) and under each `--try`
- * setting, and prints heap after GC, RSS after GC and RSS at its peak side by side (medians of
- * `--rounds`) with what the flags cost (CPU and GC time per id); then calibrates what a row
- * takes against what L1 counts. With `--check`, exits 1 when the heap bound or its flatness is
- * missed. Usage: drills/README.md#benchmemory.
+ * in a fresh process, per readers and V8 setting: heap and RSS growth ÷ maxBytes and what the
+ * flags cost; then what a row takes against what L1 counts. `--check` exits 1 when the heap bound
+ * or its flatness is missed. Usage: drills/README.md#benchmemory.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
+import { setImmediate, setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { getHeapSpaceStatistics } from 'node:v8';
 import { drillArgs, flag, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { bump, columns, machineLine, median, met, round } from '../drills/lib/report.js';
+import { bump, columns, machineLine, median, met, round, sum } from '../drills/lib/report.js';
 import { connectAdmin, dropTable } from '../drills/lib/store.js';
 import { runNode } from '../drills/lib/workers.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../src/l2/format.js';
@@ -21,11 +19,7 @@ import { L1 } from '../src/store/l1.js';
 import { DEFAULT_POLICY } from '../src/store/policy.js';
 import { createStore } from '../src/store/store.js';
 
-/**
- * The V8 flags of `npm start`: the words between `node` and the script in package.json's `start`
- * script (the Dockerfile's command repeats them, test/package.test.ts), with
- * `ECHOSTORE_HEAP_MIB` at its default.
- */
+/** The V8 flags of `npm start`: the words between `node` and the script, `ECHOSTORE_HEAP_MIB` at its default. */
 function serviceV8Flags(startScript: string): string[] {
   const words = startScript.replace(/\$\{ECHOSTORE_HEAP_MIB:-(\d+)\}/g, '$1').split(/\s+/);
   const after = words.slice(words.indexOf('node') + 1);
@@ -41,9 +35,7 @@ const args = drillArgs({
   ids: int(400_000, 1),
   'max-mib': int(64, 1),
   lanes: int(0, 0, 10_000),
-  /** More settings to measure, `;`-separated, each a space-separated list of node flags. */
   try: text(''),
-  /** Leave out the V8 defaults' row. */
   'no-defaults': flag(),
   rounds: int(1, 1, 9),
   child: flag(),
@@ -61,14 +53,14 @@ const mib = (bytes: number) => (bytes / MiB).toFixed(1);
 /** Time spent in the forced GCs of {@link settled}, ms (not the stream's cost). */
 let forcedGcMs = 0;
 
-/** Heap used after a full GC, RSS, what V8 holds for its heap, and ArrayBuffer contents; bytes. */
+/** Heap used after a full GC, RSS and ArrayBuffer contents; bytes. */
 function settled() {
   const t0 = performance.now();
   gc?.();
   gc?.();
   forcedGcMs += performance.now() - t0;
   const m = process.memoryUsage();
-  return { heap: m.heapUsed, rss: m.rss, heapTotal: m.heapTotal, buffers: m.arrayBuffers };
+  return { heap: m.heapUsed, rss: m.rss, buffers: m.arrayBuffers };
 }
 
 /** A value whose JSON text is about `bytes` long, shaped like a catalogue row. */
@@ -95,6 +87,7 @@ function envelopeOf(id: string, bytes: number, fromL2: boolean): Envelope {
 }
 
 function calibrate(): Array<Array<string | number>> {
+  const unbounded = { ...DEFAULT_POLICY.l1, maxEntries: 1e7, maxBytes: 4 * 1024 * MiB, ttlMs: 1e9 };
   const rows: Array<Array<string | number>> = [];
   for (const [label, bytes, n] of [
     ['small (~100 B JSON)', 100, 100_000],
@@ -102,10 +95,7 @@ function calibrate(): Array<Array<string | number>> {
     ['large (~6 KB)', 6_000, 5_000],
   ] as const) {
     for (const fromL2 of [false, true]) {
-      const l1 = new L1(
-        { ...DEFAULT_POLICY.l1, maxEntries: 10_000_000, maxBytes: 4 * 1024 * MiB, ttlMs: 1e9 },
-        0,
-      );
+      const l1 = new L1(unbounded, 0);
       const before = settled();
       for (let i = 0; i < n; i++) {
         const id = String(1_000_000 + i);
@@ -176,7 +166,7 @@ async function stream(lanes: number) {
   };
   const sampler = (async () => {
     while (next < ids) {
-      await new Promise((r) => setTimeout(r, 20));
+      await sleep(20);
       const rss = process.memoryUsage.rss();
       if (rss > peakRss) {
         peakRss = rss;
@@ -193,7 +183,7 @@ async function stream(lanes: number) {
   const seconds = (performance.now() - started) / 1000;
   const cpu = process.cpuUsage(cpuBefore);
   // Entries reach the observer after the GC: let the last ones land.
-  await new Promise((r) => setImmediate(r));
+  await setImmediate();
   gcs.disconnect();
   gcMs -= forcedGcMs - forcedBefore;
   const end = settled();
@@ -205,7 +195,7 @@ async function stream(lanes: number) {
   const [heapGrowth, rssGrowth] = [end.heap - start.heap, end.rss - start.rss];
   const cpuMs = (cpu.user + cpu.system) / 1000;
   return {
-    ...{ lanes, seconds, failed, heapGrowth, rssGrowth, peakRssGrowth: peakRss - start.rss },
+    ...{ seconds, failed, heapGrowth, rssGrowth, peakRssGrowth: peakRss - start.rss },
     ...{ peakRss, full, cpuMs, gcMs, scavenges, markCompacts, startHeld, peakHeld },
     ...{ rows: stats.l1_entries, countedBytes: stats.l1_bytes },
   };
@@ -224,10 +214,11 @@ function held(rss: number): string {
 
 /** Runs one stream in a fresh process with `v8Flags`: the calibration's garbage or another stream's pages would flatter RSS. */
 async function streamIn(lanes: number, v8Flags: string[]): Promise<StreamReport> {
+  const { ids, valkey } = args;
   const argv = ['--expose-gc', ...v8Flags, fileURLToPath(import.meta.url), '--child'];
-  for (const [k, v] of Object.entries({ lanes, ids: args.ids, 'max-mib': args['max-mib'] }))
+  for (const [k, v] of Object.entries({ lanes, ids, 'max-mib': args['max-mib'], valkey }))
     argv.push(`--${k}`, String(v));
-  return JSON.parse(await runNode([...argv, '--valkey', args.valkey])) as StreamReport;
+  return JSON.parse(await runNode(argv)) as StreamReport;
 }
 
 type StreamReport = Awaited<ReturnType<typeof stream>>;
@@ -253,59 +244,52 @@ async function main(): Promise<void> {
       .map((x) => ({ label: x, flags: x.split(/\s+/) })),
   ];
   const laneCounts = args.lanes > 0 ? [args.lanes] : [64, 256];
-  const runs = new Map<string, StreamReport[]>();
+  const cells = laneCounts.flatMap((lanes) =>
+    settings.map((y) => ({ lanes, y, rs: [] as StreamReport[] })),
+  );
   // Rounds outermost, settings alternating within a round: the machine's load drifts alike for all.
-  for (let round = 0; round < args.rounds; round++) {
-    for (const lanes of laneCounts) {
-      for (const y of settings) {
-        const key = `${lanes}\u0000${y.label}`;
-        runs.set(key, [...(runs.get(key) ?? []), await streamIn(lanes, y.flags)]);
-      }
-    }
-  }
+  for (let round = 0; round < args.rounds; round++)
+    for (const c of cells) c.rs.push(await streamIn(c.lanes, c.y.flags));
   let heapHeld = true;
-  const table: Array<Array<string | number>> = [];
   /** `--json`: each setting's growth ÷ maxBytes, as printed (what `bench:peers` reads). */
   const streams: object[] = [];
-  for (const lanes of laneCounts) {
-    for (const y of settings) {
-      const rs = runs.get(`${lanes}\u0000${y.label}`) ?? [];
-      const ratio = (f: (r: StreamReport) => number) => median(rs.map(f)) / maxBytes;
-      const perId = (f: (r: StreamReport) => number) =>
-        Math.round(median(rs.map((r) => (1000 * f(r)) / args.ids)));
-      const failed = rs.reduce((n, r) => n + Object.values(r.failed).reduce((a, b) => a + b, 0), 0);
-      const isFlat = rs.every(
-        (r) => flat(r.full.map((s) => s.heap)) && flat(r.full.map((s) => s.rss)),
-      );
-      heapHeld &&= rs.every(
-        (r) => r.heapGrowth <= 1.25 * maxBytes && flat(r.full.map((s) => s.heap)),
-      );
-      const growth = ['heapGrowth', 'rssGrowth', 'peakRssGrowth'] as const;
-      const [heap, rss, peak] = growth.map((k) => ratio((r) => r[k])) as [number, number, number];
-      const ratios = { heap: round(heap), rss: round(rss), peak: round(peak) };
-      streams.push({ readers: lanes, flags: y.label, ...ratios });
-      const last = rs.at(-1);
-      const idsPerS = Math.round(median(rs.map((r) => args.ids / r.seconds)));
-      table.push([
-        ...[lanes, y.label, idsPerS, perId((r) => r.cpuMs), perId((r) => r.gcMs)],
-        last === undefined ? '' : `${last.scavenges}/${last.markCompacts}`,
-        ...[failed, heap.toFixed(2), rss.toFixed(2)],
-        ...[peak.toFixed(2), met(peak <= 2), mib(median(rs.map((r) => r.peakRss)))],
-        isFlat ? 'flat' : 'NOT FLAT',
-        last === undefined ? '' : `${last.startHeld} → ${last.peakHeld}`,
-      ]);
-    }
-  }
-  const last = runs.values().next().value?.at(-1);
-  process.stdout.write(
-    `stream: ${args.ids.toLocaleString('en-US')} distinct ids through Valkey, each setting in a fresh process; l1.maxBytes ${args['max-mib']} MiB, no row limit; ${last?.rows ?? 0} rows kept, ${mib(last?.countedBytes ?? 0)} MiB counted; growth from the start after warm-up, ÷ maxBytes, median of ${args.rounds} round(s)\n${columns(table, ['readers', 'V8 flags', 'ids/s', 'CPU µs/id', 'GC µs/id', 'scav./MC', 'failed', 'heap (after GC)', 'RSS (after GC)', 'RSS peak', 'peak ≤ 2', 'RSS peak MiB', 'once full', 'MiB held young/old/besides: start → peak'])}\n`,
-  );
-  process.stdout.write(
-    'targets: heap after GC ≤ 1.25 × maxBytes; RSS (after GC and at its peak) ≤ 2 × maxBytes; flat once L1 is full (heap and RSS after GC within ±10 %)\n',
-  );
-  process.stdout.write(
-    `\ncalibration: rows set into a bare L1, what a row takes after GC against what L1 counts\n${columns(calibrate(), ['values', 'rows', 'heap B/row', 'buffers B/row', 'counted B/row', 'taken ÷ counted'])}\n`,
-  );
+  const table = cells.map(({ lanes, y, rs }) => {
+    const ratio = (f: (r: StreamReport) => number) => median(rs.map(f)) / maxBytes;
+    const perId = (f: (r: StreamReport) => number) =>
+      Math.round(median(rs.map((r) => (1000 * f(r)) / args.ids)));
+    const failed = sum(rs, (r) => sum(Object.values(r.failed), (n) => n));
+    const flatOnceFull = (r: StreamReport, k: 'heap' | 'rss') => flat(r.full.map((s) => s[k]));
+    const isFlat = rs.every((r) => flatOnceFull(r, 'heap') && flatOnceFull(r, 'rss'));
+    heapHeld &&= rs.every((r) => r.heapGrowth <= 1.25 * maxBytes && flatOnceFull(r, 'heap'));
+    const growth = ['heapGrowth', 'rssGrowth', 'peakRssGrowth'] as const;
+    const [heap, rss, peak] = growth.map((k) => ratio((r) => r[k])) as [number, number, number];
+    const ratios = { heap: round(heap), rss: round(rss), peak: round(peak) };
+    streams.push({ readers: lanes, flags: y.label, ...ratios });
+    const last = rs.at(-1) as StreamReport;
+    const idsPerS = Math.round(median(rs.map((r) => args.ids / r.seconds)));
+    return [
+      ...[lanes, y.label, idsPerS, perId((r) => r.cpuMs), perId((r) => r.gcMs)],
+      ...[`${last.scavenges}/${last.markCompacts}`, failed, heap.toFixed(2), rss.toFixed(2)],
+      ...[peak.toFixed(2), met(peak <= 2), mib(median(rs.map((r) => r.peakRss)))],
+      ...[isFlat ? 'flat' : 'NOT FLAT', `${last.startHeld} → ${last.peakHeld}`],
+    ];
+  });
+  const last = cells[0]?.rs.at(-1);
+  const text = [
+    `stream: ${args.ids.toLocaleString('en-US')} distinct ids through Valkey, each setting in a fresh process; l1.maxBytes ${args['max-mib']} MiB, no row limit; ${last?.rows ?? 0} rows kept, ${mib(last?.countedBytes ?? 0)} MiB counted; growth from the start after warm-up, ÷ maxBytes, median of ${args.rounds} round(s)`,
+    columns(table, [
+      ...['readers', 'V8 flags', 'ids/s', 'CPU µs/id', 'GC µs/id', 'scav./MC', 'failed'],
+      ...['heap (after GC)', 'RSS (after GC)', 'RSS peak', 'peak ≤ 2', 'RSS peak MiB', 'once full'],
+      'MiB held young/old/besides: start → peak',
+    ]),
+    'targets: heap after GC ≤ 1.25 × maxBytes; RSS (after GC and at its peak) ≤ 2 × maxBytes; flat once L1 is full (heap and RSS after GC within ±10 %)',
+    '',
+    'calibration: rows set into a bare L1, what a row takes after GC against what L1 counts',
+    columns(calibrate(), [
+      ...['values', 'rows', 'heap B/row', 'buffers B/row', 'counted B/row', 'taken ÷ counted'],
+    ]),
+  ];
+  process.stdout.write(`${text.join('\n')}\n`);
   if (args.json !== undefined && args.json !== '-')
     writeFileSync(args.json, `${JSON.stringify({ streams }, null, 2)}\n`);
   process.exit(args.check && !heapHeld ? 1 : 0);

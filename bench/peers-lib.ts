@@ -1,18 +1,10 @@
 /**
- * The caches `bench:peers` compares, behind one shape: `get(id)` reads through
- * the cache with the same loader, `close()` lets go of every connection.
- *
- * Each peer is configured for its best coalescing, on the same Redis:
- * - **echostore**: L1, single-flight per process, the Valkey lease per fleet
- *   (`coalescing: 'fleet'`, the default policy).
- * - **async-cache-dedupe**: its Redis storage, with its in-process dedupe
- *   (no L1: a hit reads Redis). For the warm-get figure alone it runs on its
- *   memory storage, its only in-process mode.
- * - **bentocache**: its L1 (memory) + L2 (Redis) + bus, with its own stampede
- *   protection (a lock per key in each process).
+ * The caches `bench:peers` compares, behind one shape: `get(id)` reads through the cache with the
+ * same loader, `close()` lets go of every connection. Each peer's configuration:
+ * drills/README.md#benchpeers.
  */
-
 import { readFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createCache } from 'async-cache-dedupe';
 import { BentoCache, bentostore } from 'bentocache';
 import { memoryDriver } from 'bentocache/drivers/memory';
@@ -35,7 +27,7 @@ export interface PeerOptions {
   /** Keys of one run live under this tag (a table name for echostore). */
   tag: string;
   load: (id: string) => Promise<unknown> | unknown;
-  /** `memory`: no Redis at all where the peer allows it (the warm-get figure). */
+  /** async-cache-dedupe only: `memory`, its in-process storage (the warm-get figure), no Redis. */
   storage?: 'redis' | 'memory';
   /** echostore only: policy fields for the table. */
   policy?: Record<string, unknown>;
@@ -43,7 +35,11 @@ export interface PeerOptions {
 
 const TTL_S = 300;
 
-/** Builds `name` on `options`; resolves once it can answer. */
+/**
+ * Builds `name` on `options`, each on its best coalescing: echostore's L1, single-flight and
+ * lease; async-cache-dedupe's Redis storage and dedupe; bentocache's L1 + L2 + bus and its lock
+ * per key. Resolves once it can answer.
+ */
 export async function makePeer(name: PeerName, options: PeerOptions): Promise<Peer> {
   const { valkey, tag, load } = options;
   if (name === 'echostore') {
@@ -66,20 +62,15 @@ export async function makePeer(name: PeerName, options: PeerOptions): Promise<Pe
     cache.define(tag, async (id: string) => load(id));
     const get = (cache as unknown as Record<string, (id: string) => Promise<unknown>>)[tag];
     if (get === undefined) throw new Error('async-cache-dedupe did not define the function');
-    if (client !== undefined) await client.ping();
-    return {
-      get: (id) => get(id),
-      close: async () => {
-        client?.disconnect();
-      },
-    };
+    await client?.ping();
+    return { get, close: async () => client?.disconnect() };
   }
   const url = new URL(valkey);
   const connection = { host: url.hostname, port: Number(url.port || 6379) };
-  const store = bentostore().useL1Layer(memoryDriver({ maxItems: 1_000_000 }));
-  if (options.storage !== 'memory') {
-    store.useL2Layer(redisDriver({ connection })).useBus(redisBusDriver({ connection }));
-  }
+  const store = bentostore()
+    .useL1Layer(memoryDriver({ maxItems: 1_000_000 }))
+    .useL2Layer(redisDriver({ connection }))
+    .useBus(redisBusDriver({ connection }));
   const bento = new BentoCache({ default: 'multi', prefix: tag, stores: { multi: store } });
   // The first call opens the connections; a key no run reads.
   await bento.getOrSet({ key: `${tag}-open`, factory: () => 1, ttl: '1m' });
@@ -99,17 +90,14 @@ export function versionOf(name: string): string {
   }
 }
 
-/**
- * The bench's source of truth: a sleep of `latencyMs`, counted, each read's
- * duration kept (the figure subtracted from a herd's p99).
- */
+/** The bench's source of truth: a sleep of `latencyMs`; each read's duration kept, ms. */
 export function sleepLoader(latencyMs: number) {
   const durationsMs: number[] = [];
   return {
     durationsMs,
     load: async (id: string) => {
       const started = performance.now();
-      await new Promise((r) => setTimeout(r, latencyMs));
+      await sleep(latencyMs);
       durationsMs.push(performance.now() - started);
       return { id, name: `product ${id}`, price_cents: 1234, tags: ['a', 'b'] };
     },

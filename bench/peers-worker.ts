@@ -1,12 +1,9 @@
 /**
- * One process of `bench:peers`, forked fresh for each measurement so that a
- * "cold" figure includes what a new process pays (cold JIT, first commands).
- * It builds one peer, answers `ready`, waits for `go` and then either fires a
- * herd (`readers` concurrent reads of one cold id) or a storm (`ids` read
- * `concurrency` at a time), and reports every read's latency, the source
- * reads it made and the loader's own durations; for echostore also when each
- * read was answered (epoch ms), which the fleet bench sets against the fill's event.
+ * One process of `bench:peers`, forked fresh for each measurement so that a cold figure includes
+ * what a new process pays (cold JIT, first commands): builds one peer, then fires its `shape` and
+ * reports every read's latency and the loader's own durations.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { inLanes } from '../drills/lib/load.js';
 import { runWorker } from '../drills/lib/workers.js';
 import { makePeer, type PeerName, sleepLoader } from './peers-lib.js';
@@ -31,7 +28,7 @@ export interface Setup {
 export interface Result {
   latenciesMs: number[];
   failed: number;
-  sourceReads: number;
+  /** The loader's durations, one per source read. */
   loaderMs: number[];
   /** echostore: when each read was answered, epoch ms (`performance.timeOrigin` + now: one host, one clock). */
   answeredAtMs: number[];
@@ -42,63 +39,46 @@ export interface Result {
 }
 
 runWorker<Setup>(async (setup) => {
+  const { peer: name, shape } = setup;
   const loader = sleepLoader(setup.latencyMs);
-  const peer = await makePeer(setup.peer, {
-    valkey: setup.valkey,
-    tag: setup.tag,
-    load: loader.load,
-    policy: setup.policy,
-  });
-  if (setup.settleMs !== undefined) await new Promise((r) => setTimeout(r, setup.settleMs));
-  const run = async (): Promise<Result> => {
-    const latenciesMs: number[] = [];
-    const answeredAtMs: number[] = [];
-    const wokeAtMs: number[] = [];
-    const wokeIds: string[] = [];
-    let failed = 0;
-    const read = async (id: string) => {
-      const started = performance.now();
-      try {
-        const answer = await peer.get(id);
-        const answeredAt = performance.now();
-        latenciesMs.push(answeredAt - started);
-        if (setup.peer === 'echostore') {
-          const { layer, coalesced } = (answer ?? {}) as Record<string, unknown>;
-          const at = performance.timeOrigin + answeredAt;
-          answeredAtMs.push(at);
-          if (layer === 'l2' && coalesced === false) {
-            wokeAtMs.push(at);
-            wokeIds.push(id);
-          }
-        }
-      } catch {
-        failed++;
+  const peer = await makePeer(name, { ...setup, load: loader.load });
+  await sleep(setup.settleMs ?? 0);
+  const result: Result = {
+    ...{ latenciesMs: [], failed: 0, loaderMs: loader.durationsMs },
+    ...{ answeredAtMs: [], wokeAtMs: [], wokeIds: [] },
+  };
+  const read = async (id: string) => {
+    const started = performance.now();
+    try {
+      const answer = (await peer.get(id)) as { layer?: string; coalesced?: boolean } | undefined;
+      const answeredAt = performance.now();
+      result.latenciesMs.push(answeredAt - started);
+      if (name !== 'echostore') return;
+      const at = performance.timeOrigin + answeredAt;
+      result.answeredAtMs.push(at);
+      if (answer?.layer === 'l2' && answer.coalesced === false) {
+        result.wokeAtMs.push(at);
+        result.wokeIds.push(id);
       }
-    };
-    const { shape } = setup;
+    } catch {
+      result.failed++;
+    }
+  };
+  const run = async () => {
     if (shape.kind === 'herd') {
       await Promise.all(Array.from({ length: shape.readers }, () => read(shape.id)));
     } else if (shape.kind === 'storm') {
       await inLanes(shape.concurrency, shape.ids, read);
     } else {
       const start = performance.now();
-      const { ids, everyMs } = shape;
       await Promise.all(
-        ids.map(async (id, i) => {
-          await new Promise((r) => setTimeout(r, start + i * everyMs - performance.now()));
+        shape.ids.map(async (id, i) => {
+          await sleep(start + i * shape.everyMs - performance.now());
           await read(id);
         }),
       );
     }
-    return {
-      latenciesMs,
-      failed,
-      sourceReads: loader.durationsMs.length,
-      loaderMs: loader.durationsMs,
-      answeredAtMs,
-      wokeAtMs,
-      wokeIds,
-    };
+    return result;
   };
   return { run, close: () => peer.close() };
 });

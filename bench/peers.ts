@@ -1,13 +1,11 @@
 /**
- * echostore beside async-cache-dedupe and bentocache, one run, one machine, the same loader
- * and Redis: warm gets, herds, a fleet herd (and echostore's own fleet cold read: round trips
- * and wake-up), a storm and a hot key, each cold figure in fresh processes, peers interleaved
- * round by round; then the HTTP L1 hit (`bench.ts --only http`) and memory (`memory.ts`), each in
- * a child process; then issue 22's table, every row's verdict computed from this run's figures.
- * Prints figures and targets; asserts nothing. Usage: drills/README.md#benchpeers.
+ * echostore beside async-cache-dedupe and bentocache, one run, one machine, the same loader and
+ * Redis, each cold figure in fresh processes, peers interleaved round by round; then `bench --only
+ * http` and `bench:memory` in child processes; then issue 22's table, every verdict computed from
+ * this run's figures. Prints figures and targets; asserts nothing. Usage: drills/README.md#benchpeers.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,18 +26,15 @@ import { runNode, runWorkers, together } from '../drills/lib/workers.js';
 import { zipfSampler } from '../drills/lib/zipf.js';
 import { spawnValkey } from '../harness/valkey-server.js';
 import type { HttpFigures } from './bench.js';
-import { makePeer, PEERS, type PeerName, sleepLoader, versionOf } from './peers-lib.js';
+import { makePeer, PEERS, type Peer, type PeerName, sleepLoader, versionOf } from './peers-lib.js';
 import type { Result, Setup } from './peers-worker.js';
 
 const args = drillArgs({
   rounds: int(3, 1, 100),
   'latency-ms': float(20, 0, 2_000),
   seconds: float(1, 0.1, 600),
-  // `wake` alone: the fleet cold read's round trips and waiter wake-up (`fleet` runs it too).
   only: text('warm,herd,fleet,storm,hot,http,memory'),
-  // The `http` section: autocannon seconds per round (`bench --seconds`).
   'http-seconds': int(3, 1, 600),
-  // The `memory` section: rounds of `bench:memory` (each round streams four fresh processes).
   'memory-rounds': int(1, 1, 9),
   valkey: valkeyOption(),
 });
@@ -91,9 +86,10 @@ const judge = (name: string, figure: string, met: boolean) => {
 const fire = (setups: Setup[]) => runWorkers<Result>(WORKER, setups, together(200, 120_000));
 /** A fresh process of `peer` for `shape`. */
 const setupOf = (peer: PeerName, shape: Setup['shape'], tag: string, policy?: Policy): Setup => ({
-  ...{ kind: 'setup', peer, valkey, tag, latencyMs, shape },
-  ...(policy === undefined ? {} : { policy }),
+  ...{ kind: 'setup', peer, valkey, tag, latencyMs, shape, policy },
 });
+/** `readers` cold readers of `id` at once. */
+const herdOf = (id: string, readers = 200) => ({ kind: 'herd' as const, id, readers });
 /** The herd's p99 less the loader's own time (its median over the round's source reads). */
 const overhead = (results: Result[]) => {
   const loader = results.flatMap((r) => r.loaderMs);
@@ -101,7 +97,7 @@ const overhead = (results: Result[]) => {
   const p99 = percentile(latencies, 99);
   return { p99, over: p99 - (loader.length === 0 ? latencyMs : median(loader)) };
 };
-const sourceReads = (results: Result[]) => sum(results, (r) => r.sourceReads);
+const sourceReads = (results: Result[]) => sum(results, (r) => r.loaderMs.length);
 
 /** A cold section's figures of one peer, over its rounds. */
 type ColdFigures = Record<'reads' | 'failed' | 'p99' | 'overhead' | 'worstOverhead', number>;
@@ -112,28 +108,24 @@ async function coldRounds(
   shapes: (round: number) => Setup['shape'][],
   { policy, n = rounds, peers = PEERS }: { policy?: Policy; n?: number; peers?: PeerName[] } = {},
 ): Promise<Record<PeerName, ColdFigures>> {
-  type Round = { reads: number; failed: number; p99: number; over: number };
-  const per = new Map(peers.map((p) => [p, [] as Round[]]));
+  const per = new Map(peers.map((p) => [p, [] as Result[][]]));
   for (let round = 0; round < n; round++) {
     for (const peer of peers) {
-      const tag = tagOf(what);
-      const mine = peer === 'echostore' ? policy : undefined;
-      const results = await fire(shapes(round).map((shape) => setupOf(peer, shape, tag, mine)));
-      const failed = sum(results, (r) => r.failed);
-      per.get(peer)?.push({ reads: sourceReads(results), failed, ...overhead(results) });
+      const [tag, mine] = [tagOf(what), peer === 'echostore' ? policy : undefined];
+      per.get(peer)?.push(await fire(shapes(round).map((s) => setupOf(peer, s, tag, mine))));
     }
   }
-  const figures = (rs: Round[]): ColdFigures => {
-    const of = (k: keyof Round) => rs.map((r) => r[k]);
+  const figures = (rs: Result[][]): ColdFigures => {
+    const each = rs.map(overhead);
+    const over = each.map((o) => o.over);
     return {
-      ...{ reads: median(of('reads')), failed: sum(rs, (r) => r.failed), p99: median(of('p99')) },
-      ...{ overhead: median(of('over')), worstOverhead: Math.max(...of('over')) },
+      ...{ reads: median(rs.map(sourceReads)), failed: sum(rs.flat(), (r) => r.failed) },
+      ...{ p99: median(each.map((o) => o.p99)), overhead: median(over) },
+      worstOverhead: Math.max(...over),
     };
   };
-  return Object.fromEntries([...per].map(([p, rs]) => [p, figures(rs)])) as Record<
-    PeerName,
-    ColdFigures
-  >;
+  const all = Object.fromEntries([...per].map(([p, rs]) => [p, figures(rs)]));
+  return all as Record<PeerName, ColdFigures>;
 }
 
 async function warm(): Promise<void> {
@@ -148,19 +140,14 @@ async function warm(): Promise<void> {
     lru.set(id, await loader.load(id));
     lruTtl.set(id, await loader.load(id));
   }
+  // echostore's L1 rows outlive the run (by default 30 s); async-cache-dedupe on its memory storage.
   const { load } = loader;
-  const peers = {
-    // L1 rows outlive the run (by default they live 30 s, shorter than a run of `--seconds 2`).
-    echostore: await makePeer('echostore', {
-      ...{ valkey, tag: tagOf('warm'), load },
-      policy: { l1: { ttlMs: 3_600_000 } },
-    }),
-    'async-cache-dedupe': await makePeer('async-cache-dedupe', {
-      ...{ valkey, tag: 'warm', load, storage: 'memory' },
-    }),
-    bentocache: await makePeer('bentocache', { valkey, tag: tagOf('warm'), load }),
-  };
-  for (const p of Object.values(peers)) for (const id of ids) await p.get(id);
+  const policy = { l1: { ttlMs: 3_600_000 } };
+  const peers = {} as Record<PeerName, Peer>;
+  for (const p of PEERS) {
+    peers[p] = await makePeer(p, { valkey, tag: tagOf('warm'), load, policy, storage: 'memory' });
+    for (const id of ids) await peers[p].get(id);
+  }
   const es = peers.echostore;
   const nth = (i: number) => ids[i % KEYS] as string;
   const ops: Record<string, (i: number) => Promise<unknown>> = {
@@ -171,12 +158,11 @@ async function warm(): Promise<void> {
     'async-cache-dedupe (memory storage)': (i) => peers['async-cache-dedupe'].get(nth(i)),
     'bentocache (L1 + L2)': (i) => peers.bentocache.get(nth(i)),
   };
-  const ms = args.seconds * 1000;
   for (const op of Object.values(ops)) await opsPerCpuSecond(200, op);
   const samples = Object.fromEntries(Object.keys(ops).map((k) => [k, [] as number[]]));
   for (let r = 0; r < Math.max(3, rounds); r++) {
     for (const [name, op] of Object.entries(ops))
-      samples[name]?.push(await opsPerCpuSecond(ms, op));
+      samples[name]?.push(await opsPerCpuSecond(args.seconds * 1000, op));
   }
   for (const p of Object.values(peers)) await p.close();
   // Each round's ratio to the floor measured in that round, then the median: drift on a shared
@@ -192,11 +178,8 @@ async function warm(): Promise<void> {
   const [ratio, ratioTtl] = [median(each), median(ratiosTo('echostore Table.get', withTtl))];
   const opsPerSecond = Object.fromEntries(Object.entries(samples).map(([k, x]) => [k, median(x)]));
   report.warm = { opsPerSecond, ratio, ratioTtl, rounds: each };
-  const ok = judge(
-    'warm',
-    `${fmt(ratio, 2)} (÷ lru-cache with TTL: ${fmt(ratioTtl, 2)})`,
-    ratio >= 0.9,
-  );
+  const figure = `${fmt(ratio, 2)} (÷ lru-cache with TTL: ${fmt(ratioTtl, 2)})`;
+  const ok = judge('warm', figure, ratio >= 0.9);
   print(
     `warm get, ${KEYS} keys, ${args.seconds} s × ${Math.max(3, rounds)} rounds (median of each round's ratio; Table.get each round: ${each.map((x) => fmt(x, 2)).join(', ')})`,
     [...rows, ['target: Table.get ≥ 0.9 × awaited lru-cache get', '', fmt(ratio, 2), met(ok)]],
@@ -230,7 +213,7 @@ function coldTable(
 }
 
 async function herd(): Promise<void> {
-  const f = await coldRounds('herd', (r) => [{ kind: 'herd', id: `h${r}`, readers: 200 }]);
+  const f = await coldRounds('herd', (r) => [herdOf(`h${r}`)]);
   report.herd = f;
   const [es, acd] = [f.echostore, f['async-cache-dedupe']];
   const figure = `${fmt(es.overhead)} ms (acd ${fmt(acd.overhead)} ms)`;
@@ -240,9 +223,7 @@ async function herd(): Promise<void> {
 }
 
 async function fleet(): Promise<void> {
-  const f = await coldRounds('fleet', (r) =>
-    Array.from({ length: 6 }, () => ({ kind: 'herd' as const, id: `f${r}`, readers: 200 })),
-  );
+  const f = await coldRounds('fleet', (r) => Array.from({ length: 6 }, () => herdOf(`f${r}`)));
   report.fleet = f;
   const [es, acd] = [f.echostore, f['async-cache-dedupe']];
   const figure = `${es.reads} read(s); ${fmt(es.overhead)} ms (acd ${acd.reads} reads, ${fmt(acd.overhead)} ms)`;
@@ -299,34 +280,30 @@ async function watchFills(url: string) {
   };
 }
 
-const PAIR_IDS = 40;
-
 /**
- * The fleet cold read on a redis-server of the bench's own (a free port: `CONFIG RESETSTAT`
- * touches nobody else's counters), echostore alone, in two ways side by side, interleaved round
- * by round: the fill's event carrying the value (the default) and carrying its version only
- * (`fillEventMaxBytes: 0`: how every waiter woke before issue 22, reading L2 once more). Counts
- * the Valkey round trips (scripts run, from `INFO commandstats`) of the holder (a round of one
- * process) and of a waiter (a round of six, less the holder's, ÷ 5), and times each waiter's
- * answer from the moment the fill's event reached the bench's own subscriber (as it reaches
- * the waiters' subscribers; one host, one clock).
+ * The fleet cold read, echostore alone, on a redis-server of the bench's own (`CONFIG RESETSTAT`
+ * touches nobody else's counters): the fill's event carrying the value (the default) against its
+ * version only (`fillEventMaxBytes: 0`), interleaved round by round. Counts the round trips of
+ * the holder (a round of one process) and of a waiter (a round of six, less the holder's, ÷ 5),
+ * and times each waiter's answers from the fill's event reaching the bench's own subscriber.
  */
 async function wake(): Promise<void> {
+  const PAIR_IDS = 40;
   const server = await spawnValkey({ track });
   const admin = new Redis(server.url, { maxRetriesPerRequest: 0 });
   const fills = await watchFills(server.url);
-  const variants: Array<[string, Policy]> = [
-    ['fill event with the value (default)', {}],
-    ['fill event with the version only (before)', { fillEventMaxBytes: 0 }],
+  const variant = (name: string, policy: Policy) => ({
+    ...{ name, policy, other: 0, holder: [] as number[], waiter: [] as number[] },
+    ...{ reads: [] as number[], over: [] as number[], firstMs: [] as number[] },
+    ...{ everyMs: [] as number[], pairMs: [] as number[] },
+  });
+  const variants = [
+    variant('fill event with the value (default)', {}),
+    variant('fill event with the version only (before)', { fillEventMaxBytes: 0 }),
   ];
-  const per = variants.map(() => ({
-    ...{ holder: [] as number[], waiter: [] as number[], other: 0, reads: [] as number[] },
-    ...{ over: [] as number[], firstMs: [] as number[], everyMs: [] as number[] },
-    pairMs: [] as number[],
-  }));
   // Each process reads after the store's start-up commands have landed (`settleMs`).
-  const setup = (tag: string, id: string, policy: Policy, shape?: Setup['shape']): Setup => ({
-    ...setupOf('echostore', shape ?? { kind: 'herd', id, readers: 200 }, tag, policy),
+  const setup = (tag: string, policy: Policy, shape: Setup['shape']): Setup => ({
+    ...setupOf('echostore', shape, tag, policy),
     ...{ valkey: server.url, settleMs: 500 },
   });
   const measured = async (setups: Setup[]) => {
@@ -339,13 +316,12 @@ async function wake(): Promise<void> {
   };
   try {
     // Loads the scripts into the server once (a first EVALSHA answered NOSCRIPT is one more trip).
-    await measured([setup(tagOf('wake'), 'warm', {})]);
+    await measured([setup(tagOf('wake'), {}, herdOf('warm'))]);
     for (let round = 0; round < rounds; round++) {
-      for (const [i, [, policy]] of variants.entries()) {
-        const f = per[i] as (typeof per)[number];
+      for (const f of variants) {
         const tag = tagOf('wake');
-        const alone = await measured([setup(tag, `a${round}`, policy)]);
-        const six = Array.from({ length: 6 }, () => setup(tag, `w${round}`, policy));
+        const alone = await measured([setup(tag, f.policy, herdOf(`a${round}`))]);
+        const six = Array.from({ length: 6 }, () => setup(tag, f.policy, herdOf(`w${round}`)));
         const { results, ...fleet } = await measured(six);
         f.holder.push(alone.scripts);
         f.waiter.push((fleet.scripts - alone.scripts) / 5);
@@ -354,14 +330,14 @@ async function wake(): Promise<void> {
         f.over.push(overhead(results).over);
         const filledAt = fills.at(tag, `w${round}`);
         for (const r of results) {
-          if (r.sourceReads === 0) f.everyMs.push(...r.answeredAtMs.map((t) => t - filledAt));
+          if (r.loaderMs.length === 0) f.everyMs.push(...r.answeredAtMs.map((t) => t - filledAt));
           // The waiter's flight woke at its first answer; the rest is handing it to 200 callers.
           f.firstMs.push(...r.wokeAtMs.map((t) => t - filledAt));
         }
         // Two processes, one reader each, 40 ids 50 ms apart: the wake-up without a herd's CPU.
         const ids = Array.from({ length: PAIR_IDS }, (_, k) => `p${round}-${k}`);
         const paced = { kind: 'paced' as const, ids, everyMs: 50 };
-        const pair = await fire([0, 1].map(() => setup(tag, '', policy, paced)));
+        const pair = await fire([0, 1].map(() => setup(tag, f.policy, paced)));
         for (const r of pair)
           f.pairMs.push(...r.wokeAtMs.map((t, k) => t - fills.at(tag, r.wokeIds[k] ?? '')));
       }
@@ -371,17 +347,14 @@ async function wake(): Promise<void> {
     admin.disconnect();
     await server.stop();
   }
-  const figures = variants.map(([name], i) => {
-    const f = per[i] as (typeof per)[number];
-    const [p50, p99] = [(xs: number[]) => percentile(xs, 50), (xs: number[]) => percentile(xs, 99)];
-    return {
-      ...{ name, reads: median(f.reads), holderTrips: median(f.holder) },
-      ...{ waiterTrips: median(f.waiter), otherCommands: f.other },
-      ...{ firstAnswerP50Ms: p50(f.firstMs), firstAnswerP99Ms: p99(f.firstMs) },
-      ...{ wakeP50Ms: p50(f.everyMs), wakeP99Ms: p99(f.everyMs), overheadMs: median(f.over) },
-      ...{ pairWakeP50Ms: p50(f.pairMs), pairWakeP99Ms: p99(f.pairMs) },
-    };
-  });
+  const [p50, p99] = [(xs: number[]) => percentile(xs, 50), (xs: number[]) => percentile(xs, 99)];
+  const figures = variants.map((f) => ({
+    ...{ name: f.name, reads: median(f.reads), holderTrips: median(f.holder) },
+    ...{ waiterTrips: median(f.waiter), otherCommands: f.other },
+    ...{ firstAnswerP50Ms: p50(f.firstMs), firstAnswerP99Ms: p99(f.firstMs) },
+    ...{ wakeP50Ms: p50(f.everyMs), wakeP99Ms: p99(f.everyMs), overheadMs: median(f.over) },
+    ...{ pairWakeP50Ms: p50(f.pairMs), pairWakeP99Ms: p99(f.pairMs) },
+  }));
   report.fleetWake = figures;
   print(
     `fleet cold read, echostore: 6 processes × 200 readers of one id, own redis-server, ${rounds} rounds (median; wake: from the fill event's arrival at the bench's own subscriber to a waiter process's first answer, and to each of its answers; then 2 processes × 1 reader, ${PAIR_IDS} ids per round; load average ${loadavg()[0]?.toFixed(1)})`,
@@ -421,28 +394,17 @@ async function storm(): Promise<void> {
   const [es, acd] = [f.echostore, f['async-cache-dedupe']];
   const figure = `${fmt(es.reads / distinct, 3)}; ${fmt(es.p99)} ms vs acd ${fmt(acd.p99)} ms: ${fmt(es.p99 / acd.p99, 2)} ×`;
   const ok = judge('storm', figure, es.reads === distinct && es.p99 <= 1.2 * acd.p99);
-  const row = (name: string, x: ColdFigures, ratio: string) => [
-    name,
-    fmt(x.reads / distinct, 2),
-    x.failed,
-    fmt(x.p99),
-    ratio,
+  const row = (name: string, x: ColdFigures, ratio = fmt(es.p99 / x.p99, 2)) => [
+    ...[name, fmt(x.reads / distinct, 2), x.failed, fmt(x.p99), ratio],
   ];
   print(
     `cold storm: ${PROCS} processes × ${READS} reads, 128 at a time, Zipf 1.2 over ${KEYS} keys (${distinct} distinct read)`,
     [
-      ...PEERS.map((p) => row(p, f[p], p === 'echostore' ? '' : fmt(es.p99 / f[p].p99, 2))),
-      row(
-        'echostore, maxConcurrentLoads 16 (the limit fixed at its start)',
-        fixed,
-        fmt(es.p99 / fixed.p99, 2),
-      ),
+      ...PEERS.map((p) => row(p, f[p], p === 'echostore' ? '' : undefined)),
+      row('echostore, maxConcurrentLoads 16 (the limit fixed at its start)', fixed),
       [
-        'target: reads ÷ distinct = 1.00, p99 ≤ 1.2 × async-cache-dedupe',
-        fmt(es.reads / distinct, 2),
-        '',
-        fmt(es.p99),
-        met(ok),
+        ...['target: reads ÷ distinct = 1.00, p99 ≤ 1.2 × async-cache-dedupe'],
+        ...[fmt(es.reads / distinct, 2), '', fmt(es.p99), met(ok)],
       ],
     ],
     ['peer', 'reads ÷ distinct', 'failed', 'p99 ms', 'echostore ÷ peer'],
@@ -451,7 +413,7 @@ async function storm(): Promise<void> {
 
 async function hot(): Promise<void> {
   for (const readers of [2_000, 20_000]) {
-    const f = await coldRounds(`hot${readers}`, (r) => [{ kind: 'herd', id: `x${r}`, readers }]);
+    const f = await coldRounds(`hot${readers}`, (r) => [herdOf(`x${r}`, readers)]);
     report[`hot${readers}`] = f;
     const [es, acd] = [f.echostore, f['async-cache-dedupe']];
     const ok = es.failed === 0 && es.overhead <= 1.5 * acd.overhead;
@@ -465,14 +427,13 @@ async function hot(): Promise<void> {
 
 /** Another bench (`node <argv>`) in a child process, its output shown as it comes: its `--json` figures. */
 async function benchFigures<T>(argv: string[]): Promise<T> {
-  const dir = mkdtempSync(join(tmpdir(), 'bench-peers-'));
-  const file = join(dir, 'figures.json');
+  const file = join(tmpdir(), `bench-peers-${process.pid}-${randomBytes(4).toString('hex')}.json`);
   try {
     out.push(await runNode([...argv, '--valkey', valkey, '--json', file], true));
     process.stdout.write('\n');
     return JSON.parse(readFileSync(file, 'utf8')) as T;
   } finally {
-    rmSync(dir, { recursive: true, force: true });
+    rmSync(file, { force: true });
   }
 }
 
@@ -524,12 +485,8 @@ for (const [name, run] of Object.entries({ warm, herd, fleet, wake, storm, hot, 
 }
 const table = ROWS.map(([name, row, target]) => {
   const why = failed[name];
-  if (why !== undefined) return { row, target, figure: `failed: ${why}`, met: false };
-  return {
-    row,
-    target,
-    ...(judged[name] ?? { figure: 'not measured in this run', met: undefined }),
-  };
+  const figure = why === undefined ? judged[name] : { figure: `failed: ${why}`, met: false };
+  return { row, target, ...(figure ?? { figure: 'not measured in this run', met: undefined }) };
 });
 report.summary = table;
 report.failed = failed;
@@ -538,10 +495,6 @@ print(
   table.map((r) => [r.row, r.target, r.figure, r.met === undefined ? '—' : met(r.met)]),
   ['row', 'target', 'this run', 'verdict'],
 );
-if (args.json !== undefined) {
-  writeFileSync(
-    args.json,
-    `${JSON.stringify({ header, report, text: out.join('\n') }, null, 2)}\n`,
-  );
-}
+const json = { header, report, text: out.join('\n') };
+if (args.json !== undefined) writeFileSync(args.json, `${JSON.stringify(json, null, 2)}\n`);
 process.exit(0);
