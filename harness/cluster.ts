@@ -21,7 +21,7 @@ export type ClusterNode = ValkeyServer & { address: string };
 export type LocalCluster = Awaited<ReturnType<typeof spawnCluster>>;
 
 /** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
-export function cliBinary(): string {
+function cliBinary(): string {
   const bin = firstOnPath(['valkey-cli', 'redis-cli']);
   if (bin !== undefined) return bin;
   throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
