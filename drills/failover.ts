@@ -8,20 +8,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type MetricSample, metric, scrape } from '../harness/metrics.js';
 import type { Origin } from '../harness/origin.js';
 import { drillArgs, flag, int, oneOf, runDrill } from './lib/cli.js';
-import {
-  clusterTopology,
-  type FailoverTopology,
-  type Side,
-  sentinelTopology,
-} from './lib/failover-topology.js';
+import { type FailoverTopology, type Side, startTopology } from './lib/failover-topology.js';
 import {
   all200,
   boundCheck,
   type FaultPair,
   p99Check,
+  request,
   startFaultPair,
 } from './lib/fault-policy.js';
-import { itemUrl, type Timed, timed } from './lib/http.js';
+import type { Timed } from './lib/http.js';
 import { inLanes, Loops, pick, summarize } from './lib/load.js';
 import { check, columns, listCounts } from './lib/report.js';
 
@@ -36,7 +32,6 @@ const args = drillArgs({
 });
 
 const TABLE = 'failover';
-const REQUEST_TIMEOUT_MS = 15_000;
 /** How long after the promotion the instances may take to send the shard's commands to the new primary. */
 const LEARN_MS = 3_000;
 const PROMOTION_WITHIN_MS = 30_000;
@@ -67,16 +62,13 @@ runDrill('failover', args.json, async () => {
   let load: Loops<ShardSample> | undefined;
   let [killedAt, promotionMs, l1Flushes] = [Number.NaN, Number.NaN, [] as number[]];
   try {
-    const start = args.mode === 'cluster' ? clusterTopology : sentinelTopology;
-    topology = await start(args.secure);
+    topology = await startTopology(args.mode, args.secure);
     pair = await startFaultPair(topology.section, TABLE, args['latency-ms']);
     const { origin, services, targets } = pair;
     const t = topology;
-    const ids = (kind: string, n: number) =>
-      Array.from({ length: n }, (_, i) => `${kind}-${run}-${i}`);
-    const [hotIds, writeIds] = [ids('hot', 30), ids('w', 30)];
-    const get = (base: string, id: string) => timed(itemUrl(base, TABLE, id), REQUEST_TIMEOUT_MS);
-    for (const base of targets) for (const id of hotIds) await get(base, id);
+    const ids = (kind: string) => Array.from({ length: 30 }, (_, i) => `${kind}-${run}-${i}`);
+    const [hotIds, writeIds] = [ids('hot'), ids('w')];
+    for (const base of targets) for (const id of hotIds) await request(base, TABLE, id);
     // Half hot GETs (L1), 40 % cold GETs (fresh ids, misses), 10 % PUTs, each to a random instance.
     let [cold, writes] = [0, 0];
     const gen: Loops<ShardSample> = new Loops({
@@ -94,8 +86,7 @@ runDrill('failover', args.json, async () => {
         const target = Math.floor(Math.random() * targets.length);
         const atMs = gen.now();
         const put = kind === 'PUT' ? { id, write: ++writes } : undefined;
-        const url = itemUrl(targets[target] as string, TABLE, id);
-        const answered = await timed(url, REQUEST_TIMEOUT_MS, put ? 'PUT' : 'GET', put);
+        const answered = await request(targets[target] as string, TABLE, id, put);
         return { phase, kind, side: t.sideOf(TABLE, id), id, target, atMs, ...answered };
       },
     });
@@ -122,8 +113,7 @@ runDrill('failover', args.json, async () => {
     await topology?.stop();
   }
   const samples = load?.samples ?? [];
-  const mode = (topology as FailoverTopology).mode;
-  const sides = mode === 'cluster' ? (['other', 'lost'] as const) : (['lost'] as const);
+  const sides = args.mode === 'cluster' ? (['other', 'lost'] as const) : (['lost'] as const);
   const of = (phase: string, side: string, kind?: string) =>
     samples.filter((s) => s.phase === phase && s.side === side && (!kind || s.kind === kind));
   const inL2 = (xs: ShardSample[]) => xs.filter((s) => s.inL2 === true).length;
@@ -133,26 +123,14 @@ runDrill('failover', args.json, async () => {
       const r = summarize(mine, (s) => `${s.kind} ${s.code ?? s.status}`);
       const [hot, cold] = [of(phase, side, 'hot GET'), of(phase, side, 'cold GET')];
       const l1 = hot.filter((s) => s.l1).length;
-      return [
-        phase,
-        side,
-        r.requests,
-        listCounts(r.failed),
-        r.p50Ms,
-        r.p99Ms,
-        r.maxMs,
-        `${l1}/${hot.length}`,
-        `${inL2(cold)}/${cold.length}`,
-      ];
+      const cells = [r.requests, listCounts(r.failed), r.p50Ms, r.p99Ms, r.maxMs];
+      return [phase, side, ...cells, `${l1}/${hot.length}`, `${inL2(cold)}/${cold.length}`];
     }),
   );
   const firstFill = samples.find(
     (s) => s.side === 'lost' && s.kind === 'cold GET' && s.inL2 === true && s.atMs > killedAt,
   );
-  const fill =
-    firstFill === undefined
-      ? 'never'
-      : `${Math.round(firstFill.atMs - killedAt)} ms after the kill`;
+  const fill = firstFill ? `${Math.round(firstFill.atMs - killedAt)} ms after the kill` : 'never';
   const p99 = (phase: string) => summarize(of(phase, 'other')).p99Ms;
   const other = samples.filter((s) => s.side === 'other');
   const otherFilled = of('2 failover', 'other', 'cold GET');
@@ -161,7 +139,7 @@ runDrill('failover', args.json, async () => {
   const badPuts = refused.filter((s) => s.code !== 'ECC_VALKEY_UNAVAILABLE');
   const [after, outage] = [of('3 after', 'lost', 'cold GET'), of('2 failover', 'lost', 'cold GET')];
   return {
-    title: `failover drill (${mode}): ${(topology as FailoverTopology).label}; 2 instances, ${args.loops} loops, source latency ${args['latency-ms']} ms, runtime ${((performance.now() - began) / 1000).toFixed(1)} s`,
+    title: `failover drill (${args.mode}): ${(topology as FailoverTopology).label}; 2 instances, ${args.loops} loops, source latency ${args['latency-ms']} ms, runtime ${((performance.now() - began) / 1000).toFixed(1)} s`,
     body: [
       columns(rows, [
         'phase',
@@ -180,7 +158,7 @@ runDrill('failover', args.json, async () => {
     rows,
     promotionMs,
     checks: [
-      ...(mode === 'cluster'
+      ...(args.mode === 'cluster'
         ? [
             all200('other shards: no request fails, in any phase', other),
             p99Check('other shards: p99 during the failover', p99('1 baseline'), p99('2 failover')),
@@ -215,14 +193,13 @@ runDrill('failover', args.json, async () => {
 });
 
 /**
- * Whether each cold GET's fill reached L2, counted at the source: its id is read
- * again on the other instance (8 at a time); the source seeing no second read
- * means the value came from L2.
+ * Whether each cold GET's fill reached L2, counted at the source: its id is read again on the
+ * other instance (8 at a time); the source seeing no second read means the value came from L2.
  */
 async function judgeFills(samples: ShardSample[], targets: string[], origin: Origin) {
   const cold = samples.filter((s) => s.kind === 'cold GET' && s.status === 200);
   await inLanes(8, cold, async (s) => {
-    await timed(itemUrl(targets[1 - s.target] as string, TABLE, s.id), REQUEST_TIMEOUT_MS);
+    await request(targets[1 - s.target] as string, TABLE, s.id);
     s.inL2 = origin.readsOf(s.id) === 1;
   });
 }

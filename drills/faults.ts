@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { metric, scrape } from '../harness/metrics.js';
 import { HOLD_PREFIX, type Origin } from '../harness/origin.js';
 import type { Service } from '../harness/service.js';
+import { stopChild } from '../harness/spawn.js';
 import { startTcpProxy, type TcpProxy } from '../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../harness/valkey-server.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
@@ -18,10 +19,12 @@ import {
   FAULT_POLICY as POLICY,
   readyAgain,
   recovery,
+  request,
   startFaultPair,
+  until,
   FAULT_VALKEY as VALKEY,
 } from './lib/fault-policy.js';
-import { itemUrl, type Timed, timed } from './lib/http.js';
+import type { Timed } from './lib/http.js';
 import { Loops, pick } from './lib/load.js';
 import { track } from './lib/reaper.js';
 import { REFUSALS, type RefusalDrill } from './lib/refusals.js';
@@ -39,29 +42,20 @@ const HOLDERS_READERS = 50;
 /** One request of the load: the phase in effect, the instance asked, whether a hot (L1) id. */
 type Sample = Omit<Timed, 'body'> & { phase: string; target: string; hot: boolean };
 
-/** A timed GET of `id` on `service`. */
-const get = (service: { url: string }, id: string) =>
-  timed(itemUrl(service.url, TABLE, id), 10_000);
-
 /** Phase 9: A holds the lease of a held id and dies; B's readers wait for the takeover. */
 async function leaseHolderDies(a: Service, b: Service, origin: Origin) {
   const id = `${HOLD_PREFIX}${randomBytes(4).toString('hex')}`;
-  const holder = get(a, id);
+  const holder = request(a.url, TABLE, id);
   if (!(await origin.seen(id, 3_000))) throw new Error('instance A never asked the origin');
   const seenAt = performance.now();
   const lease = async (outcome: string) =>
     metric(await scrape(b.url), 'echostore_lease_total', { table: TABLE, outcome }) ?? 0;
   const [contended0, takeover0] = [await lease('contended'), await lease('takeover')];
-  const readers = Array.from({ length: HOLDERS_READERS }, () => get(b, id));
+  const readers = Array.from({ length: HOLDERS_READERS }, () => request(b.url, TABLE, id));
   // Kill A only once B is waiting on A's lease, and well before A's own loadTimeoutMs.
-  let contended = false;
-  while (!contended && performance.now() - seenAt < POLICY.loadTimeoutMs / 2) {
-    await sleep(25);
-    contended = (await lease('contended')) > contended0;
-  }
-  const gone = new Promise((ok) => a.process.once('exit', ok));
-  a.process.kill('SIGKILL');
-  await gone;
+  const waiting = async () => (await lease('contended')) > contended0;
+  const contended = (await until(POLICY.loadTimeoutMs / 2, waiting)) !== undefined;
+  await stopChild(a.process);
   const killedAfterMs = Math.round(performance.now() - seenAt);
   origin.release(id);
   const answers = await Promise.all(readers);
@@ -106,8 +100,7 @@ runDrill('faults', args.json, async () => {
     proxy = await startTcpProxy(valkey.port);
     admin = new Redis(valkey.url, { maxRetriesPerRequest: null });
     admin.on('error', () => {});
-    const section = { url: proxy.url, coherence: true };
-    pair = await startFaultPair(section, TABLE, args['latency-ms']);
+    pair = await startFaultPair({ url: proxy.url, coherence: true }, TABLE, args['latency-ms']);
     const { origin, services, config } = pair;
     const [a, b] = services as [Service, Service];
     let targets = [
@@ -116,9 +109,9 @@ runDrill('faults', args.json, async () => {
     ];
     const hotIds = Array.from({ length: args.hot }, (_, i) => `hot-${run}-${i}`);
     for (const t of targets) {
-      for (const id of hotIds) await get(t, id);
+      for (const id of hotIds) await request(t.url, TABLE, id);
       for (const id of hotIds) {
-        const r = await get(t, id);
+        const r = await request(t.url, TABLE, id);
         if (!r.l1) throw new Error(`warming: ${id} on ${t.label} is not an L1 hit (${r.status})`);
       }
     }
@@ -134,7 +127,7 @@ runDrill('faults', args.json, async () => {
         if (target === undefined) return undefined;
         const hot = Math.random() < 0.5;
         const id = hot ? (pick(hotIds) as string) : `cold-${run}-${++cold}`;
-        const { body: _, ...r } = await get(target, id);
+        const { body: _, ...r } = await request(target.url, TABLE, id);
         return { phase, target: target.label, hot, ...r };
       },
     });
@@ -184,13 +177,8 @@ runDrill('faults', args.json, async () => {
       v.resume();
       await recover('3', 3_000, 'after SIGCONT', notes);
     });
-    const configFor = (url: string, coherence: boolean) => ({
-      ...config,
-      valkey: { url, ...VALKEY, coherence },
-    });
     const drill: RefusalDrill = {
-      ...{ services, valkey: v, admin, proxy, origin: o, table: TABLE, configFor, run },
-      ...{ track, requestTimeoutMs: 10_000 },
+      ...{ services, valkey: v, admin, proxy, origin: o, table: TABLE, config, run },
     };
     for (const [i, [name, refusal]] of REFUSALS.entries()) {
       const p = String(i + 4);

@@ -9,7 +9,7 @@ import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
 import { startService, withServices } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
-import { bump, check, columns, listCounts, percentile, round, sum } from './lib/report.js';
+import { check, columns, countBy, listCounts, maxMs, percentile, round } from './lib/report.js';
 import { drillValkey, originConfig, QUIET } from './lib/store.js';
 
 const args = drillArgs({
@@ -40,17 +40,11 @@ async function runPhase(origin: Origin, url: string, run: string, hanging: numbe
   let peakOpen = origin.open();
   const sampler = setInterval(() => (peakOpen = Math.max(peakOpen, origin.open())), 5);
   const endAt = performance.now() + args['phase-s'] * 1000;
-  const healthyMs: number[] = [];
-  const healthyCodes: Record<string, number> = {};
-  const hangingCodes: Record<string, number> = {};
-  let hangingMaxMs = 0;
-  let hangingAnswers = 0;
+  const [healthy, hung]: Array<{ code: string; ms: number }>[] & { length: 2 } = [[], []];
   const askHanging = async (id: string) => {
     while (performance.now() < endAt) {
       const r = await get(itemUrl(url, TABLE, id));
-      hangingAnswers++;
-      bump(hangingCodes, r.code);
-      hangingMaxMs = Math.max(hangingMaxMs, r.ms);
+      hung.push(r);
       // A client that backs off a little after a refusal.
       if (r.code !== 'ECC_LOAD_TIMEOUT') await sleep(20);
     }
@@ -59,9 +53,7 @@ async function runPhase(origin: Origin, url: string, run: string, hanging: numbe
     // The hanging callers go first, so their loads hold slots before the healthy ones come.
     await sleep(hanging === 0 ? 0 : 100);
     for (let i = 0; performance.now() < endAt; i++) {
-      const r = await get(itemUrl(url, TABLE, `ok-${run}-${hanging}-${reader}-${i}`));
-      bump(healthyCodes, r.code);
-      if (r.code === 'ok') healthyMs.push(r.ms);
+      healthy.push(await get(itemUrl(url, TABLE, `ok-${run}-${hanging}-${reader}-${i}`)));
     }
   };
   await Promise.all([
@@ -71,21 +63,21 @@ async function runPhase(origin: Origin, url: string, run: string, hanging: numbe
     ...Array.from({ length: args.readers }, (_, r) => askHealthy(r)),
   ]);
   clearInterval(sampler);
-  const healthy = sum(Object.values(healthyCodes), (n) => n);
+  const healthyMs = healthy.filter((r) => r.code === 'ok').map((r) => r.ms);
   // The last hanging loads are aborted at loadTimeoutMs: let them go before the next phase.
   const settleBy = performance.now() + POLICY.loadTimeoutMs + 1_000;
   while (origin.open() > 0 && performance.now() < settleBy) await sleep(50);
   return {
     hanging,
-    healthy,
+    healthy: healthy.length,
     healthyAnswered: healthyMs.length,
-    healthyAnsweredShare: round(healthyMs.length / Math.max(1, healthy), 4),
+    healthyAnsweredShare: round(healthyMs.length / Math.max(1, healthy.length), 4),
     healthyP50Ms: round(percentile(healthyMs, 50), 1),
     healthyP95Ms: round(percentile(healthyMs, 95), 1),
-    healthyCodes,
-    hangingAnswers,
-    hangingCodes,
-    hangingMaxMs: Math.round(hangingMaxMs),
+    healthyCodes: countBy(healthy, (r) => r.code),
+    hangingAnswers: hung.length,
+    hangingCodes: countBy(hung, (r) => r.code),
+    hangingMaxMs: maxMs(hung.map((r) => r.ms)),
     originPeakOpen: peakOpen,
   };
 }
@@ -108,8 +100,6 @@ runDrill('hanging', args.json, async () => {
   const boundMs = round(2 * (phases[0]?.healthyP95Ms ?? 0) + 10, 1);
   const hangingMs = POLICY.loadTimeoutMs + HANGING_SLACK_MS;
   const openBound = POLICY.maxConcurrentLoads + POLICY.maxOverdueLoads;
-  const refused = (p: (typeof phases)[number]) =>
-    Object.keys(p.hangingCodes).every((c) => c === 'ECC_LOAD_TIMEOUT' || c === 'ECC_SHED');
   return {
     title: `hanging drill: ${args.readers} healthy readers of cold ids, source latency ${args['latency-ms']} ms, ${args['phase-s']} s per phase, loadTimeoutMs ${POLICY.loadTimeoutMs}, on ${valkey.label}`,
     body: [
@@ -123,7 +113,8 @@ runDrill('hanging', args.json, async () => {
     phases,
     checks: phases.slice(1).map((p) => {
       const ok = p.healthyAnsweredShare >= 0.95 && p.healthyP95Ms <= boundMs;
-      const bounded = p.hangingMaxMs <= hangingMs && refused(p) && p.originPeakOpen <= openBound;
+      const refused = Object.keys(p.hangingCodes).every((c) => /^ECC_(LOAD_TIMEOUT|SHED)$/.test(c));
+      const bounded = p.hangingMaxMs <= hangingMs && refused && p.originPeakOpen <= openBound;
       return check(
         `with ${p.hanging} hanging ids: healthy answered ≥ 95 %, p95 ≤ ${boundMs} ms (2 × the first phase's + 10); hanging callers refused within ${hangingMs} ms; origin ≤ ${openBound} open`,
         ok && bounded,

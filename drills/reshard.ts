@@ -4,14 +4,11 @@
  * the GETs' p99 during the move stays within 2× the baseline's. Usage and laws:
  * drills/README.md#reshard.
  */
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { promisify } from 'node:util';
 import {
   beginSlotMove,
   type ClusterNode,
-  cliBinary,
   type LocalCluster,
   livePrimaries,
   spawnCluster,
@@ -27,9 +24,10 @@ import {
   FAULT_POLICY,
   type FaultPair,
   p99Check,
+  request,
   startFaultPair,
 } from './lib/fault-policy.js';
-import { itemUrl, readItems, readyz, type Timed, timed } from './lib/http.js';
+import { readItems, readyz, type Timed } from './lib/http.js';
 import { Loops, pick, summarize } from './lib/load.js';
 import { track } from './lib/reaper.js';
 import { addCounts, bump, check, columns, listCounts, sum } from './lib/report.js';
@@ -48,7 +46,6 @@ const args = drillArgs({
 });
 
 const TABLE = 'reshard';
-const REQUEST_TIMEOUT_MS = 15_000;
 /** L1 rows expire quickly, so most GETs are answered by L2: the layer a migration touches. */
 const POLICY = { ...FAULT_POLICY, l1: { ttlMs: 100 } };
 const PHASES = ['1 baseline', '2 move', '3 after'] as const;
@@ -68,7 +65,7 @@ runDrill('reshard', args.json, async () => {
   let cluster: LocalCluster | undefined;
   let pair: FaultPair | undefined;
   let load: Loops<Sample> | undefined;
-  const move = { keys: 0, ms: 0, range: '' };
+  const move = { keys: 0, ms: 0 };
   type Counts = Record<string, number>;
   const [notReady, redirects, retries, phaseMs]: Counts[] & { length: 4 } = [{}, {}, {}, {}];
   let [warmUpReads, duringLoad] = [0, 0];
@@ -77,8 +74,7 @@ runDrill('reshard', args.json, async () => {
   const written = idsIn(`w-${run}`, 20, (slot) => slot < args.slots);
   try {
     cluster = await spawnCluster({ track });
-    const section = { cluster: { nodes: cluster.seeds } };
-    pair = await startFaultPair(section, TABLE, args['latency-ms'], POLICY);
+    pair = await startFaultPair({ ...cluster.valkey }, TABLE, args['latency-ms'], POLICY);
     const { origin, services, targets } = pair;
     const read = [...moving, ...other];
     await readItems(targets[0] as string, TABLE, read, 8);
@@ -90,9 +86,8 @@ runDrill('reshard', args.json, async () => {
       async step(phase) {
         const put = Math.random() < 0.1;
         const id = (put ? pick(written) : pick(read)) as string;
-        const url = itemUrl(pick(targets) as string, TABLE, id);
         const body = put ? { id, write: ++writes } : undefined;
-        const answered = await timed(url, REQUEST_TIMEOUT_MS, put ? 'PUT' : 'GET', body);
+        const answered = await request(pick(targets) as string, TABLE, id, body);
         return { phase, kind: put ? 'PUT' : 'GET', moving: !other.includes(id), ...answered };
       },
     });
@@ -110,8 +105,8 @@ runDrill('reshard', args.json, async () => {
     gen.phase = '0 warm-up';
     gen.start(probe);
     await sleep(args['warm-s'] * 1_000);
-    const owner = await cluster.primaryOf(0);
-    const to = (await livePrimaries(cluster.nodes)).find((n) => n !== owner);
+    const from = (await cluster.primaryOf(0)) as ClusterNode;
+    const to = (await livePrimaries(cluster.nodes)).find((n) => n !== from);
     if (to === undefined) throw new Error('no other primary');
     let at = gen.now();
     const next = (phase: string) => {
@@ -122,7 +117,7 @@ runDrill('reshard', args.json, async () => {
     next(PHASES[0]);
     await sleep(args['baseline-s'] * 1_000);
     next(PHASES[1]);
-    Object.assign(move, await moveSlots(cluster, to));
+    move.keys = await moveSlots(cluster, from, to);
     move.ms = Math.round(gen.now() - at);
     next(PHASES[2]);
     await sleep(args['after-s'] * 1_000);
@@ -153,15 +148,11 @@ runDrill('reshard', args.json, async () => {
       return [p, what, r.requests, perSecond, listCounts(r.failed), r.p50Ms, r.p99Ms, r.maxMs];
     }),
   );
-  const failed = (kind: string) =>
-    all200(
-      `no ${kind} fails, in any phase`,
-      samples.filter((s) => s.kind === kind),
-    );
+  const ofKind = (kind: string) => samples.filter((s) => s.kind === kind);
   const p99 = (phase: string) => summarize(of(phase, 'GET')).p99Ms;
   const redirected = (redirects.ask ?? 0) + (redirects.tryagain ?? 0);
   return {
-    title: `reshard drill: slots ${move.range} (${move.keys} keys) moved via ${args.via} in ${move.ms} ms; ${args.loops} loops over 2 services; ids: ${moving.length} in moved slots, ${other.length} elsewhere, ${written.length} written`,
+    title: `reshard drill: slots 0–${args.slots - 1} (${move.keys} keys) moved via ${args.via} in ${move.ms} ms; ${args.loops} loops over 2 services; ids: ${moving.length} in moved slots, ${other.length} elsewhere, ${written.length} written`,
     body: [
       columns(rows, ['phase', 'requests', 'n', 'per s', 'failed', 'p50 ms', 'p99 ms', 'max ms']),
     ],
@@ -169,8 +160,8 @@ runDrill('reshard', args.json, async () => {
     rows,
     phaseMs,
     checks: [
-      failed('GET'),
-      failed('PUT'),
+      all200('no GET fails, in any phase', ofKind('GET')),
+      all200('no PUT fails, in any phase', ofKind('PUT')),
       check(
         'the move costs the source nothing: no read after the warm-up (counted at the origin)',
         duringLoad === 0,
@@ -203,31 +194,21 @@ function idsIn(prefix: string, n: number, keep: (slot: number) => boolean): stri
 }
 
 /**
- * Moves slots 0 … `--slots`−1 (the first primary's lowest) to `to`: with
- * `setslot`, slot by slot as `redis-cli --cluster reshard` does, holding each
- * half-moved `--hold-ms` with its keys still on the owner and again with them
- * moved; with `redis-cli`, by `redis-cli --cluster reshard … --cluster-yes`.
+ * Moves slots 0 … `--slots`−1 (`from`'s lowest) to `to`, `--via` `setslot` (slowed down, holding
+ * each half-moved state `--hold-ms`) or `redis-cli` (drills/README.md#reshard); the keys moved.
  */
-async function moveSlots(cluster: LocalCluster, to: ClusterNode) {
-  const range = `${0}–${args.slots - 1}`;
+async function moveSlots(cluster: LocalCluster, from: ClusterNode, to: ClusterNode) {
   let keys = 0;
   if (args.via === 'redis-cli') {
-    const from = (await cluster.primaryOf(0)) as ClusterNode;
     const [fromId, toId] = await Promise.all(
       [from, to].map((n) => ask(n, (r) => r.cluster('MYID'))),
     );
     for (let s = 0; s < args.slots; s++) {
       keys += Number(await ask(from, (r) => r.cluster('COUNTKEYSINSLOT', s)));
     }
-    await promisify(execFile)(
-      cliBinary(),
-      [
-        ...['--cluster', 'reshard', from.address],
-        ...['--cluster-from', fromId as string, '--cluster-to', toId as string],
-        ...['--cluster-slots', String(args.slots), '--cluster-yes'],
-      ],
-      { timeout: 120_000 },
-    );
+    const ids = ['--cluster-from', fromId as string, '--cluster-to', toId as string];
+    const slots = ['--cluster-slots', String(args.slots), '--cluster-yes'];
+    await cluster.cli(['--cluster', 'reshard', from.address, ...ids, ...slots], 120_000);
   } else {
     for (let s = 0; s < args.slots; s++) {
       const slot = await beginSlotMove(cluster, s, to);
@@ -241,5 +222,5 @@ async function moveSlots(cluster: LocalCluster, to: ClusterNode) {
   }
   const owner = await cluster.primaryOf(args.slots - 1);
   if (owner !== to) throw new Error(`slot ${args.slots - 1} did not move to ${to.address}`);
-  return { keys, range };
+  return keys;
 }

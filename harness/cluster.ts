@@ -1,10 +1,9 @@
 /**
- * A local Valkey/Redis Cluster owned by a drill or a test: `primaries` primaries with `replicas`
- * replicas each (3 + 3 by default) on free loopback ports below 32768, joined by `redis-cli
- * --cluster create`, stopped by pid. `cluster-require-full-coverage no` keeps the shards that are
- * up answering while one has no primary; a short `cluster-node-timeout` makes a failover take
- * seconds; `replica-validity-factor 0` lets a replica be promoted however long it was cut off.
- * With `secure` (harness/secure.ts) the nodes are TLS-only, bus and replication included.
+ * A local Valkey/Redis Cluster owned by a drill or a test: 3 primaries with a replica each on
+ * free loopback ports below 32768, joined by `redis-cli --cluster create`, stopped by pid. The
+ * shards that are up answer while one has no primary (`cluster-require-full-coverage no`), and a
+ * replica takes over within seconds (`cluster-node-timeout` 1 s) however long it was cut off
+ * (`replica-validity-factor 0`). With `secure` the nodes are TLS-only, bus and replication too.
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -15,16 +14,6 @@ import { ask, openValkeySet, type ValkeyServer, type ValkeySetOptions } from './
 
 const run = promisify(execFile);
 
-/** Options of {@link spawnCluster}. */
-export interface ClusterOptions extends ValkeySetOptions {
-  /** Primaries (each owns an equal share of the 16384 slots). Default 3, at least 3. */
-  primaries?: number;
-  /** Replicas per primary. Default 1. */
-  replicas?: number;
-  /** `cluster-node-timeout`, ms: how long a silent primary takes to be failed over. Default 1,000. */
-  nodeTimeoutMs?: number;
-}
-
 /** One node of the cluster; `address` is `127.0.0.1:<port>`, the form `CLUSTER SLOTS` and ioredis use. */
 export type ClusterNode = ValkeyServer & { address: string };
 
@@ -32,34 +21,30 @@ export type ClusterNode = ValkeyServer & { address: string };
 export type LocalCluster = Awaited<ReturnType<typeof spawnCluster>>;
 
 /** The first of `valkey-cli`, `redis-cli` on the PATH (`redis-cli --cluster create` joins the nodes). */
-export function cliBinary(): string {
+function cliBinary(): string {
   const bin = firstOnPath(['valkey-cli', 'redis-cli']);
   if (bin !== undefined) return bin;
   throw new Error('no valkey-cli or redis-cli on the PATH (apt-get install -y redis-tools)');
 }
 
 /**
- * Starts and joins a cluster, and waits until it is healthy and every replica is in sync (about
- * 2 s for 3 + 3 on a laptop).
+ * Starts and joins the cluster, and waits until it is healthy and every replica is in sync (about
+ * 2 s on a laptop).
  *
  * @throws {Error} when a node does not start, `redis-cli --cluster create` fails, or the cluster
- *   is not healthy within `readyTimeoutMs`; every node started is stopped first.
+ *   is not healthy within 30 s; every node started is stopped first.
  */
-export async function spawnCluster(options: ClusterOptions = {}) {
-  const primaries = options.primaries ?? 3;
-  const replicas = String(options.replicas ?? 1);
-  const readyTimeoutMs = options.readyTimeoutMs ?? 30_000;
-  if (primaries < 3) throw new Error('a cluster needs at least 3 primaries');
+export async function spawnCluster(options: ValkeySetOptions = {}) {
   const set = openValkeySet('echostore-cluster-', options);
   const { secure } = set;
   const ports = [];
-  for (let i = 0; i < primaries * (1 + Number(replicas)); i++) ports.push(await set.port());
+  for (let i = 0; i < 6; i++) ports.push(await set.port());
   try {
     const nodes: ClusterNode[] = await Promise.all(
       ports.map(async (port) => {
         const args = [
           ...['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`],
-          ...['--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1_000)],
+          ...['--cluster-node-timeout', '1000'],
           ...['--cluster-require-full-coverage', 'no', '--cluster-replica-validity-factor', '0'],
         ];
         const node = await set.node(port, args, ['--tls-cluster', 'yes']);
@@ -69,9 +54,10 @@ export async function spawnCluster(options: ClusterOptions = {}) {
     );
     const seeds = nodes.map((n) => n.address);
     const auth = secure === undefined ? [] : cliArgs(secure);
-    const create = ['--cluster', 'create', ...seeds, '--cluster-replicas', replicas];
-    await run(cliBinary(), [...auth, ...create, '--cluster-yes'], { timeout: readyTimeoutMs });
-    await waitHealthy(nodes, readyTimeoutMs, true);
+    const cli = (args: string[], timeoutMs = 30_000) =>
+      run(cliBinary(), [...auth, ...args], { timeout: timeoutMs });
+    await cli(['--cluster', 'create', ...seeds, '--cluster-replicas', '1', '--cluster-yes']);
+    await waitHealthy(nodes, 30_000, true);
     const valkey: ValkeyOptions = { cluster: { nodes: seeds }, ...set.serviceAuth };
     /**
      * `nodes`, primaries first (as `redis-cli --cluster create` was given them); `seeds`, their
@@ -79,11 +65,12 @@ export async function spawnCluster(options: ClusterOptions = {}) {
      * started so; `valkey`, the service's `valkey` section (the seeds, and with `secure` its TLS
      * files and ACL user); `primaryOf(slot)`, the node that owns `slot` now (asked of a live
      * node); `waitHealthy`, resolves once every live node says `cluster_state:ok`, all agree on
-     * each slot's primary and it is alive (after a kill: once its replica took over); `stop`,
-     * SIGKILLs every node (idempotent) and removes their files.
+     * each slot's primary and it is alive (after a kill: once its replica took over); `cli(args,
+     * timeoutMs)`, runs `redis-cli` as the admin; `stop`, SIGKILLs every node (idempotent) and
+     * removes their files.
      */
     return {
-      ...{ nodes, seeds, secure, valkey, stop: set.stop },
+      ...{ nodes, seeds, secure, valkey, cli, stop: set.stop },
       primaryOf: (slot: number) => primaryOf(nodes, slot),
       waitHealthy: (timeoutMs = 30_000) => waitHealthy(nodes, timeoutMs),
     };
@@ -94,7 +81,7 @@ export async function spawnCluster(options: ClusterOptions = {}) {
 }
 
 /** Each slot range's primary as `node` sees it, by first slot: `[start, end, host:port]`. */
-async function slotMap(node: ClusterNode): Promise<Array<[number, number, string]>> {
+export async function slotMap(node: ClusterNode): Promise<Array<[number, number, string]>> {
   const ranges = await ask(node, (r) => r.cluster('SLOTS'));
   return ranges
     .map(([start, end, p]): [number, number, string] => [start, end, `${p?.[0]}:${p?.[1]}`])
@@ -106,9 +93,8 @@ const live = (nodes: ClusterNode[]) => nodes.filter((n) => running(n.process));
 async function primaryOf(nodes: ClusterNode[], slot: number): Promise<ClusterNode | undefined> {
   for (const node of live(nodes)) {
     const map = await slotMap(node).catch(() => undefined); // no answer: ask the next
-    if (map === undefined) continue;
-    const owner = map.find(([start, end]) => slot >= start && slot <= end)?.[2];
-    return nodes.find((n) => n.address === owner);
+    const range = map?.find(([start, end]) => slot >= start && slot <= end);
+    if (range !== undefined) return nodes.find((n) => n.address === range[2]);
   }
   return undefined;
 }
@@ -124,10 +110,8 @@ function waitHealthy(nodes: ClusterNode[], timeoutMs: number, inSync = false): P
       const maps = await Promise.all(up.map(slotMap));
       // Slots served by a live primary: a killed primary keeps its slots until its replica takes over.
       const addresses = new Set(up.map((n) => n.address));
-      const covered = (maps[0] ?? []).reduce(
-        (n, [start, end, owner]) => (addresses.has(owner) ? n + end - start + 1 : n),
-        0,
-      );
+      const served = (maps[0] ?? []).filter(([, , owner]) => addresses.has(owner));
+      const covered = served.reduce((n, [start, end]) => n + end - start + 1, 0);
       const agreed = maps.every((m) => m.join(' ') === maps[0]?.join(' '));
       const states = infos.map((i) => /cluster_state:(\w+)/.exec(String(i))?.[1]);
       if (states.some((s) => s !== 'ok') || !agreed || covered < 16_384) {
@@ -189,8 +173,6 @@ export async function beginSlotMove(cluster: LocalCluster, slot: number, to?: Cl
 /** The live nodes that say they are primaries (`ROLE`). */
 export async function livePrimaries(nodes: ClusterNode[]): Promise<ClusterNode[]> {
   const up = live(nodes);
-  const roles = await Promise.all(
-    up.map((n) => ask(n, (r) => r.call('ROLE')) as Promise<string[]>),
-  );
+  const roles = await Promise.all(up.map((n) => ask(n, (r) => r.role())));
   return up.filter((_, i) => roles[i]?.[0] === 'master');
 }

@@ -1,11 +1,8 @@
 /**
  * A loopback TCP proxy for fault tests and drills: it forwards each connection to a target port,
- * and on purpose it can **freeze** a connection (stop forwarding both ways, both sockets kept
- * open: a peer behind a dead NAT or a hung proxy, no FIN, no RST), **hold** a connection's bytes
- * towards the server and later **deliver** them in order (a link that buffers rather than drops,
- * so a command the client gave up on still arrives), **cut** a holding connection's client side
- * while its held bytes still go on to the server (a proxy that gives up on the client first), and
- * **retarget** new connections to another port, as a DNS name or a proxy does after a failover.
+ * and on purpose can freeze one (a peer behind a dead NAT: no FIN, no RST), hold its bytes and
+ * deliver them later (a link that buffers rather than drops), cut its client side while the held
+ * bytes still go on, and retarget new connections (as a DNS name does after a failover).
  */
 import { connect, createServer, type Socket } from 'node:net';
 
@@ -19,7 +16,7 @@ interface Connection {
   sent: string;
   frozen: boolean;
   /** Bytes from the client kept while holding; undefined while not holding. */
-  held: Buffer[] | undefined;
+  held?: Buffer[] | undefined;
   /** The client side was cut: the upstream stays open for the held bytes, then ends. */
   cut: boolean;
   /** Resolves when the upstream has closed. */
@@ -39,15 +36,7 @@ export async function startTcpProxy(targetPort: number) {
   const server = createServer((client) => {
     const upstream = connect(target, '127.0.0.1');
     const closed = new Promise<void>((resolve) => upstream.once('close', () => resolve()));
-    const c: Connection = {
-      client,
-      upstream,
-      sent: '',
-      frozen: false,
-      held: undefined,
-      cut: false,
-      closed,
-    };
+    const c: Connection = { client, upstream, sent: '', frozen: false, cut: false, closed };
     open.add(c);
     client.on('data', (chunk: Buffer) => {
       if (c.sent.length < MAX_SENT_CHARS) c.sent += chunk.toString('latin1');
@@ -75,7 +64,6 @@ export async function startTcpProxy(targetPort: number) {
   const matching = (marker: string, pick: (c: Connection) => boolean) =>
     [...open].filter((c) => pick(c) && c.sent.toLowerCase().includes(marker.toLowerCase()));
   return {
-    port,
     /** `redis://127.0.0.1:<port>`. */
     url: `redis://127.0.0.1:${port}`,
     /**
@@ -148,11 +136,10 @@ export async function startTcpProxy(targetPort: number) {
       target = port;
     },
     /** Closes every connection and the listener. */
-    close: (): Promise<void> =>
-      new Promise((resolve) => {
-        for (const c of open) destroy(c);
-        open.clear();
-        server.close(() => resolve());
-      }),
+    async close(): Promise<void> {
+      for (const c of open) destroy(c);
+      open.clear();
+      await new Promise((resolve) => server.close(resolve));
+    },
   };
 }

@@ -4,19 +4,10 @@
  * and the set of them a cluster (harness/cluster.ts) or a Sentinel set (harness/sentinel.ts) is.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { Redis, type RedisOptions } from 'ioredis';
 import { freeClusterPort, freePort } from './free-port.js';
-import {
-  aclServerArgs,
-  adminConnection,
-  makeSecure,
-  type Secure,
-  serviceTls,
-  tlsServerArgs,
-} from './secure.js';
+import { aclServerArgs, adminConnection, makeSecure, serviceTls, tlsServerArgs } from './secure.js';
 import { firstOnPath, privateDir, settle, stopChild } from './spawn.js';
 
 /** Options of {@link spawnValkey}. */
@@ -29,8 +20,6 @@ export interface ValkeyServerOptions {
   configFile?: string;
   /** Called with every process spawned (the first and each restart), e.g. to kill it if the caller exits early. */
   track?: ((child: ChildProcess) => void) | undefined;
-  /** How long each start may take to answer PING, ms. Default 10,000. */
-  readyTimeoutMs?: number;
   /** TLS options and the admin password, when `args` make it TLS-only or protected (harness/secure.ts). */
   connection?: RedisOptions;
 }
@@ -47,14 +36,14 @@ export const serverBinary = (): string | undefined =>
  * writes the primary's snapshot there, not into the caller's folder; removed by `stop`) and
  * `options.args`, and waits until it answers PING.
  *
- * @throws {Error} when no server binary is installed or it does not answer within `readyTimeoutMs`.
+ * @throws {Error} when no server binary is installed or it does not answer within 10 s.
  */
 export async function spawnValkey(options: ValkeyServerOptions = {}) {
   const binary = serverBinary();
   const hint = 'no valkey-server or redis-server on the PATH (apt-get install -y redis-server)';
   if (binary === undefined) throw new Error(hint);
   const port = options.port ?? (await freePort());
-  const dir = mkdtempSync(join(tmpdir(), 'echostore-valkey-'));
+  const dir = privateDir('echostore-valkey-');
   const argv = [
     ...(options.configFile === undefined ? [] : [options.configFile]),
     ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
@@ -65,8 +54,7 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
   const launch = async () => {
     const started = spawn(binary, argv, { stdio: 'ignore' });
     options.track?.(started);
-    const fail = (last: string) => `the server at ${url} did not answer PING: ${last}`;
-    await settle(options.readyTimeoutMs ?? 10_000, 50, () => ping(url, connection), fail, started);
+    await waitForPing(url, 10_000, connection, started);
     return started;
   };
   let child = await launch();
@@ -100,14 +88,22 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
   };
 }
 
-/** A harness connection: connects when asked, 1 s to connect, never reconnects or retries. */
-const ONE_SHOT = {
-  ...{ lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 1_000 },
-  retryStrategy: () => null,
-} as const;
-
-/** Runs `fn` on `r`, a harness connection, and closes it when `fn` settles. */
-async function oneShot<T>(r: Redis, fn: (r: Redis) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` on a short-lived connection of its own to `server.url`: no reconnects or retries and
+ * no ready check, 1 s to connect, 2 s a command, closed when `fn` settles; over TLS and
+ * authenticated when the server has a `connection`.
+ *
+ * @throws {Error} what connecting or `fn` throws.
+ */
+export async function ask<T>(
+  server: { readonly url: string; readonly connection?: RedisOptions | undefined },
+  fn: (r: Redis) => Promise<T>,
+): Promise<T> {
+  const r = new Redis(server.url, {
+    ...server.connection,
+    ...{ lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 1_000 },
+    ...{ commandTimeout: 2_000, enableReadyCheck: false, retryStrategy: () => null },
+  });
   r.on('error', () => {});
   try {
     await r.connect();
@@ -117,48 +113,29 @@ async function oneShot<T>(r: Redis, fn: (r: Redis) => Promise<T>): Promise<T> {
   }
 }
 
-/** PINGs `url` once on a connection of its own: true, or it throws. */
-const ping = (url: string, connection: RedisOptions = {}) =>
-  oneShot(new Redis(url, { ...connection, ...ONE_SHOT }), (r) =>
-    r.ping().then(() => true as const),
-  );
-
 /**
- * Runs `fn` on a short-lived connection of its own to the loopback server on `server.port`: no
- * reconnects or retries and no ready check, 1 s to connect, 2 s a command, closed when `fn`
- * settles; over TLS and authenticated when the server has a `connection`.
- *
- * @throws {Error} what connecting or `fn` throws.
- */
-export function ask<T>(
-  server: { readonly port: number; readonly connection?: RedisOptions | undefined },
-  fn: (r: Redis) => Promise<T>,
-): Promise<T> {
-  const options = { ...server.connection, ...ONE_SHOT, commandTimeout: 2_000 };
-  return oneShot(new Redis(server.port, '127.0.0.1', { ...options, enableReadyCheck: false }), fn);
-}
-
-/**
- * Resolves once the server at `url` answers PING, trying every 50 ms.
+ * Resolves once the server at `url` answers PING, trying every 50 ms; with `child` (the server
+ * starting), its exit fails the wait at once.
  *
  * @throws {Error} when it does not answer within `timeoutMs`.
  */
-export function waitForPing(url: string, timeoutMs: number): Promise<void> {
+export function waitForPing(
+  url: string,
+  timeoutMs: number,
+  connection?: RedisOptions,
+  child?: ChildProcess,
+): Promise<void> {
+  const ping = () => ask({ url, connection }, (r) => r.ping()).then(() => true as const);
   const fail = (last: string) => `the server at ${url} did not answer PING: ${last}`;
-  return settle(timeoutMs, 50, () => ping(url), fail);
+  return settle(timeoutMs, 50, ping, fail, child);
 }
 
 /** What a cluster's or a Sentinel set's options share. */
 export interface ValkeySetOptions {
   /** Called with every process spawned, e.g. to kill it if the caller exits early. */
   track?: ValkeyServerOptions['track'];
-  /** How long the set may take to form, ms. Default 30,000. */
-  readyTimeoutMs?: number;
-  /**
-   * TLS only, an admin password and the service's ACL user (harness/secure.ts); `true` makes a
-   * fresh CA and passwords in the set's folder. Default (or `false`): plain, no AUTH.
-   */
-  secure?: Secure | boolean;
+  /** TLS only, an admin password and the service's ACL user, with a fresh CA (harness/secure.ts). */
+  secure?: boolean;
 }
 
 /**
@@ -171,7 +148,7 @@ export interface ValkeySetOptions {
  */
 export function openValkeySet(prefix: string, options: ValkeySetOptions) {
   const dir = privateDir(prefix);
-  const secure = options.secure === true ? makeSecure(dir) : options.secure || undefined;
+  const secure = options.secure ? makeSecure(dir) : undefined;
   const taken = new Set<number>();
   const spawned: ValkeyServer[] = [];
   const spawn = async (spawnOptions: ValkeyServerOptions) => {

@@ -1,11 +1,8 @@
 /**
- * What the failover drill runs on and kills: a local 3+3 cluster (one primary
- * SIGKILLed; its replica takes over) or a Sentinel set (the primary
- * SIGKILLed; the Sentinels promote the replica).
+ * What the failover drill runs on and kills: a local 3+3 cluster (one primary SIGKILLed; its
+ * replica takes over) or a Sentinel set (the primary SIGKILLed; the Sentinels promote the replica).
  */
-import { Cluster } from 'ioredis';
-import { spawnCluster } from '../../harness/cluster.js';
-import { adminConnection } from '../../harness/secure.js';
+import { slotMap, spawnCluster } from '../../harness/cluster.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
 import { valueKey } from '../../src/l2/keys.js';
 import { keySlot } from '../../src/valkey/slots.js';
@@ -16,13 +13,10 @@ export type Side = 'lost' | 'other';
 
 /** A topology with a victim chosen. */
 export interface FailoverTopology {
-  mode: 'cluster' | 'sentinel';
   /** For the report. */
   label: string;
   /** The `valkey` section of the services' config file (timeouts added by the drill). */
   section: Record<string, unknown>;
-  /** `host:port` of the primary the drill kills. */
-  victim: string;
   /** Whether `id`'s keys in `table` live on the victim's shard (before the kill). */
   sideOf(table: string, id: string): Side;
   /** SIGKILLs the victim. */
@@ -32,27 +26,23 @@ export interface FailoverTopology {
   stop(): Promise<void>;
 }
 
+/** Starts the topology of `mode` (TLS, ACL users and passwords everywhere with `secure`). */
+export const startTopology = (mode: 'cluster' | 'sentinel', secure: boolean) =>
+  mode === 'cluster' ? clusterTopology(secure) : sentinelTopology(secure);
+
 /** Starts a 3+3 cluster (TLS + ACL with `secure`) and picks the primary of slot 0 as the victim. */
-export async function clusterTopology(secure = false): Promise<FailoverTopology> {
+async function clusterTopology(secure = false): Promise<FailoverTopology> {
   const cluster = await spawnCluster({ track, secure });
-  const victim = (await cluster.primaryOf(0))?.address;
-  // The slot map as it was before the kill, from a client of the drill's own.
-  const admin = new Cluster(
-    cluster.seeds.map((s) => `redis://${s}`),
-    cluster.secure === undefined ? {} : { redisOptions: adminConnection(cluster.secure) },
-  );
-  admin.on('error', () => {});
-  await new Promise<void>((resolve) => admin.once('ready', () => resolve()));
-  const owners = admin.slots.map((nodes) => nodes?.[0]);
-  admin.disconnect();
+  const victim = await cluster.primaryOf(0);
   if (victim === undefined) throw new Error('slot 0 has no primary');
+  // The victim's slot ranges, as they were before the kill.
+  const lost = (await slotMap(victim)).filter(([, , owner]) => owner === victim.address);
+  const isLost = (slot: number) => lost.some(([start, end]) => slot >= start && slot <= end);
   return {
-    mode: 'cluster',
-    label: `cluster 3+3${secure ? ', TLS + ACL user' : ''}, primary ${victim} (slot 0) killed`,
+    label: `cluster 3+3${secure ? ', TLS + ACL user' : ''}, primary ${victim.address} (slot 0) killed`,
     section: { ...cluster.valkey },
-    victim,
-    sideOf: (table, id) => (owners[keySlot(valueKey(table, id))] === victim ? 'lost' : 'other'),
-    kill: async () => cluster.nodes.find((n) => n.address === victim)?.kill(),
+    sideOf: (table, id) => (isLost(keySlot(valueKey(table, id))) ? 'lost' : 'other'),
+    kill: () => victim.kill(),
     waitPromoted: (timeoutMs) => cluster.waitHealthy(timeoutMs),
     stop: () => cluster.stop(),
   };
@@ -62,21 +52,16 @@ export async function clusterTopology(secure = false): Promise<FailoverTopology>
  * Starts a primary, a replica and 3 Sentinels (TLS and passwords everywhere with `secure`);
  * the primary is the victim (the only shard).
  */
-export async function sentinelTopology(secure = false): Promise<FailoverTopology> {
+async function sentinelTopology(secure = false): Promise<FailoverTopology> {
   const set = await spawnSentinelSet({ track, secure });
   const primary = await set.primary();
   if (primary === undefined) throw new Error('the Sentinels name no primary');
-  const victim = `127.0.0.1:${primary.port}`;
   return {
-    mode: 'sentinel',
-    label: `Sentinel set (primary + replica, 3 Sentinels${secure ? '; TLS, ACL user, auth-pass' : ''}), primary ${victim} killed`,
+    label: `Sentinel set (primary + replica, 3 Sentinels${secure ? '; TLS, ACL user, auth-pass' : ''}), primary 127.0.0.1:${primary.port} killed`,
     section: { ...set.valkey },
-    victim,
     sideOf: () => 'lost',
     kill: () => primary.kill(),
-    waitPromoted: async (timeoutMs) => {
-      await set.waitFailover(primary, timeoutMs);
-    },
+    waitPromoted: (timeoutMs) => set.waitFailover(primary, timeoutMs).then(() => {}),
     stop: () => set.stop(),
   };
 }

@@ -1,11 +1,11 @@
 /**
  * What the drills that break Valkey under load (faults, failover, reshard) share: the instances'
- * settings (commands that fail fast, rows that stay in L1 for the whole drill), the longest a
- * request may lawfully take under them, the two instances on one origin they start, and the
- * checks they judge alike.
+ * settings, the longest a request may lawfully take under them, the two instances on one origin
+ * they start, how they ask them, and the checks they judge alike.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { type Origin, startOrigin } from '../../harness/origin.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { startOrigin } from '../../harness/origin.js';
 import { type Service, startServices } from '../../harness/service.js';
 import { itemUrl, ready, readyWhen, timed } from './http.js';
 import { track } from './reaper.js';
@@ -27,32 +27,31 @@ export const FAULT_POLICY = {
 };
 
 /** The longest a request may lawfully take: wait, then load, then one timed-out command, plus 1 s margin. */
-export const FAULT_BOUND_MS =
+const FAULT_BOUND_MS =
   FAULT_POLICY.waitTimeoutMs + FAULT_POLICY.loadTimeoutMs + FAULT_VALKEY.commandTimeoutMs + 1_000;
 
+/** How long the drills' clients wait for an answer: beyond {@link FAULT_BOUND_MS}, so a late one is seen. */
+export const REQUEST_TIMEOUT_MS = 10_000;
+
+/** A timed GET of `id` in `table` on the instance at `base`, or with `put` a PUT of that body. */
+export const request = (base: string, table: string, id: string, put?: object) =>
+  timed(itemUrl(base, table, id), REQUEST_TIMEOUT_MS, put ? 'PUT' : 'GET', put);
+
 /** Two instances of one table on one origin ({@link startFaultPair}). */
-export interface FaultPair {
-  origin: Origin;
-  services: Service[];
-  /** The instances' base URLs. */
-  targets: string[];
-  /** The config file both instances run on. */
-  config: object;
-  /** Stops the instances (SIGKILL after 5 s), then the origin. */
-  stop(): Promise<void>;
-}
+export type FaultPair = Awaited<ReturnType<typeof startFaultPair>>;
 
 /**
  * Starts an origin answering after `latencyMs` and two instances of `table` on it (a 3 s grace
  * on a failed start), over `valkey` (a `valkey` section; {@link FAULT_VALKEY} added) with
- * `policy`; they die with the drill.
+ * `policy`; they die with the drill. `targets` are their base URLs, `config` the config file
+ * both run on; `stop` stops them (SIGKILL after 5 s), then the origin.
  */
 export async function startFaultPair(
   valkey: Record<string, unknown>,
   table: string,
   latencyMs: number,
   policy: object = FAULT_POLICY,
-): Promise<FaultPair> {
+) {
   const origin = await startOrigin(latencyMs);
   const config = originConfig({ ...valkey, ...FAULT_VALKEY }, table, origin.template, policy);
   const services = await startServices(2, config, track, 3_000).catch(async (err: unknown) => {
@@ -103,34 +102,37 @@ export async function readyAgain(services: Service[], withinMs: number): Promise
 
 /**
  * The recovery check after fault `phase`, without a restart: every instance's `/readyz` says
- * "ready" within `withinMs`, then a PUT of a fresh id on the first instance and a GET of it on
+ * "ready" within 5 s, then a PUT of a fresh id on the first instance and a GET of it on
  * each round-trip the same value (through Valkey for all but the writer).
  */
-export async function recovery(
-  phase: string,
-  services: Service[],
-  table: string,
-  withinMs = 5_000,
-  requestTimeoutMs = 10_000,
-): Promise<Check> {
-  const readyMs = await Promise.all(services.map((s) => readyWhen([s.url], ready, withinMs)));
+export async function recovery(phase: string, services: Service[], table: string) {
+  const readyMs = await Promise.all(services.map((s) => readyWhen([s.url], ready)));
   const result = (roundTrip: boolean, detail: string) =>
     check(
-      `recovery after phase ${phase}: /readyz ready within ${withinMs} ms and PUT + GET round-trip`,
+      `recovery after phase ${phase}: /readyz ready within 5000 ms and PUT + GET round-trip`,
       readyMs.every((ms) => ms !== undefined) && roundTrip,
       `ready after ${readyText(readyMs, 'never')}; ${detail}`,
     );
   const id = `roundtrip-${randomBytes(6).toString('hex')}`;
   const nonce = randomUUID();
-  const url = (s: Service) => itemUrl(s.url, table, id);
   try {
-    const put = await timed(url(services[0] as Service), requestTimeoutMs, 'PUT', { nonce });
+    const put = await request((services[0] as Service).url, table, id, { nonce });
     if (put.status !== 200) return result(false, `PUT ${put.status} ${put.body}`);
-    const gets = await Promise.all(services.map((s) => timed(url(s), requestTimeoutMs)));
+    const gets = await Promise.all(services.map((s) => request(s.url, table, id)));
     const ok = gets.every((g) => g.status === 200 && JSON.parse(g.body).nonce === nonce);
     const detail = `PUT 200, GET ${gets.map((g) => g.status).join('/')}`;
     return result(ok, ok ? detail : `${detail} (wrong value)`);
   } catch (err) {
     return result(false, `PUT/GET failed: ${(err as Error).message}`);
   }
+}
+
+/** Ms until `holds` says true (asked every 25 ms), or undefined once `withinMs` has passed. */
+export async function until(withinMs: number, holds: () => Promise<boolean>) {
+  const started = performance.now();
+  while (performance.now() - started < withinMs) {
+    if (await holds()) return Math.round(performance.now() - started);
+    await sleep(25);
+  }
+  return undefined;
 }

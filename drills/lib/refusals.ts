@@ -1,8 +1,7 @@
 /**
- * The fault drill's phases where Valkey *answers* with an error (out of memory, read-only, an
- * ACL without channels) or a subscriber stops delivering. Each provokes the fault on real
- * processes, notes how long the instances took to come back ("recovered in N ms") and the reads
- * of its own ids at the origin, and returns its check.
+ * The fault drill's phases 4 to 8 (drills/README.md#faults), where Valkey *answers* with an
+ * error or a subscriber stops delivering: each provokes its fault on real processes and returns
+ * its check.
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,7 +10,9 @@ import type { Origin } from '../../harness/origin.js';
 import { type Service, spawnService, startService } from '../../harness/service.js';
 import type { TcpProxy } from '../../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../../harness/valkey-server.js';
+import { FAULT_VALKEY, REQUEST_TIMEOUT_MS, until } from './fault-policy.js';
 import { itemUrl, ready, readyWhen, readyz, timed } from './http.js';
+import { track } from './reaper.js';
 import { bump, type Check, check, listCounts } from './report.js';
 
 /** What every refusal phase works with. */
@@ -24,13 +25,10 @@ export interface RefusalDrill {
   proxy: TcpProxy;
   origin: Origin;
   table: string;
-  /** A service config for a Valkey URL and a coherence setting. */
-  configFor(url: string, coherence: boolean): object;
-  /** Sees every process started (killed if the drill exits early). */
-  track(child: import('node:child_process').ChildProcess): void;
+  /** The config file A and B run on. */
+  config: object;
   /** A unique suffix for this run's ids. */
   run: string;
-  requestTimeoutMs: number;
 }
 
 /** How long the store may take to leave degraded mode after Valkey recovers from a refusal. */
@@ -53,7 +51,7 @@ async function send(
   method: 'GET' | 'PUT' | 'DELETE' = 'GET',
   json: unknown = method === 'PUT' ? { id } : undefined,
 ) {
-  const r = await timed(itemUrl(service.url, d.table, id), d.requestTimeoutMs, method, json);
+  const r = await timed(itemUrl(service.url, d.table, id), REQUEST_TIMEOUT_MS, method, json);
   bump(tally, `${method} ${r.status === 0 ? 'no answer' : r.status}${r.code ? ` ${r.code}` : ''}`);
   return { status: r.status, body: r.status === 200 ? r.body : '' };
 }
@@ -63,11 +61,7 @@ async function fillUp(admin: Redis): Promise<void> {
   await admin.config('SET', 'maxmemory', '1');
 }
 
-/**
- * The circuit opens while Valkey is paused; Valkey comes back at maxmemory (noeviction), so the
- * half-open probe meets OOM; the operator raises maxmemory: both instances must be ready within
- * {@link RECOVER_WITHIN_MS}.
- */
+/** Phase 4: the circuit opens while Valkey is paused, and its half-open probe meets OOM. */
 async function oomWithProbeInFlight(d: RefusalDrill): Promise<Check> {
   d.valkey.pause();
   const opened = await readyWhen(urls(d), (r) => r.status === 'degraded');
@@ -90,10 +84,7 @@ async function oomWithProbeInFlight(d: RefusalDrill): Promise<Check> {
   );
 }
 
-/**
- * At maxmemory (noeviction) a DELETE cannot write its tombstone: it must fall back to deleting,
- * answer 204, and neither instance may serve the old row.
- */
+/** Phase 5: at maxmemory a DELETE cannot write its tombstone, so it falls back to deleting. */
 async function oomDelete(d: RefusalDrill): Promise<Check> {
   const [a, b] = d.services as [Service, Service];
   const id = `oom-del-${d.run}`;
@@ -103,31 +94,21 @@ async function oomDelete(d: RefusalDrill): Promise<Check> {
   const tally: Record<string, number> = {};
   await send(d, a, id, tally, 'PUT');
   const deleted = (await send(d, a, id, tally, 'DELETE')).status;
-  const started = performance.now();
   const isNew = (f: string) => f !== '' && f !== old;
-  let noOld = false;
-  while (!noOld && performance.now() - started < 2_000) {
-    noOld = (await bodies()).every(isNew);
-    if (!noOld) await sleep(25);
-  }
-  const goneMs = Math.round(performance.now() - started);
+  const goneMs = await until(2_000, async () => (await bodies()).every(isNew));
   await d.admin.config('SET', 'maxmemory', '0');
   const recovered = await readyWhen(urls(d), ready);
   const reads = d.origin.readsOf(id);
   return check(
     `OOM delete: DELETE answers 204, no instance serves the old row, ready within ${RECOVER_WITHIN_MS} ms of maxmemory being raised`,
-    old !== '' && old === oldOnB && deleted === 204 && noOld && inTime(recovered),
-    `${listCounts(tally)}; old row gone from A and B ${noOld ? `within ${goneMs} ms` : 'NOT'}; origin reads ${reads} (first read, then A and B each read it again); recovered in ${ms(recovered)}`,
+    old !== '' && old === oldOnB && deleted === 204 && goneMs !== undefined && inTime(recovered),
+    `${listCounts(tally)}; old row gone from A and B ${goneMs === undefined ? 'NOT' : `within ${goneMs} ms`}; origin reads ${reads} (first read, then A and B each read it again); recovered in ${ms(recovered)}`,
   );
 }
 
-/**
- * The server is demoted to a read-only replica (what a failover does to the old primary): both
- * instances must say degraded (readonly), and be ready within {@link RECOVER_WITHIN_MS} of its
- * promotion back.
- */
+/** Phase 6: the server is demoted to a read-only replica, as a failover does to the old primary. */
 async function readOnlyAndBack(d: RefusalDrill): Promise<Check> {
-  const primary = await spawnValkey({ track: d.track });
+  const primary = await spawnValkey({ track });
   try {
     await d.admin.replicaof('127.0.0.1', String(primary.port));
     const demoted = await readyWhen(urls(d), (r) => r.reason === 'readonly', 8_000);
@@ -145,17 +126,17 @@ async function readOnlyAndBack(d: RefusalDrill): Promise<Check> {
   }
 }
 
-/**
- * A Redis 7 ACL user with key and command rights but no channel (`resetchannels`): the service
- * must refuse to start, naming the right (its exit code and stderr, within 15 s); with
- * `coherence: false` it must run, say so in `/readyz`, and write.
- */
+/** Phase 7: a Redis 7 ACL user with key and command rights but no channel (`resetchannels`). */
 async function aclWithoutChannels(d: RefusalDrill): Promise<Check> {
   await d.admin.call('ACL', 'SETUSER', 'nochan', 'on', '>pw', '~ecc:*', '+@all', 'resetchannels');
   const url = `redis://nochan:pw@127.0.0.1:${d.valkey.port}`;
+  const configFor = (coherence: boolean) => ({
+    ...d.config,
+    valkey: { url, ...FAULT_VALKEY, coherence },
+  });
   const started = performance.now();
-  const child = spawnService(d.configFor(url, true), 0, { stdio: ['ignore', 'ignore', 'pipe'] });
-  d.track(child);
+  const child = spawnService(configFor(true), 0, { stdio: ['ignore', 'ignore', 'pipe'] });
+  track(child);
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr += chunk.toString();
@@ -167,23 +148,18 @@ async function aclWithoutChannels(d: RefusalDrill): Promise<Check> {
   const named = stderr.includes('&ecc:events:*');
   const id = `acl-${d.run}`;
   const reads0 = d.origin.readsOf(id);
-  const s = await startService(d.configFor(url, false));
-  d.track(s.process);
+  const s = await startService(configFor(false));
+  track(s.process);
   try {
     const r = await readyz(s.url);
     const tally: Record<string, number> = {};
     const got = (await send(d, s, id, tally)).status;
     await send(d, s, id, tally, 'PUT');
     const reads = d.origin.readsOf(id) - reads0;
+    const runs = r.status === 'ready' && r.details?.coherence === false && got === 200;
     return check(
       'ACL without channels: refused at start naming &ecc:events:*; runs with coherence off',
-      code === 2 &&
-        named &&
-        r.status === 'ready' &&
-        r.details?.coherence === false &&
-        got === 200 &&
-        tally['PUT 200'] === 1 &&
-        reads === 1,
+      code === 2 && named && runs && tally['PUT 200'] === 1 && reads === 1,
       `exit ${code} after ${refusedMs} ms ("${stderr.trim().split('\n')[0]}"), names the right: ${named}; with coherence off: /readyz ${r.status}, coherence ${r.details?.coherence}, ${listCounts(tally)}, origin reads ${reads}`,
     );
   } finally {
@@ -191,11 +167,7 @@ async function aclWithoutChannels(d: RefusalDrill): Promise<Check> {
   }
 }
 
-/**
- * Both instances' subscriber connections freeze (no bytes, no FIN); a PUT on A must be served by
- * B within {@link SUBSCRIBER_WITHIN_MS}: the heartbeat finds the dead subscriber, replaces it, and
- * B flushes its L1.
- */
+/** Phase 8: both subscribers freeze (no bytes, no FIN); B must still serve A's PUT in time. */
 async function frozenSubscriber(d: RefusalDrill): Promise<Check> {
   const [a, b] = d.services as [Service, Service];
   const id = `frozen-${d.run}`;
@@ -204,14 +176,10 @@ async function frozenSubscriber(d: RefusalDrill): Promise<Check> {
   const frozen = d.proxy.freeze('subscribe');
   const nonce = randomUUID();
   const put = (await send(d, a, id, {}, 'PUT', { nonce })).status;
-  const started = performance.now();
-  let seen: number | undefined;
-  while (seen === undefined && performance.now() - started < SUBSCRIBER_WITHIN_MS + 3_000) {
+  const seen = await until(SUBSCRIBER_WITHIN_MS + 3_000, async () => {
     const r = (await send(d, b, id)).body;
-    if (r !== '' && (JSON.parse(r) as { nonce?: string }).nonce === nonce) {
-      seen = Math.round(performance.now() - started);
-    } else await sleep(25);
-  }
+    return r !== '' && (JSON.parse(r) as { nonce?: string }).nonce === nonce;
+  });
   return check(
     `frozen subscriber: replaced within ${SUBSCRIBER_WITHIN_MS} ms, B serves A's PUT`,
     old !== '' && frozen === 2 && put === 200 && seen !== undefined && seen <= SUBSCRIBER_WITHIN_MS,
