@@ -30,11 +30,9 @@ const boundMs = args['bound-ms'];
 
 const rowIds = Array.from({ length: args.rows }, (_, i) => `r${i}`);
 const heldIds = Array.from({ length: args.held }, (_, i) => `${HOLD_PREFIX}${run}-${i}`);
-const tagOf = (id: string): string => {
-  const n = Number(/(\d+)$/.exec(id)?.[1] ?? 0);
-  // Held rows all carry the first hard-purged tag.
-  return id.startsWith(HOLD_PREFIX) ? 't0' : `t${n % args.tags}`;
-};
+/** Row `r<i>` carries the tag `t<i mod tags>`; held rows all carry the first hard-purged tag. */
+const tagOf = (id: string) =>
+  id.startsWith(HOLD_PREFIX) ? 't0' : `t${Number(/(\d+)$/.exec(id)?.[1] ?? 0) % args.tags}`;
 const hardTags = ['t0', 't1', 't2', 't3', 't4'];
 const softTags = ['t5', 't6', 't7', 't8', 't9'];
 
