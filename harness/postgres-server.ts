@@ -45,8 +45,7 @@ export async function startPostgres(options: { settings?: Record<string, string 
   const serverOptions = Object.entries(settings).map(([k, v]) => `-c ${k}=${v}`);
   try {
     pgRun('initdb', ['-D', dataDir, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8']);
-    const log = join(dataDir, 'log');
-    const start = ['-D', dataDir, '-o', serverOptions.join(' '), '-l', log];
+    const start = ['-D', dataDir, '-o', serverOptions.join(' '), '-l', join(dataDir, 'log')];
     pgRun('pg_ctl', [...start, '-w', '-t', '60', 'start']);
   } catch (err) {
     rmSync(dataDir, { recursive: true, force: true });
