@@ -20,80 +20,59 @@ const args = drillArgs({
 });
 const run = randomBytes(3).toString('hex');
 const { maxConcurrentLoads: MAX, initialConcurrentLoads: INITIAL } = DEFAULT_POLICY;
-/** Admission: rounds of the slowed burst (the law takes their median); per round, cold ids on the slowed source and ids in L2 only sent with them. */
+/** Admission: rounds of the slowed burst; per round, cold ids and the ids in L2 sent with them. */
 const [ROUNDS, COLD, IN_L2] = [3, 400, 200];
-/** The slowed source's latency, ms. */
-const SLOW_MS = 500;
-/**
- * How far a round's shed p99 may lie above its L2 hits' p99, ms: half a slowed load. A shed
- * that waited for a slot waited at least `maxQueueDelayMs` (2 s); one decided at once is
- * answered within the same burst, behind the L2 hits its Valkey replies came with.
- */
-const SHED_OVER_L2_MS = SLOW_MS / 2;
+/** The slowed source's latency, and how far a shed's p99 may lie above the L2 hits': half of it, ms. */
+const [SLOW_MS, SHED_OVER_L2_MS] = [500, 250];
 
 /** What one scenario printed and judged. */
 type Scenario = { lines: string[]; figures: object; checks: Check[] };
 
-/** Runs `body` on an origin (`latencyMs`, `holdMs`) and services of `table` on it (`starts` options each). */
+/** Runs `body` on an origin (`[latencyMs, holdMs]`) and services of `table` on it (`starts` options each). */
 const fleetOf = <T>(
   table: string,
-  [latencyMs, holdMs]: [number, number?],
+  originArgs: [number, number?],
   starts: Array<Parameters<typeof startService>[1]>,
   policy: object,
   body: (origin: Origin, services: Service[]) => Promise<T>,
 ) =>
-  withOrigin([latencyMs, holdMs], (origin) => {
+  withOrigin(originArgs, (origin) => {
     const config = originConfig({ url: args.valkey }, table, origin.template, policy, QUIET);
-    return withServices(
-      starts.map((o) => startService(config, o)),
-      (services) => body(origin, services),
-    );
+    const services = starts.map((o) => startService(config, o));
+    return withServices(services, (started) => body(origin, started));
   });
-
-/** What one GET showed: status, the origin's read number, and Cache-Status. */
-const get = (s: Service, table: string, id: string, timeoutMs = 10_000) =>
-  readItem(s.url, table, id, timeoutMs);
 
 /** Three instances, two with clocks 10 min off: one source read per key, no TTL stretched by a clock. */
 function skew(): Promise<Scenario> {
   const [table, ttlMs, jitter, keysPerHost] = [`skew-${run}`, 2_000, 0.2, 20];
-  const skewed = (ms: number) => ({
-    nodeArgs: ['--import', SKEW_CLOCK],
-    env: { SKEW_MS: `${ms}` },
-  });
+  const skewed = (d: number) => ({ nodeArgs: ['--import', SKEW_CLOCK], env: { SKEW_MS: `${d}` } });
   const policy = { ttlMs, jitter, staleMs: 0, earlyRefreshBeta: 0 };
   const starts = [{}, skewed(600_000), skewed(-600_000)];
   return fleetOf(table, [5], starts, policy, async (origin, hosts) => {
     let [maxTtlS, failures] = [Number.NEGATIVE_INFINITY, 0];
-    for (const [h, host] of hosts.entries()) {
-      for (let k = 0; k < keysPerHost; k++) {
+    for (const [h, host] of hosts.entries())
+      for (let k = 0; k < keysPerHost; k++)
         for (const reader of [host, ...hosts.filter((x) => x !== host)]) {
-          const r = await get(reader, table, `h${h}-k${k}`);
+          const r = await readItem(reader.url, table, `h${h}-k${k}`);
           if (r.status !== 200) failures++;
           const ttl = /ttl=(-?\d+)/.exec(r.cacheStatus ?? '')?.[1];
           if (ttl !== undefined) maxTtlS = Math.max(maxTtlS, Number(ttl));
         }
-      }
-    }
     const reads = origin.totalReads();
     await sleep(ttlMs * (1 + jitter) + 300);
     let servedExpired = 0;
-    for (const host of hosts) {
+    for (const host of hosts)
       for (let k = 0; k < 5; k++)
-        if ((await get(host, table, `h0-k${k}`)).read === 1) servedExpired++;
-    }
+        if ((await readItem(host.url, table, `h0-k${k}`)).read === 1) servedExpired++;
     const boundS = Math.trunc((ttlMs * (1 + jitter)) / 1000);
+    const keys = hosts.length * keysPerHost;
     return {
       lines: [
         'skew: 3 instances (clock right, +10 min, -10 min) on one Valkey, ttlMs 2000, jitter 0.2',
       ],
       figures: { skew: { reads, maxTtlS, servedExpired, failures } },
       checks: [
-        law(
-          'skew: source reads (counted by the source), one per key',
-          reads,
-          hosts.length * keysPerHost,
-        ),
+        law('skew: source reads (counted by the source), one per key', reads, keys),
         law(
           'skew: largest Cache-Status ttl served',
           `${maxTtlS} s`,
@@ -111,15 +90,14 @@ function skew(): Promise<Scenario> {
 function holder(): Promise<Scenario> {
   const [table, id, loadMs] = [`holder-${run}`, `${HOLD_PREFIX}${run}`, 300];
   // The first read is held 1.7 s, then answers after loadMs: a 2 s load. The holder dies before.
-  return fleetOf(table, [loadMs, 2_000 - loadMs], [{}, {}, {}], {}, async (origin, [a, b, c]) => {
-    void get(a as Service, table, id).catch(() => {});
+  return fleetOf(table, [loadMs, 2_000 - loadMs], [{}, {}, {}], {}, async (origin, hosts) => {
+    const [a, b, c] = hosts as [Service, Service, Service];
+    void readItem(a.url, table, id);
     if (!(await origin.seen(id, 5_000))) throw new Error('the holder never reached the source');
     await sleep(300);
-    a?.process.kill('SIGKILL');
+    a.process.kill('SIGKILL');
     origin.release(id); // reads from now on answer after loadMs: the takeover load
-    const readers = Array.from({ length: 100 }, (_, i) =>
-      get((i % 2 ? c : b) as Service, table, id),
-    );
+    const readers = Array.from({ length: 100 }, (_, i) => readItem((i % 2 ? c : b).url, table, id));
     const results = await Promise.all(readers);
     const ok = results.filter((r) => r.status === 200).length;
     const answers = new Set(results.map((r) => r.read)).size;
@@ -127,6 +105,7 @@ function holder(): Promise<Scenario> {
     const sourceReads = origin.readsOf(id);
     const codes = results.filter((r) => r.status !== 200).map((r) => r.code);
     const other = [...new Set(codes)].join(', ');
+    const answered = `${ok} of ${results.length}${other && ` (others ${other})`}`;
     return {
       lines: [
         'holder: 3 instances, default policy; the lease holder SIGKILLed 0.3 s into a 2 s load; 100 readers on the other two; takeover load 300 ms',
@@ -135,12 +114,7 @@ function holder(): Promise<Scenario> {
       figures: { holder: { sourceReads, ok, answers, p50Ms, p99Ms } },
       checks: [
         law('holder: source reads (counted by the source)', sourceReads, 2),
-        law(
-          'holder: answered 200',
-          `${ok} of ${results.length}${other && ` (others ${other})`}`,
-          'all',
-          ok === 100,
-        ),
+        law('holder: answered 200', answered, 'all', ok === 100),
         law('holder: distinct answers', answers, 1),
         law('holder: latency p99', `${p99Ms} ms`, '≤ 3000', p99Ms <= 3_000),
       ],
@@ -160,18 +134,15 @@ function tally(results: OriginRead[]) {
   return { ok: ok.length, shed: shed.length, other, shedP99Ms: p99(shed), okP99Ms: p99(ok) };
 }
 
-/**
- * A healthy source is never shed; a slow one sheds the excess fast. The instance under test
- * takes a burst of cold ids on a fast source, then rounds of bursts on a slowed one; a second
- * instance only fills L2.
- */
+/** A healthy source is never shed; a slow one sheds the excess fast (a second instance fills L2). */
 function admission(): Promise<Scenario> {
   const table = `admit-${run}`;
-  return fleetOf(table, [20], [{}, {}], {}, async (origin, [s, filler]) => {
-    const burst = (on: Service | undefined, ids: string[]) =>
-      Promise.all(ids.map((id) => get(on as Service, table, id, 15_000)));
+  return fleetOf(table, [20], [{}, {}], {}, async (origin, hosts) => {
+    const [s, filler] = hosts as [Service, Service];
+    const burst = (on: Service, ids: string[]) =>
+      Promise.all(ids.map((id) => readItem(on.url, table, id, 15_000)));
     const limitNow = async () =>
-      metric(await scrape(s?.url as string), 'echostore_load_limit', { table }) ?? Number.NaN;
+      metric(await scrape(s.url), 'echostore_load_limit', { table }) ?? Number.NaN;
     const healthy = tally(await burst(s, idsOf('healthy', COLD)));
     const healthyPeak = origin.peakInFlight();
     // While the source is still fast: the filler reads each round's L2 ids (40 at a time, so
@@ -193,11 +164,8 @@ function admission(): Promise<Scenario> {
       lowest = Math.min(lowest, await limitNow());
     }
     const limitAfter = lowest;
-    // Each round: 400 new cold ids on the slowed source, and with them, interleaved (one in
-    // three), 200 ids in L2 only. An L2 hit is the transport plus the one Valkey round trip a
-    // shed must make too (a value in L2 is served, never shed), under the same burst at the
-    // same moment: a shed is "fast" when its p99 is at most SHED_OVER_L2_MS above theirs (it
-    // did not wait for a slot). The law takes the median of the rounds.
+    // Each round: 400 new cold ids on the slowed source, one in three interleaved with an id in
+    // L2 only (an L2 hit costs the one Valkey round trip a shed costs too).
     const rounds = [];
     for (let round = 0; round < ROUNDS; round++) {
       const cold = idsOf(`slow-${round}`, COLD);
@@ -217,23 +185,21 @@ function admission(): Promise<Scenario> {
     const medianOverMs = median(rounds.map((r) => r.overMs));
     const h = healthy;
     const cells = (r: typeof h) => [r.ok, r.shed, r.other, r.shedP99Ms, r.okP99Ms];
-    const last = rounds.length - 1;
+    const tallies = rounds.map(
+      (r) => `${r.ok}/${r.shed}/${r.other} answered/shed/other, L2 ${r.l2Ok ? 'ok' : 'NOT ok'}`,
+    );
+    const slowed = rounds.map((r, i) => [
+      ...[`slowed (${SLOW_MS} ms) #${i + 1}`, ...cells(r)],
+      ...(i === rounds.length - 1 ? [slowPeak, lowest] : ['', '']),
+    ]);
+    const header = ['source', 'answered 200', 'shed', 'other', 'shed p99 ms', 'answered p99 ms'];
     return {
       lines: [
         `admission: 1 instance under test (a second one only fills L2), default policy (the load limit starts at ${INITIAL}, at most ${MAX}); each row: 400 concurrent GETs of distinct cold ids`,
         `  between the healthy row and the slowed ones, a trickle of 32 GETs (16 at a time, twice) on the ${SLOW_MS} ms source: limit ${limitBefore} → ${limitAfter}`,
         columns(
-          [
-            ['healthy (20 ms)', ...cells(h), healthyPeak, '-'],
-            ...rounds.map((r, i) => [
-              ...[`slowed (${SLOW_MS} ms) #${i + 1}`, ...cells(r)],
-              ...(i === last ? [slowPeak, lowest] : ['', '']),
-            ]),
-          ],
-          [
-            ...['source', 'answered 200', 'shed', 'other', 'shed p99 ms', 'answered p99 ms'],
-            ...['source peak', 'lowest limit'],
-          ],
+          [['healthy (20 ms)', ...cells(h), healthyPeak, '-'], ...slowed],
+          [...header, 'source peak', 'lowest limit'],
         ),
         `  with each slowed burst, 200 GETs of ids in L2 only: p99 ${rounds.map((r) => r.l2P99Ms).join(' / ')} ms; the shed p99 exceeds it by ${rounds.map((r) => r.overMs).join(' / ')} ms`,
       ],
@@ -249,12 +215,7 @@ function admission(): Promise<Scenario> {
         check(
           'admission: a slow source sheds in every round, nothing else fails, the L2 ids answered without a source read (HTTP + one Valkey round trip)',
           rounds.every((r) => r.l2Ok && r.shed > 0 && r.other === 0 && r.ok + r.shed === COLD),
-          rounds
-            .map(
-              (r) =>
-                `${r.ok}/${r.shed}/${r.other} answered/shed/other, L2 ${r.l2Ok ? 'ok' : 'NOT ok'}`,
-            )
-            .join('; '),
+          tallies.join('; '),
         ),
         law(
           "admission: the shed p99 over the L2 hits' p99, median of the rounds",
@@ -275,13 +236,8 @@ function admission(): Promise<Scenario> {
 
 runDrill('fleet', args.json, async () => {
   const ran: Scenario[] = [];
-  for (const [name, scenario] of [
-    ['skew', skew],
-    ['holder', holder],
-    ['admission', admission],
-  ] as const) {
+  for (const [name, scenario] of Object.entries({ skew, holder, admission }))
     if (args.scenario === 'all' || args.scenario === name) ran.push(await scenario());
-  }
   return {
     title: `fleet drill: ${args.scenario === 'all' ? 'clock skew, a dead lease holder, admission' : args.scenario}`,
     body: ran.flatMap((r) => r.lines),

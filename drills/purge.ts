@@ -30,11 +30,9 @@ const boundMs = args['bound-ms'];
 
 const rowIds = Array.from({ length: args.rows }, (_, i) => `r${i}`);
 const heldIds = Array.from({ length: args.held }, (_, i) => `${HOLD_PREFIX}${run}-${i}`);
-const tagOf = (id: string): string => {
-  const n = Number(/(\d+)$/.exec(id)?.[1] ?? 0);
-  // Held rows all carry the first hard-purged tag.
-  return id.startsWith(HOLD_PREFIX) ? 't0' : `t${n % args.tags}`;
-};
+/** Row `r<i>` carries the tag `t<i mod tags>`; held rows all carry the first hard-purged tag. */
+const tagOf = (id: string) =>
+  id.startsWith(HOLD_PREFIX) ? 't0' : `t${Number(/(\d+)$/.exec(id)?.[1] ?? 0) % args.tags}`;
 const hardTags = ['t0', 't1', 't2', 't3', 't4'];
 const softTags = ['t5', 't6', 't7', 't8', 't9'];
 
@@ -49,8 +47,7 @@ const config = (origin: Origin, namespace: string) =>
   originConfig({ url: args.valkey }, table, origin.template, POLICY, { namespace, ...QUIET });
 
 const get = (s: Service, id: string) => readItem(s.url, table, id);
-
-const readAll = (s: Service, ids: string[]) => readItems(s.url, table, ids);
+const readAll = (s: Service, ids: Iterable<string>) => readItems(s.url, table, [...ids]);
 
 /** `--readers` loops per service, each reading random ids of `pool()` until stopped. */
 function readLoad(services: Service[], pool: () => string[]): Loops<OriginRead> {
@@ -79,13 +76,9 @@ async function purge(s: Service, body: object): Promise<Purge> {
 const arrivedAt = (origin: Origin, id: string, n: number) =>
   origin.readsLog(id)[n - 1]?.arrivedAtMs ?? Number.POSITIVE_INFINITY;
 
-/** Source reads of `id` that arrived at or after `sinceMs`. */
-const readsSince = (origin: Origin, id: string, sinceMs: number) =>
-  origin.readsLog(id).filter((r) => r.arrivedAtMs >= sinceMs).length;
-
-/** Source reads of all of `ids` that arrived at or after `sinceMs`. */
-const readsOfSince = (origin: Origin, ids: Iterable<string>, sinceMs: number) =>
-  sum([...ids], (id) => readsSince(origin, id, sinceMs));
+/** Source reads of `ids` that arrived at or after `sinceMs`. */
+const readsSince = (origin: Origin, ids: Iterable<string>, sinceMs: number) =>
+  sum([...ids], (id) => origin.readsLog(id).filter((r) => r.arrivedAtMs >= sinceMs).length);
 
 /** Answers to requests sent after the purge's answer + the bound that carry a read from before it. */
 function oldServed(origin: Origin, answers: OriginRead[], ids: Set<string>, p: Purge) {
@@ -134,12 +127,12 @@ async function fleet(origin: Origin) {
     const softIds = new Set(rowIds.filter((id) => softTags.includes(tagOf(id))));
     const sweep: OriginRead[] = [];
     for (let round = 0; round < 50; round++) {
-      const answers = (await Promise.all(services.map((s) => readAll(s, [...softIds])))).flat();
+      const answers = (await Promise.all(services.map((s) => readAll(s, softIds)))).flat();
       sweep.push(...answers);
       if (answers.every((x) => arrivedAt(origin, x.id, x.read) >= soft.issuedAtMs)) break;
       await sleep(100);
     }
-    for (const s of services) sweep.push(...(await readAll(s, [...hardIds])));
+    for (const s of services) sweep.push(...(await readAll(s, hardIds)));
     const answers = [...load.samples, ...sweep];
     const purgeStart = Math.min(hard.issuedAtMs, soft.issuedAtMs);
     const others = rowIds.filter((id) => !hardIds.has(id) && !softIds.has(id));
@@ -160,12 +153,12 @@ async function fleet(origin: Origin) {
       hardOldServed: oldServed(origin, answers, hardIds, hard),
       softStaleServed,
       softOldAfterRefresh,
-      hardReads: readsOfSince(origin, hardIds, purgeStart),
-      softReads: readsOfSince(origin, softIds, purgeStart),
-      otherReads: readsOfSince(origin, others, purgeStart),
+      hardReads: readsSince(origin, hardIds, purgeStart),
+      softReads: readsSince(origin, softIds, purgeStart),
+      otherReads: readsSince(origin, others, purgeStart),
       /** Purged rows not read exactly once since the purge: `id: reads`, the first ten. */
       misread: [...hardIds, ...softIds]
-        .map((id) => `${id}: ${readsSince(origin, id, purgeStart)}`)
+        .map((id) => `${id}: ${readsSince(origin, [id], purgeStart)}`)
         .filter((x) => !x.endsWith(': 1'))
         .slice(0, 10),
     };
@@ -183,7 +176,7 @@ async function fleet(origin: Origin) {
       rows: all.length,
       purgeMs: whole.answeredAtMs - whole.issuedAtMs,
       oldServed: oldServed(origin, [...tableLoad.samples, ...tableSweep], new Set(all), whole),
-      reads: readsOfSince(origin, all, whole.issuedAtMs),
+      reads: readsSince(origin, all, whole.issuedAtMs),
     };
     const dropped = await purgedRows(services);
     const other = args.rows - t.hardRows - t.softRows + heldIds.length;
@@ -233,15 +226,14 @@ async function namespaces() {
         [startService(config(one, `ns-one-${run}`)), startService(config(two, `ns-two-${run}`))],
         async ([s1, s2]) => {
           const ids = rowIds.slice(0, 100);
-          const answers = { one: [] as OriginRead[], two: [] as OriginRead[] };
-          for (const id of ids) {
-            answers.one.push(await get(s1 as Service, id));
-            answers.two.push(await get(s2 as Service, id));
-            answers.one.push(await get(s1 as Service, id));
-          }
-          const foreign =
-            answers.one.filter((x) => x.origin !== 'one').length +
-            answers.two.filter((x) => x.origin !== 'two').length;
+          let foreign = 0;
+          for (const id of ids)
+            for (const [s, label] of [
+              [s1, 'one'],
+              [s2, 'two'],
+              [s1, 'one'],
+            ] as const)
+              if ((await get(s as Service, id)).origin !== label) foreign++;
           const [r1, r2] = [one.totalReads(), two.totalReads()];
           return check(
             `namespaces: ${ids.length} ids read on two deployments of one table name: no answer from the other's source; source reads ${ids.length} each`,

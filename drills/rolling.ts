@@ -54,13 +54,9 @@ runDrill('rolling', args.json, async () => {
   const probe = (b: (typeof backends)[number]) => async () => {
     while (client.running) {
       const signal = AbortSignal.timeout(args['probe-ms']);
-      b.ready = await fetch(`${b.url}/readyz`, { signal }).then(
-        async (r) => {
-          await r.body?.cancel();
-          return r.status === 200;
-        },
-        () => false,
-      );
+      const r = await fetch(`${b.url}/readyz`, { signal }).catch(() => undefined);
+      await r?.body?.cancel();
+      b.ready = r?.status === 200;
       await sleep(args['probe-ms']);
     }
   };
@@ -109,17 +105,14 @@ runDrill('rolling', args.json, async () => {
       const readsPerId = Math.max(0, ...[...requested].map((id) => origin.readsOf(id)));
       const hotSourceReads = sum(hotIds, (id) => origin.readsOf(id));
       const delay = args['delay-ms'];
+      const rows = phases.map((p) => [
+        ...[p.phase, p.requests, p.toA, p.toB, p.answered200, p.answeredOther, p.lost],
+        ...[listCounts(p.failed, '-'), p.p50Ms, p.p99Ms],
+      ]);
+      const header = ['phase', 'sent', 'to A', 'to B', '200', 'other', 'lost', 'codes'];
       return {
         title: `rolling drill: 2 instances, ${args.loops} loops round-robin over the ready ones; A SIGTERMed and restarted`,
-        body: [
-          columns(
-            phases.map((p) => [
-              ...[p.phase, p.requests, p.toA, p.toB, p.answered200, p.answeredOther, p.lost],
-              ...[listCounts(p.failed, '-'), p.p50Ms, p.p99Ms],
-            ]),
-            ['phase', 'sent', 'to A', 'to B', '200', 'other', 'lost', 'codes', 'p50 ms', 'p99 ms'],
-          ),
-        ],
+        body: [columns(rows, [...header, 'p50 ms', 'p99 ms'])],
         figures: {
           'client saw A not ready after SIGTERM': `${notReadySeenMs} ms   (probe every ${args['probe-ms']} ms)`,
           'A answered its last request after SIGTERM at': `${lastAnswerByAMs} ms`,

@@ -34,12 +34,9 @@ const KINDS = Object.keys(WEIGHTS) as Kind[];
 const UP_TO = KINDS.map((_, i) => sum(KINDS.slice(0, i + 1), (k) => WEIGHTS[k]));
 const MAX_CONCURRENT_LOADS = 32;
 /**
- * RSS at the end may be at most this multiple of RSS at the start (after warm-up, idle).
- * Generous on purpose: under load V8 grows its heap to a working size and GC timing decides when
- * it shrinks, L1 fills to its bound and sockets hold buffers, so a healthy process ends well above
- * its idle size. What 3× still catches is memory that grows with the request count (retained
- * flights or waiters, an unbounded map of ids: the 20% cold ids are tens of thousands of distinct
- * ids per minute). A slow leak passes; read the peak and the samples for a trend.
+ * RSS at the end may be at most this multiple of RSS at the start (after warm-up, idle): a
+ * healthy process ends well above its idle size (V8's working heap, L1 full, socket buffers);
+ * memory that grows with the request count (tens of thousands of cold ids a minute) does not.
  */
 const MAX_RSS_GROWTH = 3;
 /** RSS and heap after GC at the end may be this far off their value once L1 became full. */
@@ -49,19 +46,16 @@ const SETTLE_S = 60;
 
 /** The service's memory from its `/metrics`, bytes: RSS, heap after the latest full GC, L1. */
 async function memory(url: string, table: string, atS: number) {
-  const samples = await scrape(url);
-  const [rss, heapAfterGc] = ['process_resident_memory_bytes', 'nodejs_heap_after_gc_bytes'].map(
-    (name) => metric(samples, name) ?? Number.NaN,
-  ) as [number, number];
-  return { atS, rss, heapAfterGc, l1Bytes: metric(samples, 'echostore_l1_bytes', { table }) ?? 0 };
+  const m = await scrape(url);
+  const rss = metric(m, 'process_resident_memory_bytes') ?? Number.NaN;
+  const heapAfterGc = metric(m, 'nodejs_heap_after_gc_bytes') ?? Number.NaN;
+  return { atS, rss, heapAfterGc, l1Bytes: metric(m, 'echostore_l1_bytes', { table }) ?? 0 };
 }
 type Memory = Awaited<ReturnType<typeof memory>>;
 
 /**
- * Is memory flat once L1 is full? From {@link SETTLE_S} after L1 first held 95 % of its bytes to
- * the end, the median RSS and heap after GC of the last minute of samples each within ±10 % of
- * the first minute's (medians: one sample taken mid-GC does not decide). Judged only when that
- * span is at least half the run (a short run may never fill L1).
+ * Is memory flat once L1 is full (95 % of its bytes)? The median RSS and heap after GC of the
+ * first and last minute from {@link SETTLE_S} later on; judged when that span is half the run.
  */
 function flatness(samples: Memory[]) {
   const full = samples.find((s) => s.l1Bytes >= 0.95 * L1_BYTES);
@@ -83,9 +77,8 @@ function flatness(samples: Memory[]) {
 }
 
 /**
- * The mixed load for autocannon: one request template whose `setupRequest` draws each request's
- * kind, and whose `onResponse` tallies what came back by kind (with `pipelining: 1` a
- * connection's context holds the request in flight, so a response is that kind's).
+ * The mixed load for autocannon: `setupRequest` draws each request's kind, `onResponse` tallies
+ * by kind (with `pipelining: 1` a connection's context holds the one request in flight).
  */
 function mixedLoad(table: string, tag: string) {
   const byKind = Object.fromEntries(
@@ -201,15 +194,14 @@ runDrill('soak', args.json, async () => {
       const errors = result.errors - result.timeouts;
       const requestFailures =
         Object.keys(failures).length > 0 ? ` ${JSON.stringify(failures)}` : '';
+      const failedSeen = `${result.timeouts} / ${errors} / ${lost}${requestFailures}`;
+      const answeredAll = result.timeouts + errors + lost === 0;
+      const rest = `${atRest.flights} / ${atRest.mailbox_depth} after ${atRest.settledMs} ms`;
+      const idle = atRest.flights === 0 && atRest.mailbox_depth === 0;
       const kinds = KINDS.map((k) => {
-        const t = tally.byKind[k];
-        return [
-          k,
-          `${WEIGHTS[k] * 100}%`,
-          t.ms.length,
-          listCounts(t.statuses, ''),
-          ...Object.values(p50p99(t.ms)),
-        ];
+        const { ms, statuses } = tally.byKind[k];
+        const row = [k, `${WEIGHTS[k] * 100}%`, ms.length, listCounts(statuses, '')];
+        return [...row, ...Object.values(p50p99(ms))];
       });
       return {
         title: `soak drill: ${seconds} s, ${connections} connections, ${args['hot-ids']} hot ids, source latency ${args['latency-ms']} ms, maxConcurrentLoads ${MAX_CONCURRENT_LOADS}`,
@@ -224,24 +216,9 @@ runDrill('soak', args.json, async () => {
         },
         memory: samples,
         checks: [
-          law(
-            '5xx other than ECC_SHED',
-            listCounts(Object.fromEntries(bad5xx), 'none'),
-            'none',
-            bad5xx.length === 0,
-          ),
-          law(
-            'timeouts / errors / unanswered',
-            `${result.timeouts} / ${errors} / ${lost}${requestFailures}`,
-            '0 / 0 / 0',
-            result.timeouts + errors + lost === 0,
-          ),
-          law(
-            'at rest: flights / mailbox_depth',
-            `${atRest.flights} / ${atRest.mailbox_depth} after ${atRest.settledMs} ms`,
-            '0 / 0',
-            atRest.flights === 0 && atRest.mailbox_depth === 0,
-          ),
+          law('5xx other than ECC_SHED', listCounts(Object.fromEntries(bad5xx), 'none'), 'none'),
+          law('timeouts / errors / unanswered', failedSeen, '0 / 0 / 0', answeredAll),
+          law('at rest: flights / mailbox_depth', rest, '0 / 0', idle),
           law(
             'RSS start / peak / end',
             `${mb(start.rss)} / ${mb(peak)} / ${mb(end.rss)} (×${growth})`,

@@ -14,22 +14,18 @@ export interface PoolCount {
 }
 
 /** A `makePool` for `postgresSource`: a `pg.Pool` whose `query` counts into `count`. */
-export function countingPgPool(count: PoolCount): (config: pg.PoolConfig) => pg.Pool {
-  return (config) => {
-    const pool = new pg.Pool(config);
-    pool.query = counting(count, pool.query.bind(pool), (r: pg.QueryResult) => r.rowCount ?? 0);
-    return pool;
-  };
-}
+export const countingPgPool = (count: PoolCount) => (config: pg.PoolConfig) => {
+  const pool = new pg.Pool(config);
+  pool.query = counting(count, pool.query.bind(pool), (r: pg.QueryResult) => r.rowCount ?? 0);
+  return pool;
+};
 
 /** A `makePool` for `mysqlSource`: a mysql2 pool whose `execute` counts into `count`. */
-export function countingMysqlPool(count: PoolCount): (config: mysql.PoolOptions) => mysql.Pool {
-  return (config) => {
-    const pool = mysql.createPool(config);
-    pool.execute = counting(count, pool.execute.bind(pool), (r: [unknown[]]) => r[0].length);
-    return pool;
-  };
-}
+export const countingMysqlPool = (count: PoolCount) => (config: mysql.PoolOptions) => {
+  const pool = mysql.createPool(config);
+  pool.execute = counting(count, pool.execute.bind(pool), (r: [unknown[]]) => r[0].length);
+  return pool;
+};
 
 /** `run`, counting each call into `count.queries` and the rows of its result into `count.rows`. */
 function counting<F, R>(count: PoolCount, run: F, rowsOf: (result: R) => number): F {

@@ -1,8 +1,6 @@
 /**
- * A private MariaDB server owned by a test or a drill: `mariadb-install-db` into a fresh folder
- * under the system's temp dir, `mariadbd` on a free loopback port with the row binlog on (the
- * change stream needs it), killed and the folder removed after. As root the server runs as the
- * `mysql` user. The machine's shared server on 3306 is never touched.
+ * A private MariaDB server owned by a test or a drill, in a fresh temp folder on a free loopback
+ * port (the machine's shared server on 3306 is never touched); as root it runs as the `mysql` user.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
@@ -51,15 +49,11 @@ export async function startMariadb() {
     removed();
     throw err;
   });
-  let stopped = false;
   return {
     /** `mysql://root@127.0.0.1:<port>/test` (root without a password). */
     url: `${url}/test`,
-    port,
     /** Kills the server and removes the data folder; idempotent. */
     async stop(): Promise<void> {
-      if (stopped) return;
-      stopped = true;
       await stopChild(child);
       removed();
     },

@@ -1,9 +1,7 @@
 /**
- * A private PostgreSQL server owned by a test or a drill: `initdb` into a fresh folder under the
- * system's temp dir, `pg_ctl start` on a free loopback port with `wal_level=logical` (the change
- * stream needs it), `pg_ctl stop` and the folder removed after. The binaries are found by
- * `pg_config --bindir`; initdb refuses root, so as root every step runs as the `postgres` user.
- * The machine's shared server on 5432 is never touched.
+ * A private PostgreSQL server owned by a test or a drill, in a fresh temp folder on a free loopback
+ * port (the machine's shared server on 5432 is never touched); as root every step runs as the
+ * `postgres` user (initdb refuses root).
  */
 import { execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
@@ -13,12 +11,6 @@ import { asRoot, privateDir } from './spawn.js';
 
 /** A private server the caller controls (see {@link startPostgres}). */
 export type PrivatePostgres = Awaited<ReturnType<typeof startPostgres>>;
-
-/** Options of {@link startPostgres}. */
-export interface PrivatePostgresOptions {
-  /** Extra `-c name=value` settings after the defaults. */
-  settings?: Record<string, string | number>;
-}
 
 /** Runs a PostgreSQL binary of `pg_config --bindir`, as the `postgres` user when this process is root. */
 function pgRun(bin: string, args: string[]): void {
@@ -37,11 +29,12 @@ function pgRun(bin: string, args: string[]): void {
 /**
  * Creates and starts a private server: trust authentication, `fsync=off` (a test's data is thrown
  * away; commits still write their WAL before they return, so `pg_current_wal_lsn()` after a commit
- * is past it), `wal_level=logical`, room for ten replication slots and WAL senders.
+ * is past it), `wal_level=logical`, room for ten replication slots and WAL senders; `settings`:
+ * extra `-c name=value` settings after those.
  *
  * @throws {Error} when the binaries are missing or the server does not start within 60 s.
  */
-export async function startPostgres(options: PrivatePostgresOptions = {}) {
+export async function startPostgres(options: { settings?: Record<string, string | number> } = {}) {
   const dataDir = privateDir('echostore-pg-', 'postgres');
   const port = await freePort();
   const settings = {
@@ -52,22 +45,17 @@ export async function startPostgres(options: PrivatePostgresOptions = {}) {
   const serverOptions = Object.entries(settings).map(([k, v]) => `-c ${k}=${v}`);
   try {
     pgRun('initdb', ['-D', dataDir, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8']);
-    const log = join(dataDir, 'log');
-    const start = ['-D', dataDir, '-o', serverOptions.join(' '), '-l', log];
+    const start = ['-D', dataDir, '-o', serverOptions.join(' '), '-l', join(dataDir, 'log')];
     pgRun('pg_ctl', [...start, '-w', '-t', '60', 'start']);
   } catch (err) {
     rmSync(dataDir, { recursive: true, force: true });
     throw err;
   }
-  let stopped = false;
   return {
     /** `postgres://postgres@127.0.0.1:<port>/postgres` (trust authentication). */
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-    port,
     /** Stops the server (fast shutdown) and removes the data folder; idempotent. */
     async stop(): Promise<void> {
-      if (stopped) return;
-      stopped = true;
       try {
         pgRun('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
       } catch {
