@@ -75,19 +75,11 @@ runDrill('batch', args.json, async () => {
   try {
     await database(`es_drill_${randomBytes(4).toString('hex')}`, db);
     const { load, loadMany } = db.source as Source;
-    const store = await createStore({
-      valkey: args.valkey,
-      tables: {
-        [table]: {
-          load,
-          ...(loadMany === undefined ? {} : { loadMany }),
-          // Each id of a batch holds an admission slot: enough for all of them from the start.
-          maxConcurrentLoads: Math.max(256, ids),
-          initialConcurrentLoads: Math.max(16, ids),
-          maxBatchSize: ids,
-        },
-      },
-    });
+    // Each id of a batch holds an admission slot: enough for all of them from the start.
+    const [maxConcurrentLoads, initialConcurrentLoads] = [Math.max(256, ids), Math.max(16, ids)];
+    const policy = { load, ...(loadMany && { loadMany }), maxBatchSize: ids };
+    const tables = { [table]: { ...policy, maxConcurrentLoads, initialConcurrentLoads } };
+    const store = await createStore({ valkey: args.valkey, tables });
     const t = store.table(table);
     const r = await readMany(storeRead(t), (i) => String((i % ids) + 1), readers);
     const wrong = (id: string, json: string) =>

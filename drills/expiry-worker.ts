@@ -2,12 +2,11 @@
  * One instance of the expiry drill, forked by `drills/expiry.ts`. It creates a store on the
  * drill's origin, waits for `go`, then runs `clients` loops that each call `table.get(id)` back
  * to back (`pauseMs` between reads) until `stopAtMs`. Its reads (a few hundred thousand) are
- * summarised as they happen ({@link readLog}); it reports a {@link WorkerResult}.
+ * summarised as they happen; it reports a {@link WorkerResult}.
  */
 import { setTimeout as sleep, setImmediate as yieldTurn } from 'node:timers/promises';
 import { byLabels, parseMetrics } from '../harness/metrics.js';
 import type { TableOptions } from '../src/store/store.js';
-import type { ReadResult } from '../src/store/types.js';
 import { errorCode } from './lib/http.js';
 import { bump, p50p99, round } from './lib/report.js';
 import { loadFetch, originStore } from './lib/store.js';
@@ -30,81 +29,65 @@ export interface Setup {
 }
 
 /** Parent → worker after `ready`: start reading at `atEpochMs`, stop at `stopAtMs` (epoch ms). */
-export interface ExpiryGo extends Go {
-  stopAtMs: number;
-}
+export type ExpiryGo = Go & { stopAtMs: number };
 
-/** Worker → parent: the run as one instance saw it. */
-export type WorkerResult = ReturnType<ReturnType<typeof readLog>['summary']> & {
-  pid: number;
-  /** The store's own counters at the end, by metric and label. */
-  metrics: Record<string, Record<string, number>>;
-};
-
-const REPORTED_METRICS = [
-  ...['echostore_refreshes_total', 'echostore_refresh_failures_total', 'echostore_lease_total'],
-  ...['echostore_coherence_total', 'echostore_fills_total', 'echostore_coalesced_total'],
-  ...['echostore_reads_total', 'echostore_load_errors_total'],
-];
+/** A value generation (the origin's read number it carries): its soft expiry as its first reader saw it, and its stale answers. */
+type Generation = { gen: number; softAtMs: number; stale: number; lastStaleAtMs?: number };
 
 /**
- * One instance's reads: `add` each (one that started at `atMs`, epoch, and took `ms`; `r`
- * undefined when it failed with `code`); `summary` gives, per value generation (the origin's
- * read number the value carries), its soft expiry (answer time + ttlMs, as its first reader saw
- * it, epoch ms) and the reads answered with it stale (and the last of them), and every read that
- * waited on the loader or failed (`gen` 0, `source` `error`), the first 2,000 in order.
+ * Worker → parent: the run as one instance saw it. `waitedReads`: the first 2,000 reads that
+ * waited on the loader (started at `atMs`, epoch; a failed one has `gen` 0, `source` `error`).
  */
-function readLog(waitedAtMs: number) {
-  const all: number[] = [];
-  type Generation = { gen: number; softAtMs: number; stale: number; lastStaleAtMs?: number };
-  const gens = new Map<number, Generation>();
-  type Slow = { atMs: number; ms: number; source: string; gen: number; stale: boolean };
-  const slowReads: Array<Slow & { waited: boolean; code: string | undefined }> = [];
-  const s = { waited: 0, failures: 0, errorCodes: {} as Record<string, number> };
-  const add = (atMs: number, ms: number, r: ReadResult | undefined, code?: string) => {
-    const waited = r?.layer === 'origin' || ms >= waitedAtMs;
-    all.push(ms);
-    if (waited) s.waited++;
-    const read = r?.found ? (r.value as { read?: unknown }).read : undefined;
-    const gen = typeof read === 'number' ? read : 0;
-    const stale = r?.stale ?? false;
-    if (r === undefined) {
-      s.failures++;
-      bump(s.errorCodes, code ?? 'Error');
-    }
-    if ((waited || r === undefined) && slowReads.length < 2_000) {
-      const source = r === undefined ? 'error' : r.layer;
-      slowReads.push({ atMs, ms: round(ms), source, gen, stale, waited, code });
-    }
-    if (r === undefined) return;
-    const g = gens.get(gen) ?? { gen, softAtMs: Math.round(atMs + ms + r.ttlMs), stale: 0 };
-    gens.set(gen, g);
-    if (stale) [g.stale, g.lastStaleAtMs] = [g.stale + 1, atMs];
-  };
-  const summary = () => {
-    const generations = [...gens.values()].sort((a, b) => a.gen - b.gen);
-    const m = round(all.reduce((x, y) => Math.max(x, y), 0));
-    return { reads: all.length, generations, slowReads, ...s, ...p50p99(all), maxMs: m };
-  };
-  return { add, summary };
+export interface WorkerResult {
+  reads: number;
+  generations: Generation[];
+  waitedReads: Array<{ atMs: number; source: string; gen: number }>;
+  waited: number;
+  failures: number;
+  errorCodes: Record<string, number>;
+  p99Ms: number;
+  maxMs: number;
+  /** The store's own counters at the end, by metric and label. */
+  metrics: Record<string, Record<string, number>>;
 }
+
+const REPORTED_METRICS = ['refreshes', 'refresh_failures', 'lease', 'coherence', 'fills']
+  .concat(['coalesced', 'reads', 'load_errors'])
+  .map((name) => `echostore_${name}_total`);
 
 runWorker<Setup, ExpiryGo>(async (setup) => {
   const { table, waitedAtMs } = setup;
   const { store, close } = await originStore(setup.valkey, table, setup.template, setup.policy);
   const t = store.table(table);
   await loadFetch(setup.template);
-  const log = readLog(waitedAtMs);
+  const allMs: number[] = [];
+  const gens = new Map<number, Generation>();
+  const waitedReads: WorkerResult['waitedReads'] = [];
+  const errorCodes: Record<string, number> = {};
+  let [waited, failures] = [0, 0];
+  const read = async () => {
+    const [atMs, started] = [Date.now(), performance.now()];
+    const got = await t.get(setup.id).catch((err: unknown) => {
+      failures++;
+      bump(errorCodes, errorCode(err) ?? String((err as Error)?.name ?? 'Error'));
+    });
+    const ms = performance.now() - started;
+    allMs.push(ms);
+    const n = got?.found ? (got.value as { read?: unknown }).read : undefined;
+    const gen = typeof n === 'number' ? n : 0;
+    if (got?.layer === 'origin' || ms >= waitedAtMs) {
+      waited++;
+      if (waitedReads.length < 2_000)
+        waitedReads.push({ atMs, source: got?.layer ?? 'error', gen });
+    }
+    if (got === undefined) return;
+    const g = gens.get(gen) ?? { gen, softAtMs: Math.round(atMs + ms + got.ttlMs), stale: 0 };
+    gens.set(gen, g);
+    if (got.stale) [g.stale, g.lastStaleAtMs] = [g.stale + 1, atMs];
+  };
   const client = async (stopAtMs: number) => {
     while (Date.now() < stopAtMs) {
-      const [atMs, started] = [Date.now(), performance.now()];
-      try {
-        const r = await t.get(setup.id);
-        log.add(atMs, performance.now() - started, r);
-      } catch (err) {
-        const code = errorCode(err) ?? String((err as Error)?.name ?? 'Error');
-        log.add(atMs, performance.now() - started, undefined, code);
-      }
+      await read();
       // An L1 hit resolves at once: without a pause the loops would starve the event loop.
       await (setup.pauseMs > 0 ? sleep(setup.pauseMs) : yieldTurn());
     }
@@ -115,7 +98,10 @@ runWorker<Setup, ExpiryGo>(async (setup) => {
     const metrics = Object.fromEntries(
       REPORTED_METRICS.map((n) => [n, byLabels(samples, n, table)]),
     );
-    return { pid: process.pid, ...log.summary(), metrics };
+    const generations = [...gens.values()].sort((a, b) => a.gen - b.gen);
+    const [{ p99Ms }, maxMs] = [p50p99(allMs), round(allMs.reduce((m, x) => Math.max(m, x), 0))];
+    const counts = { reads: allMs.length, waited, failures, errorCodes };
+    return { ...counts, generations, waitedReads, p99Ms, maxMs, metrics };
   };
   return { run, close };
 });

@@ -3,19 +3,13 @@
  * → at most one source read per expiry, and (stale on) no reader waits on the loader. The parent
  * warms the key; the workers read until (expiries + 0.5) × ttlMs after that fill. Usage and laws:
  * drills/README.md#expiry.
- *
- * The judgement places every source read (stamped by the origin) and every instance's reads on
- * the timeline of the values they produced and saw. A value is a *generation*: the origin's read
- * number `n` that produced it (the answer carries it). Source read `n` refreshed the newest
- * generation answered before it arrived; the law is at most one such read per generation, i.e.
- * one source read per expiry across the fleet.
  */
 import { randomBytes } from 'node:crypto';
 import { type StampedRead, startOrigin } from '../harness/origin.js';
 import type { ExpiryGo, Setup, WorkerResult } from './expiry-worker.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
-import { addCounts, bump, check, columns, law, sum } from './lib/report.js';
-import { connectAdmin, dropId, originStore } from './lib/store.js';
+import { addCounts, bump, check, columns, countBy, law, sum } from './lib/report.js';
+import { drillValkey, originStore } from './lib/store.js';
 import { runWorkers, workerFile } from './lib/workers.js';
 
 const args = drillArgs({
@@ -37,8 +31,10 @@ const POLICY = {
 };
 
 /**
- * Judges the run: `t0Ms` is the warm-up fill (the first source read's answer), `stopAtMs` when
- * the clients stopped, both epoch ms; one row per expiry.
+ * Judges the run, one row per expiry: a value is a *generation*, the origin's read number `n`
+ * that produced it; source read `n` refreshed the newest generation answered before it arrived.
+ * `t0Ms` is the warm-up fill (the first source read's answer), `stopAtMs` when the clients
+ * stopped, both epoch ms.
  */
 function judge(reads: StampedRead[], workers: WorkerResult[], t0Ms: number, stopAtMs: number) {
   const answered = (r: StampedRead) => r.answeredAtMs ?? r.arrivedAtMs + latencyMs;
@@ -47,31 +43,25 @@ function judge(reads: StampedRead[], workers: WorkerResult[], t0Ms: number, stop
     reads.reduce((gen, r) => (answered(r) <= atMs && r.n > gen ? r.n : gen), 1);
   const replaces = new Map<number, number>();
   for (const r of reads) if (r.n > 1) replaces.set(r.n, currentAt(r.arrivedAtMs));
-  const seenOf = (gen: number) =>
-    workers.flatMap((w) => w.generations.filter((g) => g.gen === gen));
-  const softAt = (gen: number) => {
-    const seen = seenOf(gen);
-    if (seen.length > 0) return Math.min(...seen.map((g) => g.softAtMs));
-    const r = reads.find((x) => x.n === gen);
-    return r === undefined ? Number.POSITIVE_INFINITY : answered(r) + ttlMs;
-  };
-  const waitedFor = new Map<number, number>();
-  for (const s of workers.flatMap((w) => w.slowReads).filter((s) => s.waited)) {
-    // A read that waited for generation g waited for the refresh of the one g replaced;
-    // a failed one is placed by when it started.
-    const gen = s.gen > 0 ? (replaces.get(s.gen) ?? 0) : currentAt(s.atMs);
-    waitedFor.set(gen, (waitedFor.get(gen) ?? 0) + 1);
-  }
+  // A read that waited for generation g waited for the refresh of the one g replaced;
+  // a failed one is placed by when it started.
+  const waitedFor = countBy(
+    workers.flatMap((w) => w.waitedReads),
+    (s) => String(s.gen > 0 ? (replaces.get(s.gen) ?? 0) : currentAt(s.atMs)),
+  );
   const rows = [];
-  for (const { n: gen } of reads) {
-    const soft = softAt(gen);
+  for (const read of reads) {
+    const gen = read.n;
+    // Its soft expiry as its first reader saw it; as the origin answered it if no reader did.
+    const seen = workers.flatMap((w) => w.generations.filter((g) => g.gen === gen));
+    const soft =
+      seen.length > 0 ? Math.min(...seen.map((g) => g.softAtMs)) : answered(read) + ttlMs;
     const refreshedBy = reads.filter((x) => replaces.get(x.n) === gen);
     if (soft >= stopAtMs && refreshedBy.length === 0) continue;
     const first = refreshedBy[0];
-    const seen = seenOf(gen);
     const lastStale = Math.max(...seen.map((g) => g.lastStaleAtMs ?? Number.NEGATIVE_INFINITY));
     const sourceReads = refreshedBy.length;
-    const waited = waitedFor.get(gen) ?? 0;
+    const waited = waitedFor[gen] ?? 0;
     const superseded = sourceReads === 0 && reads.some((x) => x.n > gen && answered(x) <= soft);
     const never = sourceReads === 0 && !superseded && stopAtMs - soft > 2 * latencyMs;
     const why = [
@@ -105,20 +95,16 @@ function judge(reads: StampedRead[], workers: WorkerResult[], t0Ms: number, stop
 
 runDrill('expiry', args.json, async () => {
   const id = `expiry-${Date.now()}-${randomBytes(6).toString('hex')}`;
-  const admin = await connectAdmin(args.valkey);
+  const valkey = await drillValkey(args.valkey, false);
   const origin = await startOrigin(latencyMs);
   // Set when the warm-up fill lands: the epoch ms of the fill, of the clients' stop, and the run's length.
   let [t0Ms, stopAtMs, runMs] = [0, 0, 0];
   try {
-    await dropId(admin, TABLE, id);
+    await valkey.drop(TABLE, [id]);
     const setup: Setup = {
       ...{ kind: 'setup', table: TABLE, id, template: origin.template, valkey: args.valkey },
-      ...{
-        policy: POLICY,
-        clients: args.clients,
-        pauseMs: args['pause-ms'],
-        waitedAtMs: latencyMs,
-      },
+      ...{ policy: POLICY, clients: args.clients, pauseMs: args['pause-ms'] },
+      waitedAtMs: latencyMs,
     };
     const go = async () => {
       // One source read through a short-lived store of the same policy: the value every expiry starts from.
@@ -138,14 +124,12 @@ runDrill('expiry', args.json, async () => {
     const workers = await runWorkers<WorkerResult>(workerFile('expiry-worker'), setups, go);
     const sourceReads = origin.readsLog(id);
     const rows = judge(sourceReads, workers, t0Ms, stopAtMs);
-    const [errorCodes, waitedBy, metrics] = [{}, {}, {} as Record<string, Record<string, number>>];
-    for (const w of workers) {
-      addCounts(errorCodes, w.errorCodes);
-      for (const s of w.slowReads) if (s.waited) bump(waitedBy, s.source);
-      for (const [name, values] of Object.entries(w.metrics)) {
-        metrics[name] = addCounts(metrics[name] ?? {}, values);
-      }
-    }
+    const errorCodes = workers.reduce((c, w) => addCounts(c, w.errorCodes), {});
+    const waitedBy: Record<string, number> = {};
+    for (const s of workers.flatMap((w) => w.waitedReads)) bump(waitedBy, s.source);
+    const metrics: Record<string, Record<string, number>> = {};
+    for (const [name, values] of workers.flatMap((w) => Object.entries(w.metrics)))
+      metrics[name] = addCounts(metrics[name] ?? {}, values);
     const inRun = (r: (typeof rows)[number]) => r.softAtMs + t0Ms < stopAtMs;
     const observed = rows.filter((r) => inRun(r) && r.verdict !== 'superseded').length;
     const [asked, waitedOf] = [args.expiries, (r: (typeof rows)[number]) => r.waited];
@@ -157,17 +141,15 @@ runDrill('expiry', args.json, async () => {
         .map(([k, n]) => `${k || 'all'} ${n}`)
         .join(', ') || '0';
     const early = rows.filter((x) => x.newValueAtMs !== undefined && x.newValueAtMs < 0).length;
-    const many = rows.filter((r) => r.sourceReads > 1);
     const never = rows.filter((r) => r.never);
-    const ms = (x: number | undefined) => (x === undefined ? '-' : x);
     const m = (name: string) => labelled(metrics[`echostore_${name}_total`]);
     return {
       title: `expiry drill: ${args.instances} processes × ${args.clients} client loops on one hot key, ttlMs ${ttlMs}, staleMs ${staleMs}, jitter 0, earlyRefreshBeta ${args.beta}, source latency ${latencyMs} ms, pause ${args['pause-ms']} ms`,
       body: [
         columns(
           rows.map((x) => [
-            ...[x.expiry, `#${x.gen}`, x.softAtMs, x.sourceReads, ms(x.refreshReadAtMs)],
-            ...[ms(x.newValueAtMs), x.waited, x.staleServed, ms(x.staleForMs)],
+            ...[x.expiry, `#${x.gen}`, x.softAtMs, x.sourceReads, x.refreshReadAtMs ?? '-'],
+            ...[x.newValueAtMs ?? '-', x.waited, x.staleServed, x.staleForMs ?? '-'],
             x.verdict,
           ]),
           [
@@ -186,7 +168,7 @@ runDrill('expiry', args.json, async () => {
         law('soft expiries within the run', observed, `≥ ${args.expiries}`, observed >= asked),
         check(
           'at most one source read per expiry across the fleet (counted by the origin)',
-          many.length === 0,
+          rows.every((r) => r.sourceReads <= 1),
           `source reads per expiry ${rows.map((r) => r.sourceReads).join(', ')}`,
         ),
         check(
@@ -199,8 +181,8 @@ runDrill('expiry', args.json, async () => {
       ],
     };
   } finally {
-    await dropId(admin, TABLE, id).catch(() => {});
-    admin.disconnect();
+    await valkey.drop(TABLE, [id]).catch(() => {});
+    await valkey.close();
     await origin.close();
   }
 });

@@ -12,7 +12,7 @@ import { spawnValkey } from '../harness/valkey-server.js';
 import { sourceFingerprint } from '../src/sources/fingerprint.js';
 import { drillArgs, int, runDrill } from './lib/cli.js';
 import { readyz, timed } from './lib/http.js';
-import { countBy, law, percentile, round } from './lib/report.js';
+import { law, percentile, round } from './lib/report.js';
 
 const args = drillArgs({
   ids: int(1_000, 1, 1_000),
@@ -23,7 +23,8 @@ const TABLE = 'huge';
 const ids = Array.from({ length: args.ids }, (_, i) => String(i));
 /** Rows read before the measured batch, to warm the service up; not part of it. */
 const WARM_IDS = ['warm-1', 'warm-2', 'warm-3', 'warm-4'];
-const HEALTHZ_BOUND_MS = 100;
+/** The bound on every `/healthz` answer while the batch runs, ms. */
+const HEALTHZ_MS = 100;
 
 /**
  * The batch over a socket: its status and body as received, in pieces. Joining 64 MiB takes this
@@ -48,18 +49,14 @@ runDrill('huge-batch', args.json, async () => {
   const valkey = await spawnValkey();
   const origin = await startOrigin(5);
   const source = { kind: 'http' as const, url: origin.template };
-  const config = {
-    valkey: { url: valkey.url, commandTimeoutMs: args['command-timeout-ms'] },
-    tables: { [TABLE]: { source } },
-  };
+  const section = { url: valkey.url, commandTimeoutMs: args['command-timeout-ms'] };
+  const config = { valkey: section, tables: { [TABLE]: { source } } };
   try {
     // The rows in L2 as the service's source would have written them (its fingerprint).
     const raw = new Redis(valkey.url, { maxRetriesPerRequest: 1 });
     const row = { rowBytes: args['row-kb'] * 1_000, ttlMs: 3_600_000 };
-    await plantRows(raw, TABLE, [...ids, ...WARM_IDS], {
-      ...row,
-      fingerprint: sourceFingerprint(source),
-    });
+    const fingerprint = sourceFingerprint(source);
+    await plantRows(raw, TABLE, [...ids, ...WARM_IDS], { ...row, fingerprint });
     raw.disconnect();
     return await withServices([startService(config)], async ([service]) => {
       const url = service?.url as string;
@@ -83,16 +80,11 @@ runDrill('huge-batch', args.json, async () => {
       polling = false;
       await poll;
       type Item = { status: string; error?: { code: string } };
-      const { items = [] } =
+      const { items = [] }: { items?: Item[] } =
         answer.status === 200 ? JSON.parse(Buffer.concat(answer.body).toString()) : {};
-      const by = countBy(items as Item[], (x) =>
-        x.status === 'found'
-          ? 'found'
-          : x.error?.code === 'ECC_BATCH_TOO_LARGE'
-            ? 'tooLarge'
-            : 'other',
-      );
-      const [found, tooLarge, other] = [by.found ?? 0, by.tooLarge ?? 0, by.other ?? 0];
+      const found = items.filter((x) => x.status === 'found').length;
+      const tooLarge = items.filter((x) => x.error?.code === 'ECC_BATCH_TOO_LARGE').length;
+      const other = items.length - found - tooLarge;
       const healthzMaxMs = round(Math.max(...healthzMs));
       return {
         title: `huge-batch drill: one batchGet of ${args.ids} ids, ${args['row-kb']} KB rows in L2, commandTimeoutMs ${args['command-timeout-ms']}`,
@@ -111,12 +103,7 @@ runDrill('huge-batch', args.json, async () => {
           ),
           law('source reads (counted at the origin)', origin.totalReads(), 0),
           law('/readyz polls that said degraded', degraded, 0),
-          law(
-            '/healthz max (ms)',
-            healthzMaxMs,
-            `≤ ${HEALTHZ_BOUND_MS}`,
-            healthzMaxMs <= HEALTHZ_BOUND_MS,
-          ),
+          law('/healthz max (ms)', healthzMaxMs, `≤ ${HEALTHZ_MS}`, healthzMaxMs <= HEALTHZ_MS),
         ],
       };
     });

@@ -38,10 +38,8 @@ runWorker<ReaderSetup>(async (setup) => {
     // Open the connections now, so the reads measure the store, not TCP handshakes.
     const open = async () => (await fetch(`${base}/healthz`)).text();
     await Promise.all(Array.from({ length: lanes }, open));
-    return {
-      run: () => readMany(httpRead(base, table), next, reads, lanes),
-      close: async () => {},
-    };
+    const run = () => readMany(httpRead(base, table), next, reads, lanes);
+    return { run, close: async () => {} };
   }
   const template = setup.template as string;
   const { store, close } = await originStore(setup.valkey ?? '', table, template, setup.policy);

@@ -5,9 +5,9 @@
 import { randomBytes } from 'node:crypto';
 import { type Origin, withOrigin } from '../harness/origin.js';
 import { type Service, startServices } from '../harness/service.js';
-import { drillArgs, flag, float, int, oneOf, runDrill, valkeyOption } from './lib/cli.js';
+import { drillArgs, fleetOptions, float, int, oneOf, runDrill } from './lib/cli.js';
 import { addCounts, check, columns, listCounts, p50p99, sum } from './lib/report.js';
-import { type DrillValkey, drillValkey } from './lib/store.js';
+import { type DrillValkey, drillValkey, originConfig } from './lib/store.js';
 import { runWorkers, together, workerFile } from './lib/workers.js';
 import type { ReaderSetup, ReadsResult } from './reader-worker.js';
 
@@ -16,38 +16,28 @@ const args = drillArgs({
   readers: int(200, 1, 10_000),
   'latency-ms': float(50, 0, 2_000),
   via: oneOf('inproc', 'http'),
-  valkey: valkeyOption(),
-  cluster: flag(),
-  secure: flag(),
+  ...fleetOptions(),
 });
 const { via, instances, readers } = args;
 const REGIMES = ['none', 'process', 'fleet'] as const;
-const POLICY = {
-  loadTimeoutMs: 4_000,
-  leaseMs: 5_000,
-  waitTimeoutMs: 5_000,
-  maxConcurrentLoads: readers,
-  initialConcurrentLoads: readers,
-};
+const TIMEOUTS = { loadTimeoutMs: 4_000, leaseMs: 5_000, waitTimeoutMs: 5_000 };
+const ADMISSION = { maxConcurrentLoads: readers, initialConcurrentLoads: readers };
 
 /** Fires one burst per instance at one fresh id in the regime's table and judges it. */
 async function runRegime(origin: Origin, valkey: DrillValkey, regime: (typeof REGIMES)[number]) {
   const table = `regimes-${regime}`;
   const id = `regimes-${Date.now()}-${randomBytes(6).toString('hex')}`;
-  const policy = { coalescing: regime, ...POLICY };
+  const policy = { coalescing: regime, ...TIMEOUTS, ...ADMISSION };
   let services: Service[] = [];
   let results: ReadsResult[];
   try {
     const setup = { kind: 'setup', table, id, reads: readers, lanes: readers } as const;
-    let setups: ReaderSetup[];
+    const inproc = { ...setup, valkey: valkey.target, template: origin.template, policy };
+    let setups: ReaderSetup[] = Array.from({ length: instances }, () => inproc);
     if (via === 'http') {
-      const source = { kind: 'http', url: origin.template, timeoutMs: 10_000 };
-      const config = { valkey: valkey.section, tables: { [table]: { source, ...policy } } };
+      const config = originConfig(valkey.section, table, origin.template, policy);
       services = await startServices(instances, config);
       setups = services.map((s) => ({ ...setup, serviceUrl: s.url }));
-    } else {
-      const inproc = { ...setup, valkey: valkey.target, template: origin.template, policy };
-      setups = Array.from({ length: instances }, () => inproc);
     }
     // Every instance fires at one wall-clock moment, 150 ms after `go`; longer than any reader
     // may lawfully take (a wait of 5 s plus a load of 4 s) for the results.
@@ -61,25 +51,15 @@ async function runRegime(origin: Origin, valkey: DrillValkey, regime: (typeof RE
   const sourceReads = origin.readsOf(id);
   const distinctAnswers = new Set(results.flatMap((r) => r.answers[id] ?? [])).size;
   const failures = sum(results, (r) => r.failures);
-  const failureCodes = {};
-  for (const r of results) addCounts(failureCodes, r.errorCodes);
+  const failureCodes = results.reduce((c, r) => addCounts(c, r.errorCodes), {});
   const pass =
     sourceReads === expectedReads &&
     failures === 0 &&
     distinctAnswers >= 1 &&
     distinctAnswers <= expectedReads;
   const ms = results.flatMap((r) => r.latenciesMs);
-  const latency = p50p99(ms, 1);
-  return {
-    regime,
-    expectedReads,
-    sourceReads,
-    distinctAnswers,
-    failures,
-    failureCodes,
-    ...latency,
-    pass,
-  };
+  const counts = { expectedReads, sourceReads, distinctAnswers, failures, failureCodes };
+  return { regime, ...counts, ...p50p99(ms, 1), pass };
 }
 
 runDrill('regimes', args.json, async () => {
@@ -101,10 +81,7 @@ runDrill('regimes', args.json, async () => {
   return {
     title: `regimes drill (${via}): ${what}, on ${valkey.label}`,
     body: [columns(rows, [...header, 'p50 ms', 'p99 ms'])],
-    via,
-    instances,
-    readers,
-    regimes,
+    ...{ via, instances, readers, regimes },
     checks: regimes.map((r) =>
       check(
         `${r.regime}: source reads (counted by the source) = ${r.expectedReads}, distinct answers 1 to ${r.expectedReads}, no failed reader`,

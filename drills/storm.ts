@@ -4,10 +4,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import { withOrigin } from '../harness/origin.js';
-import { drillArgs, flag, float, int, runDrill, valkeyOption } from './lib/cli.js';
+import { drillArgs, fleetOptions, float, int, runDrill } from './lib/cli.js';
 import { addCounts, law, listCounts, maxMs, p50p99, round, sum } from './lib/report.js';
 import { drillValkey } from './lib/store.js';
-
 import { runWorkers, together, workerFile } from './lib/workers.js';
 import type { ReaderSetup, ReadsResult } from './reader-worker.js';
 
@@ -18,55 +17,42 @@ const args = drillArgs({
   zipf: float(1.1, 0, 5),
   concurrency: int(64, 1, 10_000),
   'latency-ms': float(20, 0, 2_000),
-  valkey: valkeyOption(),
-  cluster: flag(),
-  secure: flag(),
+  ...fleetOptions(),
 });
 const { instances, keys } = args;
 /** The table policy: nothing expires or sheds during the storm, so every extra source read is a broken law. */
 const POLICY = {
   coalescing: 'fleet',
   ttlMs: 600_000,
-  loadTimeoutMs: 4_000,
-  leaseMs: 5_000,
-  waitTimeoutMs: 10_000,
-  maxConcurrentLoads: 1_000,
-  initialConcurrentLoads: 1_000,
-  maxQueueDelayMs: 10_000,
+  ...{ loadTimeoutMs: 4_000, leaseMs: 5_000, waitTimeoutMs: 10_000 },
+  ...{ maxConcurrentLoads: 1_000, initialConcurrentLoads: 1_000, maxQueueDelayMs: 10_000 },
 } as const;
 
 runDrill('storm', args.json, async () => {
   const table = 'storm';
   const prefix = `storm-${randomBytes(3).toString('hex')}-`;
+  const ids = Array.from({ length: keys }, (_, k) => `${prefix}${k + 1}`);
   const valkey = await drillValkey(args.valkey, args.cluster, args.secure);
   try {
     return await withOrigin([args['latency-ms']], async (origin) => {
-      const setups = Array.from(
-        { length: instances },
-        (_, i): ReaderSetup => ({
-          ...{ kind: 'setup', table, reads: args.reads, lanes: args.concurrency },
-          zipf: { prefix, keys, s: args.zipf, seed: i + 1 },
-          ...{ valkey: valkey.target, template: origin.template, policy: POLICY },
-        }),
-      );
+      const setup: ReaderSetup = {
+        ...{ kind: 'setup', table, reads: args.reads, lanes: args.concurrency },
+        ...{ valkey: valkey.target, template: origin.template, policy: POLICY },
+      };
+      const zipf = (seed: number) => ({ prefix, keys, s: args.zipf, seed });
+      const setups = Array.from({ length: instances }, (_, i) => ({ ...setup, zipf: zipf(i + 1) }));
       const go = together(200, 120_000);
       const results = await runWorkers<ReadsResult>(workerFile('reader-worker'), setups, go);
       const answers = new Map<string, Set<string>>();
-      for (const r of results) {
-        for (const [id, seen] of Object.entries(r.answers)) {
-          answers.set(id, new Set([...(answers.get(id) ?? []), ...seen]));
-        }
-      }
+      for (const [id, seen] of results.flatMap((r) => Object.entries(r.answers)))
+        answers.set(id, new Set([...(answers.get(id) ?? []), ...seen]));
       const distinctKeys = answers.size;
       const sourceReads = origin.totalReads();
       const readTwice = [...answers.keys()].filter((id) => origin.readsOf(id) > 1).length;
       const twoAnswers = [...answers.values()].filter((s) => s.size > 1).length;
       const failures = sum(results, (r) => r.failures);
-      const [errorCodes, layers] = [{}, {}];
-      for (const r of results) {
-        addCounts(errorCodes, r.errorCodes);
-        addCounts(layers, r.layers);
-      }
+      const errorCodes = results.reduce((c, r) => addCounts(c, r.errorCodes), {});
+      const layers = results.reduce((c, r) => addCounts(c, r.layers), {});
       const ratio = distinctKeys === 0 ? Number.NaN : round(sourceReads / distinctKeys, 2);
       const latency = p50p99(results.flatMap((r) => r.latenciesMs));
       const reads = instances * args.reads;
@@ -89,10 +75,7 @@ runDrill('storm', args.json, async () => {
       };
     });
   } finally {
-    await valkey.drop(
-      table,
-      Array.from({ length: keys }, (_, k) => `${prefix}${k + 1}`),
-    );
+    await valkey.drop(table, ids);
     await valkey.close();
   }
 });

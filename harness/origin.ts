@@ -3,8 +3,10 @@
  * the laws by these counts, never by the cache's counters.
  */
 import { randomUUID } from 'node:crypto';
+import { EventEmitter, once, setMaxListeners } from 'node:events';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /** One source read, as the origin saw it. Times are epoch ms (`Date.now()`), comparable across processes. */
 export interface StampedRead {
@@ -51,20 +53,16 @@ export async function startOrigin(
   const log = new Map<string, StampedRead[]>();
   const released = new Set<string>();
   const held = new Map<string, Array<() => void>>();
-  const arrivals = new Map<string, Array<() => void>>();
-  const timers = new Set<NodeJS.Timeout>();
+  const arrived = new EventEmitter().setMaxListeners(0);
+  const closing = new AbortController();
+  setMaxListeners(0, closing.signal);
   const overrides = new Map<string, OriginAnswer>();
   const push = <T>(map: Map<string, T[]>, id: string, item: T) =>
     map.set(id, [...(map.get(id) ?? []), item]);
   let [total, inFlight, peak, open, peakOpen] = [0, 0, 0, 0, 0];
 
-  const later = (ms: number, fn: () => void) => {
-    const t = setTimeout(() => {
-      timers.delete(t);
-      fn();
-    }, ms);
-    timers.add(t);
-  };
+  const later = (ms: number, fn: () => void) =>
+    sleep(ms, undefined, { signal: closing.signal }).then(fn, () => {});
   const answer = (res: ServerResponse, id: string, read: StampedRead) => {
     inFlight--;
     if (res.destroyed || res.writableEnded) return;
@@ -97,8 +95,7 @@ export async function startOrigin(
     peak = Math.max(peak, ++inFlight);
     peakOpen = Math.max(peakOpen, ++open);
     res.on('close', () => open--);
-    for (const wake of arrivals.get(id) ?? []) wake();
-    arrivals.delete(id);
+    arrived.emit(`read ${id}`);
     let done = false;
     const go = () => {
       if (done) return;
@@ -129,16 +126,12 @@ export async function startOrigin(
     readsOf: (id: string): number => log.get(id)?.length ?? 0,
     totalReads: (): number => total,
     readsLog: (id: string): StampedRead[] => [...(log.get(id) ?? [])],
-    seen: (id: string, timeoutMs: number): Promise<boolean> =>
-      log.has(id)
-        ? Promise.resolve(true)
-        : new Promise((resolve) => {
-            const t = setTimeout(() => resolve(false), timeoutMs);
-            push(arrivals, id, () => {
-              clearTimeout(t);
-              resolve(true);
-            });
-          }),
+    seen: async (id: string, timeoutMs: number): Promise<boolean> => {
+      if (log.has(id)) return true;
+      const signal = AbortSignal.timeout(timeoutMs);
+      const arrival = once(arrived, `read ${id}`, { signal });
+      return arrival.then(() => true).catch(() => false);
+    },
     release(id: string): void {
       released.add(id);
       for (const go of held.get(id) ?? []) go();
@@ -162,13 +155,11 @@ export async function startOrigin(
     resetPeak(): void {
       peak = inFlight;
     },
-    close: (): Promise<void> =>
-      new Promise((resolve) => {
-        for (const t of timers) clearTimeout(t);
-        timers.clear();
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: async (): Promise<void> => {
+      closing.abort();
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
   };
 }
 

@@ -11,16 +11,15 @@ if (!Number.isFinite(skewMs))
   throw new Error(`SKEW_MS must be a number of milliseconds (got ${process.env.SKEW_MS})`);
 
 const RealDate = Date;
-const realNow = RealDate.now.bind(RealDate);
 
 class SkewedDate extends RealDate {
   constructor(...args) {
-    if (args.length === 0) super(realNow() + skewMs);
+    if (args.length === 0) super(RealDate.now() + skewMs);
     else super(...args);
   }
 
   static now() {
-    return realNow() + skewMs;
+    return RealDate.now() + skewMs;
   }
 }
 

@@ -1,6 +1,7 @@
 /** Concurrent readers of ids, through a store in this process or over HTTP, and what they got. */
 import type { Table } from '../../src/store/table.js';
 import { errorCode, itemUrl } from './http.js';
+import { inLanes } from './load.js';
 import { bump } from './report.js';
 
 /** One read of `id`: the answer's JSON text and the layer that gave it, or a rejection. */
@@ -51,24 +52,21 @@ export async function readMany(
     ...{ answers: {}, latenciesMs: [], failures: 0 },
     ...{ errorCodes: {}, layers: {}, durationMs: 0 },
   };
-  let issued = 0;
+  const turns = Array.from({ length: count }, (_, i) => i);
   const started = performance.now();
-  const lane = async () => {
-    while (issued < count) {
-      const id = next(issued++);
-      const t0 = performance.now();
-      try {
-        const { json, layer } = await read(id);
-        r.latenciesMs.push(performance.now() - t0);
-        bump(r.layers, layer);
-        seen.set(id, (seen.get(id) ?? new Set()).add(json));
-      } catch (err) {
-        r.failures++;
-        bump(r.errorCodes, errorCode(err) ?? String((err as Error)?.name ?? 'Error'));
-      }
+  await inLanes(lanes, turns, async (i) => {
+    const id = next(i);
+    const t0 = performance.now();
+    try {
+      const { json, layer } = await read(id);
+      r.latenciesMs.push(performance.now() - t0);
+      bump(r.layers, layer);
+      seen.set(id, (seen.get(id) ?? new Set()).add(json));
+    } catch (err) {
+      r.failures++;
+      bump(r.errorCodes, errorCode(err) ?? String((err as Error)?.name ?? 'Error'));
     }
-  };
-  await Promise.all(Array.from({ length: lanes }, lane));
+  });
   r.durationMs = performance.now() - started;
   for (const [id, answers] of seen) r.answers[id] = [...answers];
   return r;

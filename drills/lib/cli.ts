@@ -2,7 +2,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
-import { type Check, checkLines, columns, verdict } from './report.js';
+import { type Check, columns, verdict } from './report.js';
 
 /** One option: a number within bounds, one of some words, free text, or a flag (no value). */
 type Option =
@@ -40,6 +40,9 @@ export const flag = () => ({ kind: 'flag' }) as const;
 /** `--valkey`: the Valkey/Redis the drill uses, default `VALKEY_URL` or redis://127.0.0.1:6379. */
 export const valkeyOption = () => text(process.env.VALKEY_URL ?? 'redis://127.0.0.1:6379');
 
+/** `--valkey`, `--cluster` and `--secure` (with `--cluster`): the options of `drillValkey`. */
+export const fleetOptions = () => ({ valkey: valkeyOption(), cluster: flag(), secure: flag() });
+
 /**
  * Parses the drill's options, plus `--json [file]`: a bare `--json` means
  * "JSON to stdout" (`'-'`), `--json <file>` writes the file as well as the
@@ -49,18 +52,15 @@ export const valkeyOption = () => text(process.env.VALKEY_URL ?? 'redis://127.0.
 export function drillArgs<const O extends Record<string, Option>>(options: O): Values<O> {
   const args = process.argv
     .slice(2)
-    .map((a, i, all) =>
-      a === '--json' && (i === all.length - 1 || all[i + 1]?.startsWith('--')) ? '--json=-' : a,
-    );
+    .map((a, i, all) => (a === '--json' && (all[i + 1] ?? '--').startsWith('--') ? '--json=-' : a));
   const usage = (message: string): never => {
     process.stderr.write(`${message}\n`);
     process.exit(2);
   };
   const type = (k: string): 'boolean' | 'string' =>
     options[k]?.kind === 'flag' ? 'boolean' : 'string';
-  const config = Object.fromEntries(
-    [...Object.keys(options), 'json'].map((k) => [k, { type: type(k) }]),
-  );
+  const names = [...Object.keys(options), 'json'];
+  const config = Object.fromEntries(names.map((k) => [k, { type: type(k) }]));
   let given: Record<string, string | boolean | undefined> = {};
   try {
     given = parseArgs({ args, options: config, strict: true }).values as typeof given;
@@ -125,7 +125,7 @@ export function runDrill(name: string, json: string | undefined, main: () => Pro
           writeFileSync(json, `${report}\n`);
         }
         const lines = [outcome.title, ...body, columns(Object.entries(figures))];
-        lines.push(...checkLines(checks));
+        lines.push(...checks.map((c) => `${verdict(c.pass)}: ${c.name} — ${c.detail}`));
         const held = checks.filter((c) => c.pass).length;
         if (checks.length > 0)
           lines.push(`${verdict(pass)}: ${name}, ${held} of ${checks.length} laws hold`);

@@ -13,12 +13,7 @@ function killAll(): void {
   children.clear();
 }
 process.on('exit', killAll);
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    killAll();
-    process.exit(130);
-  });
-}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
 
 /** Kills `child` when the drill exits, unless it has exited by then (the harness spawners' `track`). */
 export function track(child: ChildProcess): void {

@@ -84,10 +84,6 @@ export const met = (ok: boolean): string => (ok ? 'met' : 'GAP');
 /** `PASS` when `pass`, else `FAIL`. */
 export const verdict = (pass: boolean): string => (pass ? 'PASS' : 'FAIL');
 
-/** One `PASS: <name> — <detail>` (or `FAIL: …`) line per check. */
-export const checkLines = (checks: readonly Check[]): string[] =>
-  checks.map((c) => `${verdict(c.pass)}: ${c.name} — ${c.detail}`);
-
 /**
  * Renders `rows` as aligned columns, each line indented two spaces. With a
  * `header`: a header row and a rule, cells separated by ` | `, numbers
@@ -96,15 +92,12 @@ export const checkLines = (checks: readonly Check[]): string[] =>
 export function columns(rows: Array<Array<string | number>>, header?: string[]): string {
   const all = header === undefined ? rows : [header, ...rows];
   const widths = (all[0] ?? []).map((_, i) => Math.max(...all.map((r) => String(r[i]).length)));
-  const line = (cells: Array<string | number>) =>
-    `  ${cells
-      .map((c, i) =>
-        typeof c === 'number' && header !== undefined
-          ? String(c).padStart(widths[i] as number)
-          : String(c).padEnd(widths[i] as number),
-      )
-      .join(header === undefined ? '  ' : ' | ')
-      .trimEnd()}`;
+  const pad = (c: string | number, i: number) =>
+    typeof c === 'number' && header !== undefined
+      ? String(c).padStart(widths[i] as number)
+      : String(c).padEnd(widths[i] as number);
+  const sep = header === undefined ? '  ' : ' | ';
+  const line = (cells: Array<string | number>) => `  ${cells.map(pad).join(sep)}`.trimEnd();
   if (header === undefined) return rows.map(line).join('\n');
   const rule = `  ${widths.map((w) => '-'.repeat(w)).join('-+-')}`;
   return [line(header), rule, ...rows.map(line)].join('\n');

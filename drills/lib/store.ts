@@ -2,7 +2,7 @@
  * The store side of the drills: where their stores and services find Valkey, a store or a
  * service config whose table reads the counting origin, and the run's keys in Valkey.
  */
-import { type Cluster, Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { spawnCluster } from '../../harness/cluster.js';
 import { leaseKey, valueKey } from '../../src/l2/keys.js';
 import { httpSource } from '../../src/sources/http.js';
@@ -58,25 +58,17 @@ export async function loadFetch(template: string): Promise<void> {
  * @throws {SetupError} naming the (redacted) URL when it cannot connect.
  */
 export async function connectAdmin(url: string): Promise<Redis> {
-  const redis = new Redis(url, {
-    ...{ maxRetriesPerRequest: 1, connectTimeout: 3_000, lazyConnect: true },
-    retryStrategy: () => null,
-  });
+  const options = { maxRetriesPerRequest: 1, connectTimeout: 3_000, lazyConnect: true };
+  const redis = new Redis(url, { ...options, retryStrategy: () => null });
   let last: unknown;
   redis.on('error', (err) => {
     last = err;
   });
   await redis.connect().catch((err: unknown) => {
-    throw new SetupError(
-      `no Valkey/Redis at ${redactUrl(url)}: ${((last ?? err) as Error).message}`,
-    );
+    const why = ((last ?? err) as Error).message;
+    throw new SetupError(`no Valkey/Redis at ${redactUrl(url)}: ${why}`);
   });
   return redis;
-}
-
-/** Deletes the value and the lease of `id` in `table` (one slot: a cluster client will do). */
-export async function dropId(redis: Redis | Cluster, table: string, id: string): Promise<void> {
-  await redis.del(valueKey(table, id), leaseKey(table, id));
 }
 
 /** Deletes every key of `table` (`ecc:<table>:*`); the number deleted. */
@@ -93,13 +85,11 @@ export async function dropTable(redis: Redis, table: string): Promise<number> {
 export type DrillValkey = Awaited<ReturnType<typeof drillValkey>>;
 
 /**
- * The drill's Valkey: the server at `url` (which must answer), or with `cluster` a local
- * 3-primary + 3-replica cluster the drill starts itself (harness/cluster.ts) and stops at the
- * end (its processes die with the drill); with `secure` too, that cluster TLS-only with client
- * certificates, the stores and services connecting as an ACL user with only the service's rights
- * (harness/secure.ts). `target` is `createStore`'s `valkey` option (JSON: it travels to forked
- * workers), `section` a service config's, `label` what the report names; `drop(table, ids)`
- * deletes the run's keys from the server (a cluster goes with its keys).
+ * The drill's Valkey: the server at `url` (which must answer), or with `cluster` a local 3+3
+ * cluster it starts and stops (harness/cluster.ts; `secure`: harness/secure.ts). `target` is
+ * `createStore`'s `valkey` option (JSON: it travels to forked workers), `section` a service
+ * config's, `label` what the report names; `drop(table, ids)` deletes the run's keys from the
+ * server (a cluster goes with its keys).
  *
  * @throws {Error} when the server does not answer, the cluster does not form, or `secure` is
  *   asked without `cluster`.
@@ -111,7 +101,7 @@ export async function drillValkey(url: string, cluster: boolean, secure = false)
     return {
       ...{ target: url as string | ValkeyOptions, section: { url }, label: redactUrl(url) },
       drop: (table: string, ids: string[]) =>
-        Promise.all(ids.map((id) => dropId(admin, table, id))),
+        Promise.all(ids.map((id) => admin.del(valueKey(table, id), leaseKey(table, id)))),
       close: async () => admin.disconnect(),
     };
   }

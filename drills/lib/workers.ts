@@ -4,9 +4,11 @@
  * `{ kind: 'result', … }`, or `{ kind: 'error', message }`.
  */
 import { fork, spawn } from 'node:child_process';
+import { on } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { running } from '../../harness/spawn.js';
+import { within as inTime } from '../../src/valkey/probe.js';
 import { track } from './reaper.js';
 
 /** Parent → workers after `ready`: fire at `atEpochMs` (one wall-clock moment for all; default at once), with a tool's own fields. */
@@ -25,13 +27,9 @@ export const together = (leadMs: number, resultWithinMs: number) => async () => 
   resultWithinMs,
 });
 
-/** `p`, or a rejection naming `what` after `ms` milliseconds. */
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, fail) => {
-    timer = setTimeout(() => fail(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+/** What `p` resolves with, or a rejection naming `what` after `ms` milliseconds. */
+async function within<T extends object>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return (await inTime(p, ms)) ?? Promise.reject(new Error(`${what}: no answer within ${ms} ms`));
 }
 
 /**
@@ -49,19 +47,13 @@ export async function runWorkers<R>(
     const child = fork(file, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     track(child);
     const exited = new Promise<void>((ok) => child.once('exit', () => ok()));
-    const message = (kind: string) =>
-      Promise.race([
-        new Promise<Record<string, unknown>>((ok, fail) => {
-          child.on('message', (m: { kind: string; message?: string }) => {
-            if (m.kind === kind) ok(m);
-            else if (m.kind === 'error') fail(new Error(`worker ${child.pid}: ${m.message}`));
-          });
-          child.once('error', fail);
-        }),
-        exited.then(() => {
-          throw new Error(`worker ${child.pid} exited (code ${child.exitCode}) before ${kind}`);
-        }),
-      ]);
+    const message = async (kind: string): Promise<Record<string, unknown>> => {
+      for await (const [m] of on(child, 'message', { close: ['exit'] })) {
+        if (m.kind === kind) return m;
+        if (m.kind === 'error') throw new Error(`worker ${child.pid}: ${m.message}`);
+      }
+      throw new Error(`worker ${child.pid} exited (code ${child.exitCode}) before ${kind}`);
+    };
     const [ready, result] = [message('ready'), message('result')];
     // Awaited later (or not at all when another worker fails first): never unhandled.
     for (const p of [ready, result]) p.catch(() => {});
@@ -109,15 +101,10 @@ const toParent = (message: object) =>
   });
 
 /** Worker side: the first message of `kind` from the parent. */
-const fromParent = <M>(kind: string) =>
-  new Promise<M>((resolve) => {
-    const onMessage = (m: { kind: string }) => {
-      if (m.kind !== kind) return;
-      process.off('message', onMessage);
-      resolve(m as M);
-    };
-    process.on('message', onMessage);
-  });
+async function fromParent<M>(kind: string): Promise<M> {
+  for await (const [m] of on(process, 'message')) if (m.kind === kind) return m;
+  throw new Error(`no ${kind} from the parent`);
+}
 
 /**
  * Worker side: the whole life of a worker. `prepare` gets the parent's setup and returns `run`;

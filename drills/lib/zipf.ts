@@ -15,8 +15,7 @@ export function zipfSampler(n: number, s: number, seed: number): () => number {
   const random = mulberry32(seed);
   return () => {
     const u = random() * sum;
-    let lo = 0;
-    let hi = n - 1;
+    let [lo, hi] = [0, n - 1];
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
       if ((cdf[mid] as number) < u) lo = mid + 1;
