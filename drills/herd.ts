@@ -12,8 +12,8 @@ import { law, p50p99 } from './lib/report.js';
 import { drillValkey, originConfig, originStore } from './lib/store.js';
 
 const args = drillArgs({
-  readers: int(200, 1),
-  'latency-ms': float(50, 0),
+  readers: int(200, 1, 10_000),
+  'latency-ms': float(50, 0, 2_000),
   via: oneOf('inproc', 'http'),
   ...fleetOptions(),
 });

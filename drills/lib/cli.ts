@@ -1,6 +1,6 @@
 /** A drill's command line (typed options, `--json [file]` always among them) and its ending ({@link runDrill}). */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type Check, columns, verdict } from './report.js';
 
@@ -47,12 +47,17 @@ export const fleetOptions = () => ({ valkey: valkeyOption(), cluster: flag(), se
  * Parses the drill's options, plus `--json [file]`: a bare `--json` means
  * "JSON to stdout" (`'-'`), `--json <file>` writes the file as well as the
  * table. A usage mistake (an unknown option, a number out of bounds, a word
- * not among the choices) exits 2 with a one-line message.
+ * not among the choices) exits 2 with a one-line message; `--help` (`-h`) prints
+ * the options with their defaults and exits 0.
  */
 export function drillArgs<const O extends Record<string, Option>>(options: O): Values<O> {
   const args = process.argv
     .slice(2)
     .map((a, i, all) => (a === '--json' && (all[i + 1] ?? '--').startsWith('--') ? '--json=-' : a));
+  if (args.includes('--help') || args.includes('-h')) {
+    process.stdout.write(help(options));
+    process.exit(0);
+  }
   const usage = (message: string): never => {
     process.stderr.write(`${message}\n`);
     process.exit(2);
@@ -66,7 +71,7 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     given = parseArgs({ args, options: config, strict: true }).values as typeof given;
   } catch (err) {
     const known = Object.keys(config).map((k) => `--${k}`);
-    usage(`${(err as Error).message} (options: ${known.join(' ')})`);
+    usage(`${(err as Error).message.replaceAll('\n', ' ')} (options: ${known.join(' ')})`);
   }
   const values: Record<string, unknown> = { json: given.json };
   for (const [name, o] of Object.entries(options)) {
@@ -89,6 +94,21 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     }
   }
   return values as Values<O>;
+}
+
+/** `--help`'s text: each option with what it takes and its default, then where the laws are. */
+function help(options: Record<string, Option>): string {
+  const name = basename(process.argv[1] ?? 'drill', '.js');
+  const rows = Object.entries(options).map(([k, o]) => {
+    if (o.kind === 'flag') return [`--${k}`, 'flag', 'off'];
+    if (o.kind === 'text') return [`--${k}`, 'text', o.default];
+    if (o.kind === 'oneOf') return [`--${k}`, o.choices.join(' | '), o.default];
+    const range = o.max === Number.POSITIVE_INFINITY ? `≥ ${o.min}` : `${o.min} to ${o.max}`;
+    return [`--${k}`, `${o.kind === 'int' ? 'an integer' : 'a number'} ${range}`, `${o.default}`];
+  });
+  rows.push(['--json [file]', 'the report as JSON (to stdout, or to file too)', 'off']);
+  const where = 'usage, laws and exit codes: drills/README.md';
+  return `${name} options:\n${columns(rows, ['option', 'takes', 'default'])}\n${where}\n`;
 }
 
 /**
