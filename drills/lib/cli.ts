@@ -74,6 +74,15 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     usage(`${(err as Error).message.replaceAll('\n', ' ')} (options: ${known.join(' ')})`);
   }
   const values: Record<string, unknown> = { json: given.json };
+  if (typeof given.json === 'string' && given.json !== '-') {
+    // Checked before the run, so an unwritable path does not lose a whole run's report.
+    try {
+      mkdirSync(dirname(given.json), { recursive: true });
+      writeFileSync(given.json, '');
+    } catch (err) {
+      usage(`--json ${given.json}: cannot write it (${(err as NodeJS.ErrnoException).code})`);
+    }
+  }
   for (const [name, o] of Object.entries(options)) {
     const raw = given[name];
     if (o.kind === 'flag') values[name] = raw === true;

@@ -8,6 +8,7 @@ import { leaseKey, valueKey } from '../../src/l2/keys.js';
 import { httpSource } from '../../src/sources/http.js';
 import { createStore, type TableOptions } from '../../src/store/store.js';
 import { redactUrl, type ValkeyOptions } from '../../src/valkey/client.js';
+import { within } from '../../src/valkey/probe.js';
 import { SetupError } from './cli.js';
 import { track } from './reaper.js';
 
@@ -59,15 +60,29 @@ export async function loadFetch(template: string): Promise<void> {
  */
 export async function connectAdmin(url: string): Promise<Redis> {
   const options = { maxRetriesPerRequest: 1, connectTimeout: 3_000, lazyConnect: true };
-  const redis = new Redis(url, { ...options, retryStrategy: () => null });
+  let redis: Redis;
+  try {
+    redis = new Redis(url, { ...options, commandTimeout: 10_000, retryStrategy: () => null });
+  } catch (err) {
+    throw new SetupError(`--valkey ${redactUrl(url)}: ${(err as Error).message}`);
+  }
   let last: unknown;
   redis.on('error', (err) => {
     last = err;
   });
-  await redis.connect().catch((err: unknown) => {
+  // connectTimeout covers the TCP connect only: a server that accepts and never answers
+  // would hold the ready check forever.
+  const ready = await within(
+    redis.connect().then(() => true),
+    5_000,
+  ).catch((err: unknown) => {
     const why = ((last ?? err) as Error).message;
     throw new SetupError(`no Valkey/Redis at ${redactUrl(url)}: ${why}`);
   });
+  if (ready === undefined) {
+    redis.disconnect();
+    throw new SetupError(`no Valkey/Redis at ${redactUrl(url)}: no answer within 5 s`);
+  }
   return redis;
 }
 
@@ -95,7 +110,7 @@ export type DrillValkey = Awaited<ReturnType<typeof drillValkey>>;
  *   asked without `cluster`.
  */
 export async function drillValkey(url: string, cluster: boolean, secure = false) {
-  if (secure && !cluster) throw new Error('--secure needs --cluster');
+  if (secure && !cluster) throw new SetupError('--secure needs --cluster');
   if (!cluster) {
     const admin = await connectAdmin(url);
     return {
