@@ -7,7 +7,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import { freePort } from './free-port.js';
-import { asRoot, privateDir, settle, stopChild } from './spawn.js';
+import { asRoot, privateDir, settle, spawned, stopChild } from './spawn.js';
 
 /** A private server the caller controls (see {@link startMariadb}). */
 export type PrivateMariadb = Awaited<ReturnType<typeof startMariadb>>;
@@ -37,7 +37,7 @@ export async function startMariadb() {
   argv.push(`--pid-file=${join(dataDir, 'mysqld.pid')}`, '--log-bin=binlog', '--server-id=1');
   argv.push('--binlog-format=ROW', '--binlog-row-image=FULL', '--skip-name-resolve');
   argv.push('--innodb-flush-log-at-trx-commit=2', '--sync-binlog=0');
-  const child = spawn('mariadbd', argv, { stdio: 'ignore' });
+  const child = spawned(spawn('mariadbd', argv, { stdio: 'ignore' }));
   const createTest = async (): Promise<true> => {
     const conn = await mysql.createConnection({ uri: url, connectTimeout: 1_000 });
     await conn.query('CREATE DATABASE IF NOT EXISTS test');

@@ -6,7 +6,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
 import { freePort } from './free-port.js';
-import { settle, stopChild } from './spawn.js';
+import { settle, spawned, stopChild } from './spawn.js';
 
 /** A running service instance (see {@link startService}). */
 export type Service = Awaited<ReturnType<typeof startService>>;
@@ -52,7 +52,9 @@ export function spawnService(
   const argv = [...(options.nodeArgs ?? []), MAIN, '--config', file];
   const local = { PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: env.LOG_LEVEL ?? 'warn' };
   const stdio = options.stdio ?? ['ignore', 'inherit', 'inherit'];
-  const child = spawn(process.execPath, argv, { env: { ...env, ...options.env, ...local }, stdio });
+  const child = spawned(
+    spawn(process.execPath, argv, { env: { ...env, ...options.env, ...local }, stdio }),
+  );
   // The config was read at start-up; the folder goes with the process.
   child.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   return child;

@@ -5,6 +5,22 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
+let onSpawn: (child: ChildProcess) => void = () => {};
+
+/**
+ * Has `watch` see every server and service process the harness spawns from now on (the drills
+ * pass lib/reaper.ts's `track`, so none outlives a drill that exits or is signalled).
+ */
+export function watchSpawns(watch: (child: ChildProcess) => void): void {
+  onSpawn = watch;
+}
+
+/** `child`, after the {@link watchSpawns} watcher has seen it. */
+export function spawned(child: ChildProcess): ChildProcess {
+  onSpawn(child);
+  return child;
+}
+
 /** The first of `bins` that is on the PATH, or undefined. */
 export const firstOnPath = (bins: string[]): string | undefined =>
   bins.find((bin) => spawnSync('sh', ['-c', `command -v ${bin}`]).status === 0);

@@ -8,7 +8,7 @@ import { rmSync } from 'node:fs';
 import { Redis, type RedisOptions } from 'ioredis';
 import { freeClusterPort, freePort } from './free-port.js';
 import { aclServerArgs, adminConnection, makeSecure, serviceTls, tlsServerArgs } from './secure.js';
-import { firstOnPath, privateDir, settle, stopChild } from './spawn.js';
+import { firstOnPath, privateDir, settle, spawned, stopChild } from './spawn.js';
 
 /** Options of {@link spawnValkey}. */
 export interface ValkeyServerOptions {
@@ -52,7 +52,7 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
   const { connection } = options;
   const url = `${connection?.tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${port}`;
   const launch = async () => {
-    const started = spawn(binary, argv, { stdio: 'ignore' });
+    const started = spawned(spawn(binary, argv, { stdio: 'ignore' }));
     options.track?.(started);
     await waitForPing(url, 10_000, connection, started);
     return started;

@@ -3,6 +3,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type Check, columns, verdict } from './report.js';
+// Every drill and bench reaps the servers and services it spawns, however it exits.
+import './reaper.js';
 
 /** One option: a number within bounds, one of some words, free text, or a flag (no value). */
 type Option =

@@ -3,7 +3,7 @@
  * exits by any path (normal exit, uncaught error, SIGINT/SIGTERM).
  */
 import type { ChildProcess } from 'node:child_process';
-import { running } from '../../harness/spawn.js';
+import { running, watchSpawns } from '../../harness/spawn.js';
 
 const children = new Set<ChildProcess>();
 
@@ -13,10 +13,13 @@ function killAll(): void {
   children.clear();
 }
 process.on('exit', killAll);
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+process.once('SIGINT', () => process.exit(130));
+process.once('SIGTERM', () => process.exit(143));
 
 /** Kills `child` when the drill exits, unless it has exited by then (the harness spawners' `track`). */
 export function track(child: ChildProcess): void {
   children.add(child);
   child.once('exit', () => children.delete(child));
 }
+
+watchSpawns(track);
