@@ -262,6 +262,24 @@ describe('waiters wake when the fill lands', () => {
   });
 
   // Three service processes start inside the test: on a busy machine that alone takes seconds.
+  it("another instance's fill event drops an older L1 row here, whatever the id's characters", async () => {
+    const table = uniqueTable('wake-drop');
+    const store = await openStore({ [table]: { load: (id) => ({ id }) } }, { valkey: server.url });
+    const t = store.table(table);
+    // A plain id (its event read from the head alone) and ids whose JSON has escapes (parsed whole).
+    for (const id of ['plain', 'q"uote', 'back\\slash', 'é/ü']) {
+      await t.get(id);
+      expect(((await t.get(id)) as { layer: string }).layer).toBe('l1');
+      const stored = decodeEnvelope((await raw.get(valueKey(table, id))) as string);
+      const v = (stored?.version ?? 0) + 1;
+      const message = JSON.stringify({ k: 'fill', id, v, e: 'E3|not read' });
+      expect(await raw.publish(eventsChannel(table), message)).toBeGreaterThan(0);
+      await vi.waitFor(async () =>
+        expect(((await t.get(id)) as { layer: string }).layer).not.toBe('l1'),
+      );
+    }
+  });
+
   it('three service instances, one cold id: one origin read, and each waiter answers from the fill event', {
     timeout: 60_000,
   }, async () => {
