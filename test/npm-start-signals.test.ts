@@ -30,7 +30,7 @@ async function npmStart() {
     cwd: ROOT,
     env: {
       ...process.env,
-      PORT: String(await freePort()),
+      PORT: '0',
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
       VALKEY_URL: `redis://127.0.0.1:${await freePort()}`,
