@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -56,6 +56,7 @@ async function npmStart() {
     // Only the processes this test started, by PID.
     if (nodePid !== undefined && alive(nodePid)) process.kill(nodePid, 'SIGKILL');
     if (npm.exitCode === null && npm.signalCode === null) npm.kill('SIGKILL');
+    rmSync(dataDir, { recursive: true, force: true });
   });
   await vi.waitFor(
     () => {
