@@ -12,7 +12,6 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { drillArgs, float, int, listOf, setUp, valkeyOption } from '../drills/lib/cli.js';
-import { track } from '../drills/lib/reaper.js';
 import {
   columns,
   machineLine,
@@ -298,7 +297,7 @@ async function watchFills(url: string) {
  */
 async function wake(): Promise<void> {
   const PAIR_IDS = 40;
-  const server = await spawnValkey({ track });
+  const server = await spawnValkey();
   const admin = new Redis(server.url, { maxRetriesPerRequest: 0 });
   const fills = await watchFills(server.url);
   const variant = (name: string, policy: Policy) => ({

@@ -86,27 +86,17 @@ export async function startService(config: object, options: StartOptions = {}) {
 
 /**
  * Starts `count` services on `config`, or none: a failed start stops those that did start
- * (within `graceMs`) and rethrows. `track` sees every process.
+ * (within `graceMs`) and rethrows.
  */
-export function startServices(
-  count: number,
-  config: object,
-  track: (child: ChildProcess) => void = () => {},
-  graceMs?: number,
-): Promise<Service[]> {
+export function startServices(count: number, config: object, graceMs?: number): Promise<Service[]> {
   const starts = Array.from({ length: count }, () => startService(config));
-  return startAll(starts, track, graceMs);
+  return startAll(starts, graceMs);
 }
 
 /** {@link startServices} of starts already under way (e.g. on different options): all, or none. */
-async function startAll(
-  starts: Array<Promise<Service>>,
-  track: (child: ChildProcess) => void = () => {},
-  graceMs?: number,
-): Promise<Service[]> {
+async function startAll(starts: Array<Promise<Service>>, graceMs?: number): Promise<Service[]> {
   const started = await Promise.allSettled(starts);
   const services = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-  for (const s of services) track(s.process);
   const failed = started.find((s) => s.status === 'rejected');
   if (failed === undefined) return services;
   await Promise.all(services.map((s) => s.stop(graceMs)));
