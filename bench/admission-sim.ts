@@ -102,7 +102,11 @@ const rows = results.map((r) => Object.values({ ...r, shedPct: `${r.shedPct} %` 
 const header = ['scenario', 'loads', 'shed', 'waited past the bound', 'longest wait ms'];
 header.push('highest limit', 'loads at once, 2nd half');
 const title = `admission on a virtual clock, ${args.seconds} s per scenario (seed ${args.seed})`;
-process.stdout.write(`${title}\n${columns(rows, header)}\n`);
-if (args.json !== undefined) writeFileSync(args.json, JSON.stringify(results, null, 2));
+// `--json` alone: the JSON on stdout instead of the table, as the drills do.
+if (args.json === '-') process.stdout.write(`${JSON.stringify(results)}\n`);
+else process.stdout.write(`${title}\n${columns(rows, header)}\n`);
+if (args.json !== undefined && args.json !== '-') {
+  writeFileSync(args.json, JSON.stringify(results, null, 2));
+}
 // A queued load's own timer (real time) would outlive the virtual run: stop here.
 process.exit(0);

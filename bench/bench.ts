@@ -9,20 +9,29 @@ import { connect } from 'node:net';
 import type autocannon from 'autocannon';
 import Fastify from 'fastify';
 import { pino } from 'pino';
-import { drillArgs, int, text, valkeyOption } from '../drills/lib/cli.js';
+import { drillArgs, int, listOf, setUp, valkeyOption } from '../drills/lib/cli.js';
 import { columns, median, met, opsPerCpuSecond } from '../drills/lib/report.js';
+import { connectAdmin } from '../drills/lib/store.js';
 import { runNode } from '../drills/lib/workers.js';
 import { buildServer } from '../src/http/server.js';
 import { withPolicy } from '../src/store/load-result.js';
 import { createStore } from '../src/store/store.js';
 
-const args = drillArgs({
-  seconds: int(3, 1, 3_600),
-  connections: int(50, 1, 10_000),
-  only: text('http,tags'),
-  valkey: valkeyOption(),
-});
+const args = drillArgs(
+  {
+    seconds: int(3, 1, 3_600),
+    connections: int(50, 1, 10_000),
+    only: listOf('http', 'tags'),
+    valkey: valkeyOption(),
+  },
+  { jsonFileOnly: true },
+);
 const { seconds, valkey, connections } = args;
+// Both sections need the server: one line and exit 2 when it does not answer.
+await setUp(
+  'bench',
+  connectAdmin(valkey).then((admin) => admin.disconnect()),
+);
 const KEYS = 1_000;
 const HTTP_ROUNDS = 5;
 const value = (i: number) => ({
@@ -200,7 +209,7 @@ async function taggedRows(): Promise<string[][]> {
   ];
 }
 
-const only = new Set(args.only.split(','));
+const only = new Set(args.only);
 const print = (title: string, rows: string[][]) =>
   process.stdout.write(`${title}\n${columns(rows)}\n\n`);
 if (only.has('tags')) {
@@ -219,5 +228,4 @@ if (only.has('http')) {
   );
 }
 // `--json <file>`: the figures `bench:peers` reads (its `http` section runs this one).
-if (args.json !== undefined && args.json !== '-')
-  writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
+if (args.json !== undefined) writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);

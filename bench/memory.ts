@@ -31,17 +31,20 @@ const packageJson = JSON.parse(
 ) as { scripts: { start: string } };
 const SERVICE_V8_FLAGS = serviceV8Flags(packageJson.scripts.start);
 
-const args = drillArgs({
-  ids: int(400_000, 1),
-  'max-mib': int(64, 1),
-  lanes: int(0, 0, 10_000),
-  try: text(''),
-  'no-defaults': flag(),
-  rounds: int(1, 1, 9),
-  child: flag(),
-  check: flag(),
-  valkey: valkeyOption(),
-});
+const args = drillArgs(
+  {
+    ids: int(400_000, 1),
+    'max-mib': int(64, 1),
+    lanes: int(0, 0, 10_000),
+    try: text(''),
+    'no-defaults': flag(),
+    rounds: int(1, 1, 9),
+    child: flag(),
+    check: flag(),
+    valkey: valkeyOption(),
+  },
+  { jsonFileOnly: true },
+);
 const gc = (globalThis as { gc?: () => void }).gc;
 if (gc === undefined) {
   process.stderr.write('bench:memory needs node --expose-gc (npm run bench:memory passes it)\n');
@@ -290,7 +293,7 @@ async function main(): Promise<void> {
     ]),
   ];
   process.stdout.write(`${text.join('\n')}\n`);
-  if (args.json !== undefined && args.json !== '-')
+  if (args.json !== undefined)
     writeFileSync(args.json, `${JSON.stringify({ streams }, null, 2)}\n`);
   process.exit(args.check && !heapHeld ? 1 : 0);
 }

@@ -11,8 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
-import { drillArgs, float, int, text, valkeyOption } from '../drills/lib/cli.js';
-import { track } from '../drills/lib/reaper.js';
+import { drillArgs, float, int, listOf, setUp, valkeyOption } from '../drills/lib/cli.js';
 import {
   columns,
   machineLine,
@@ -22,6 +21,7 @@ import {
   percentile,
   sum,
 } from '../drills/lib/report.js';
+import { connectAdmin } from '../drills/lib/store.js';
 import { runNode, runWorkers, together } from '../drills/lib/workers.js';
 import { zipfSampler } from '../drills/lib/zipf.js';
 import { spawnValkey } from '../harness/valkey-server.js';
@@ -29,18 +29,26 @@ import type { HttpFigures } from './bench.js';
 import { makePeer, PEERS, type Peer, type PeerName, sleepLoader, versionOf } from './peers-lib.js';
 import type { Result, Setup } from './peers-worker.js';
 
-const args = drillArgs({
-  rounds: int(3, 1, 100),
-  'latency-ms': float(20, 0, 2_000),
-  seconds: float(1, 0.1, 600),
-  only: text('warm,herd,fleet,storm,hot,http,memory'),
-  'http-seconds': int(3, 1, 600),
-  'memory-rounds': int(1, 1, 9),
-  valkey: valkeyOption(),
-});
+const args = drillArgs(
+  {
+    rounds: int(3, 1, 100),
+    'latency-ms': float(20, 0, 2_000),
+    seconds: float(1, 0.1, 600),
+    only: listOf('warm', 'herd', 'fleet', 'wake', 'storm', 'hot', 'http', 'memory'),
+    'http-seconds': int(3, 1, 600),
+    'memory-rounds': int(1, 1, 9),
+    valkey: valkeyOption(),
+  },
+  { jsonFileOnly: true },
+);
 const { rounds, valkey } = args;
 const latencyMs = args['latency-ms'];
-const only = new Set(args.only.split(','));
+const only = new Set(args.only);
+// Every section needs the server: one line and exit 2 when it does not answer.
+await setUp(
+  'bench:peers',
+  connectAdmin(valkey).then((admin) => admin.disconnect()),
+);
 /** The built file of `bench/<name>.ts`. */
 const built = (name: string) => fileURLToPath(new URL(`./${name}.js`, import.meta.url));
 const WORKER = built('peers-worker');
@@ -289,7 +297,7 @@ async function watchFills(url: string) {
  */
 async function wake(): Promise<void> {
   const PAIR_IDS = 40;
-  const server = await spawnValkey({ track });
+  const server = await spawnValkey();
   const admin = new Redis(server.url, { maxRetriesPerRequest: 0 });
   const fills = await watchFills(server.url);
   const variant = (name: string, policy: Policy) => ({

@@ -51,7 +51,7 @@ runDrill('alerts', args.json, async () => {
   const config = originConfig({ url: valkey.url }, table, origin.template, {
     loadTimeoutMs: 4_000,
   });
-  const services = await startServices(2, config, track);
+  const services = await startServices(2, config);
   const [a, b] = services as [Service, Service];
   /** GETs `id` on `s` with no client timeout; its status (0: no answer). */
   const status = async (s: Service, id: string) =>

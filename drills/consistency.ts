@@ -11,7 +11,6 @@ import { startPostgres } from '../harness/postgres-server.js';
 import { type Service, startServices } from '../harness/service.js';
 import { spawnValkey } from '../harness/valkey-server.js';
 import { drillArgs, int, oneOf, runDrill } from './lib/cli.js';
-import { track } from './lib/reaper.js';
 import { columns, law, p50p99, round } from './lib/report.js';
 
 const args = drillArgs({
@@ -37,7 +36,7 @@ const TAKEOVER_WITHIN_MS = 10_000;
 runDrill('consistency', args.json, async () => {
   process.env.LOG_LEVEL ??= 'error';
   const db = await startPostgres();
-  const valkey = await spawnValkey({ track });
+  const valkey = await spawnValkey();
   const admin = new pg.Pool({ connectionString: db.url, max: 4 });
   const agent = new Agent({ connections: 64, keepAliveTimeout: 10_000 });
   let services: Service[] = [];
@@ -49,7 +48,7 @@ runDrill('consistency', args.json, async () => {
     const follow = { slot: SLOT, tables, leaseMs: args['lease-ms'] };
     const source = { kind: 'postgres', url: db.url, query, follow };
     const config = { valkey: { url: valkey.url }, tables: { items: { ttlMs: 3_600_000, source } } };
-    services = await startServices(args.instances, config, track);
+    services = await startServices(args.instances, config);
     await holderOf(services, TAKEOVER_WITHIN_MS);
 
     // A read is stale at bound δ when the next version of its id had committed more than δ
@@ -122,7 +121,7 @@ runDrill('consistency', args.json, async () => {
       services = services.filter((s) => s !== killed);
       await holderOf(services, TAKEOVER_WITHIN_MS);
       takeoverMs = performance.now() - killedAt;
-      services.push(...(await startServices(1, config, track)));
+      services.push(...(await startServices(1, config)));
     }
 
     // Two thirds of the way: kill Valkey and start it again on the same port.

@@ -26,7 +26,6 @@ import {
 } from './lib/fault-policy.js';
 import type { Timed } from './lib/http.js';
 import { Loops, pick } from './lib/load.js';
-import { track } from './lib/reaper.js';
 import { REFUSALS, type RefusalDrill } from './lib/refusals.js';
 import { type Check, columns, countBy, law, listCounts, maxMs, sum } from './lib/report.js';
 
@@ -95,7 +94,7 @@ runDrill('faults', args.json, async () => {
   let pair: FaultPair | undefined;
   let load: Loops<Sample> | undefined;
   try {
-    valkey = await spawnValkey({ track });
+    valkey = await spawnValkey();
     // The instances reach Valkey through a proxy, so phase 8 can freeze their subscribers.
     proxy = await startTcpProxy(valkey.port);
     admin = new Redis(valkey.url, { maxRetriesPerRequest: null });

@@ -29,7 +29,6 @@ import {
 } from './lib/fault-policy.js';
 import { readItems, readyz, type Timed } from './lib/http.js';
 import { Loops, pick, summarize } from './lib/load.js';
-import { track } from './lib/reaper.js';
 import { addCounts, bump, check, columns, listCounts, sum } from './lib/report.js';
 
 const args = drillArgs({
@@ -73,7 +72,7 @@ runDrill('reshard', args.json, async () => {
   const other = idsIn(`o-${run}`, Math.ceil(args.ids / 2), (slot) => slot >= args.slots);
   const written = idsIn(`w-${run}`, 20, (slot) => slot < args.slots);
   try {
-    cluster = await spawnCluster({ track });
+    cluster = await spawnCluster();
     pair = await startFaultPair({ ...cluster.valkey }, TABLE, args['latency-ms'], POLICY);
     const { origin, services, targets } = pair;
     const read = [...moving, ...other];

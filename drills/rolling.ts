@@ -10,7 +10,6 @@ import { type Service, startService, startServices } from '../harness/service.js
 import { drillArgs, int, runDrill, valkeyOption } from './lib/cli.js';
 import { itemUrl, timed } from './lib/http.js';
 import { Loops, pick, summarize } from './lib/load.js';
-import { track } from './lib/reaper.js';
 import { columns, law, listCounts, sum } from './lib/report.js';
 import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
@@ -67,7 +66,7 @@ runDrill('rolling', args.json, async () => {
       const warm = { warm: { ids: hotIds } };
       const drain = { http: { shutdownDelayMs: args['delay-ms'] } };
       const config = originConfig({ url: args.valkey }, TABLE, origin.template, warm, drain);
-      services.push(...(await startServices(2, config, track)));
+      services.push(...(await startServices(2, config)));
       const a = services[0] as Service;
       for (const [i, s] of services.entries()) (backends[i] as { url: string }).url = s.url;
       client.phase = 'baseline';
@@ -88,7 +87,6 @@ runDrill('rolling', args.json, async () => {
 
       client.phase = 'restart';
       services[0] = await startService(config, { port: Number(new URL(a.url).port) });
-      track(services[0].process);
       while (!backends[0]?.ready) await sleep(5);
       const readyAgainMs = since();
       client.phase = 'after';

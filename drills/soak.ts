@@ -11,7 +11,6 @@ import { withOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { drillArgs, float, int, runDrill, valkeyOption } from './lib/cli.js';
 import { errorCode, itemUrl, readItems } from './lib/http.js';
-import { track } from './lib/reaper.js';
 import { bump, check, columns, law, listCounts, median, p50p99, round, sum } from './lib/report.js';
 import { connectAdmin, dropTable, originConfig } from './lib/store.js';
 
@@ -150,7 +149,6 @@ runDrill('soak', args.json, async () => {
       const warn = { log: { level: 'warn' } };
       const config = originConfig({ url: args.valkey }, table, origin.template, policy, warn);
       service = await startService(config);
-      track(service.process); // the service dies with the drill, however it ends
       const url = service.url;
       // Every hot id read once (32 at a time at most), so the run starts with them in L1.
       const hotIds = Array.from({ length: args['hot-ids'] }, (_, i) => `hot-${i}`);

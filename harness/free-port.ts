@@ -1,4 +1,5 @@
 /** Free TCP ports on the loopback interface, for servers the drills and tests start. */
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
 
 /** Listens on 127.0.0.1:`port` (0: one the OS picks) and closes: the port, or undefined when taken. */
@@ -35,4 +36,37 @@ export async function freeClusterPort(taken: ReadonlySet<number> = new Set()): P
     if ((await tryPort(port)) && (await tryPort(port + 10_000))) return port;
   }
   throw new Error(`no free port pair (p, p + 10000) in ${MIN_PORT}–${MAX_PORT}`);
+}
+
+/**
+ * The TCP port process `pid` listens on (its first listening socket), read from Linux's /proc;
+ * undefined while it listens on none, or once it has exited. A server started on port 0 is found
+ * this way: a port picked free beforehand ({@link freePort}) may be taken by another process
+ * (another test run's service) before the server listens, and then what answers there is not it.
+ */
+export function listeningPort(pid: number): number | undefined {
+  let sockets: Set<string>;
+  try {
+    sockets = new Set(
+      readdirSync(`/proc/${pid}/fd`).flatMap((fd) => {
+        try {
+          return [readlinkSync(`/proc/${pid}/fd/${fd}`)];
+        } catch {
+          return []; // closed since the listing
+        }
+      }),
+    );
+  } catch {
+    return undefined; // exited
+  }
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
+      // sl local_address rem_address st … inode: ADDR:PORT in hex, state 0A is LISTEN.
+      const [, local, , state, , , , , , inode] = line.trim().split(/\s+/);
+      if (state === '0A' && sockets.has(`socket:[${inode}]`)) {
+        return Number.parseInt(local?.split(':')[1] ?? '', 16);
+      }
+    }
+  }
+  return undefined;
 }

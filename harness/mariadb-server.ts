@@ -52,7 +52,10 @@ export async function startMariadb() {
   return {
     /** `mysql://root@127.0.0.1:<port>/test` (root without a password). */
     url: `${url}/test`,
-    /** Kills the server and removes the data folder; idempotent. */
+    /**
+     * Kills the server and removes the data folder; harmless a second time (stopChild returns at
+     * once for an exited child, and the removal is forced).
+     */
     async stop(): Promise<void> {
       await stopChild(child);
       removed();

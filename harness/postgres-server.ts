@@ -51,17 +51,24 @@ export async function startPostgres(options: { settings?: Record<string, string 
     rmSync(dataDir, { recursive: true, force: true });
     throw err;
   }
+  let stopped: Promise<void> | undefined;
   return {
     /** `postgres://postgres@127.0.0.1:<port>/postgres` (trust authentication). */
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-    /** Stops the server (fast shutdown) and removes the data folder; idempotent. */
-    async stop(): Promise<void> {
-      try {
-        pgRun('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
-      } catch {
-        // already stopped
-      }
-      rmSync(dataDir, { recursive: true, force: true });
+    /**
+     * Stops the server (fast shutdown) and removes the data folder; a second call returns the
+     * first one's promise (pg_ctl runs once).
+     */
+    stop(): Promise<void> {
+      stopped ??= (async () => {
+        try {
+          pgRun('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
+        } catch {
+          // The server died on its own: there is nothing to stop, only its folder to remove.
+        }
+        rmSync(dataDir, { recursive: true, force: true });
+      })();
+      return stopped;
     },
   };
 }

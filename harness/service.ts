@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
-import { freePort } from './free-port.js';
+import { listeningPort } from './free-port.js';
 import { settle, spawned, stopChild } from './spawn.js';
 
 /** A running service instance (see {@link startService}). */
@@ -61,17 +61,23 @@ export function spawnService(
 }
 
 /**
- * Starts the service ({@link spawnService}) on `port` (default: a free one) and waits until
- * `/readyz` answers 200.
+ * Starts the service ({@link spawnService}) on `port` (default 0: the OS picks one, and the port
+ * is learnt from the OS by the child's pid, {@link listeningPort}, so what answers is this
+ * process, never another that took a port picked free beforehand) and waits until `/readyz`
+ * there answers 200.
  *
  * @throws {Error} when the service exits or is not ready within `readyTimeoutMs`.
  */
 export async function startService(config: object, options: StartOptions = {}) {
-  const port = options.port ?? (await freePort());
-  const child = spawnService(config, port, options);
-  const url = `http://127.0.0.1:${port}`;
-  const ready = () => fetch(`${url}/readyz`).then((r) => r.ok || `/readyz answered ${r.status}`);
-  const fail = (last: string) => `the service at ${url} was not ready: ${last}`;
+  const child = spawnService(config, options.port ?? 0, options);
+  let url = '';
+  const ready = () => {
+    const port = listeningPort(child.pid as number);
+    if (port === undefined) return Promise.resolve('not listening yet');
+    url = `http://127.0.0.1:${port}`;
+    return fetch(`${url}/readyz`).then((r) => r.ok || `/readyz answered ${r.status}`);
+  };
+  const fail = (last: string) => `the service (pid ${child.pid}) was not ready: ${last}`;
   await settle(options.readyTimeoutMs ?? 30_000, 50, ready, fail, child);
   /** `url`: its base URL; `stop`: SIGTERM, and SIGKILL after `graceMs`; resolves on its exit. */
   const stop = (graceMs = 10_000): Promise<void> => stopChild(child, graceMs);
@@ -80,27 +86,17 @@ export async function startService(config: object, options: StartOptions = {}) {
 
 /**
  * Starts `count` services on `config`, or none: a failed start stops those that did start
- * (within `graceMs`) and rethrows. `track` sees every process.
+ * (within `graceMs`) and rethrows.
  */
-export function startServices(
-  count: number,
-  config: object,
-  track: (child: ChildProcess) => void = () => {},
-  graceMs?: number,
-): Promise<Service[]> {
+export function startServices(count: number, config: object, graceMs?: number): Promise<Service[]> {
   const starts = Array.from({ length: count }, () => startService(config));
-  return startAll(starts, track, graceMs);
+  return startAll(starts, graceMs);
 }
 
 /** {@link startServices} of starts already under way (e.g. on different options): all, or none. */
-async function startAll(
-  starts: Array<Promise<Service>>,
-  track: (child: ChildProcess) => void = () => {},
-  graceMs?: number,
-): Promise<Service[]> {
+async function startAll(starts: Array<Promise<Service>>, graceMs?: number): Promise<Service[]> {
   const started = await Promise.allSettled(starts);
   const services = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-  for (const s of services) track(s.process);
   const failed = started.find((s) => s.status === 'rejected');
   if (failed === undefined) return services;
   await Promise.all(services.map((s) => s.stop(graceMs)));

@@ -18,8 +18,6 @@ export interface ValkeyServerOptions {
   port?: number;
   /** A config file, passed before every other argument (a Sentinel needs one it may rewrite). */
   configFile?: string;
-  /** Called with every process spawned (the first and each restart), e.g. to kill it if the caller exits early. */
-  track?: ((child: ChildProcess) => void) | undefined;
   /** TLS options and the admin password, when `args` make it TLS-only or protected (harness/secure.ts). */
   connection?: RedisOptions;
 }
@@ -53,7 +51,6 @@ export async function spawnValkey(options: ValkeyServerOptions = {}) {
   const url = `${connection?.tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${port}`;
   const launch = async () => {
     const started = spawned(spawn(binary, argv, { stdio: 'ignore' }));
-    options.track?.(started);
     await waitForPing(url, 10_000, connection, started);
     return started;
   };
@@ -132,8 +129,6 @@ export function waitForPing(
 
 /** What a cluster's or a Sentinel set's options share. */
 export interface ValkeySetOptions {
-  /** Called with every process spawned, e.g. to kill it if the caller exits early. */
-  track?: ValkeyServerOptions['track'];
   /** TLS only, an admin password and the service's ACL user, with a fresh CA (harness/secure.ts). */
   secure?: boolean;
 }
@@ -152,7 +147,7 @@ export function openValkeySet(prefix: string, options: ValkeySetOptions) {
   const taken = new Set<number>();
   const spawned: ValkeyServer[] = [];
   const spawn = async (spawnOptions: ValkeyServerOptions) => {
-    const server = await spawnValkey({ track: options.track, ...spawnOptions });
+    const server = await spawnValkey(spawnOptions);
     spawned.push(server);
     return server;
   };

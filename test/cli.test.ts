@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { stringify } from 'yaml';
-import { freePort } from '../harness/free-port.js';
+import { freePort, listeningPort } from '../harness/free-port.js';
 import { HOLD_PREFIX, type Origin, startOrigin } from '../harness/origin.js';
 import { type ServiceProcess, startServiceProcess } from './helpers/service.js';
 import { uniqueTable, valkeyUrl } from './helpers/store.js';
@@ -343,15 +343,19 @@ describe('echostore check-config and serve', () => {
   });
 
   it('serve runs the service until SIGTERM', async () => {
-    const port = await freePort();
     const child = spawn(process.execPath, [CLI, 'serve', '--config', write(good())], {
-      env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'silent' },
+      env: { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent' },
       stdio: 'ignore',
     });
     const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
     try {
+      // The port it listens on, from the OS: no other process can answer in its place.
       await vi.waitFor(
-        async () => expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200),
+        async () => {
+          const port = listeningPort(child.pid as number);
+          expect(port).toBeDefined();
+          expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
+        },
         { timeout: 15_000, interval: 100 },
       );
     } finally {

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,7 +30,7 @@ async function npmStart() {
     cwd: ROOT,
     env: {
       ...process.env,
-      PORT: String(await freePort()),
+      PORT: '0',
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
       VALKEY_URL: `redis://127.0.0.1:${await freePort()}`,
@@ -56,6 +56,7 @@ async function npmStart() {
     // Only the processes this test started, by PID.
     if (nodePid !== undefined && alive(nodePid)) process.kill(nodePid, 'SIGKILL');
     if (npm.exitCode === null && npm.signalCode === null) npm.kill('SIGKILL');
+    rmSync(dataDir, { recursive: true, force: true });
   });
   await vi.waitFor(
     () => {

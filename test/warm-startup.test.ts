@@ -1,8 +1,10 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { HOLD_PREFIX, startOrigin } from '../harness/origin.js';
 import { DEMO_QUERY } from '../src/config/load.js';
 import { ShedError } from '../src/errors.js';
@@ -95,6 +97,7 @@ describe('warm-up at start', () => {
 
   it('reads ids from a file and from the source (top N), counting not-found and failed ids', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'echostore-warm-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, 'ids.txt'), '1\r\n2\n\n99999\nnot-a-number\n');
     const [fromFile, fromTop] = [uniqueTable('warm-file'), uniqueTable('warm-top')];
     const sqlite = { kind: 'sqlite', file: 'demo.sqlite', query: DEMO_QUERY, seed: 'demo' };
@@ -171,24 +174,33 @@ describe('warm-up at start', () => {
       [{ top: 3 }, /tables\.t\.warm\.top: the table's source cannot list ids/],
       [{ file: 'no-such-file.txt' }, /tables\.t\.warm\.file: cannot read/],
     ];
-    for (const [warm, message] of cases) {
-      const { spawnSync } = await import('node:child_process');
-      const dir = mkdtempSync(join(tmpdir(), 'echostore-warm-bad-'));
-      const file = join(dir, 'config.json');
+    const dir = mkdtempSync(join(tmpdir(), 'echostore-warm-bad-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const main = new URL('../dist/src/main.js', import.meta.url).pathname;
+    // The three starts at once: each is a whole process start, seconds on a loaded machine.
+    const refused = cases.map(async ([warm, message], i) => {
+      const file = join(dir, `config-${i}.json`);
       writeFileSync(
         file,
         JSON.stringify({ tables: { t: { source: { kind: 'http', url: origin }, warm } } }),
       );
-      const main = new URL('../dist/src/main.js', import.meta.url).pathname;
-      const r = spawnSync(process.execPath, [main, '--config', file], {
-        encoding: 'utf8',
+      const child = spawn(process.execPath, [main, '--config', file], {
         env: { ...process.env, VALKEY_URL: valkeyUrl(), PORT: '0' },
-        timeout: 10_000,
+        stdio: ['ignore', 'ignore', 'pipe'],
       });
-      expect(r.status, r.stderr).toBe(2);
-      expect(r.stderr).toMatch(message);
-    }
-  });
+      onTestFinished(() => {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      });
+      let stderr = '';
+      child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+        stderr += chunk;
+      });
+      const [code] = (await once(child, 'exit')) as [number | null];
+      expect(code, stderr).toBe(2);
+      expect(stderr).toMatch(message);
+    });
+    await Promise.all(refused);
+  }, 60_000);
 });
 
 describe('readIds (the warm-up loop)', () => {

@@ -11,16 +11,19 @@ type Option =
   | { kind: 'int' | 'float'; default: number; min: number; max: number }
   | { kind: 'oneOf'; default: string; choices: readonly string[] }
   | { kind: 'text'; default: string }
+  | { kind: 'list'; default: string; choices: readonly string[] }
   | { kind: 'flag' };
 
 type Values<O extends Record<string, Option>> = {
-  [K in keyof O]: O[K] extends { choices: readonly (infer C)[] }
-    ? C
-    : O[K] extends { kind: 'text' }
-      ? string
-      : O[K] extends { kind: 'flag' }
-        ? boolean
-        : number;
+  [K in keyof O]: O[K] extends { kind: 'list' }
+    ? string[]
+    : O[K] extends { choices: readonly (infer C)[] }
+      ? C
+      : O[K] extends { kind: 'text' }
+        ? string
+        : O[K] extends { kind: 'flag' }
+          ? boolean
+          : number;
 } & { json: string | undefined };
 
 /** An integer (`int`) or a number (`float`) option from `min` to `max`. */
@@ -36,6 +39,10 @@ export const oneOf = <const C extends readonly string[]>(...choices: C) =>
 /** Free text. */
 export const text = (dflt: string) => ({ kind: 'text', default: dflt }) as const;
 
+/** A comma-separated list of some of `choices` (`--only http,tags`); default all of them. */
+export const listOf = <const C extends readonly string[]>(...choices: C) =>
+  ({ kind: 'list', default: choices.join(','), choices }) as const;
+
 /** A flag: true when given (`--cluster`), false otherwise; it takes no value. */
 export const flag = () => ({ kind: 'flag' }) as const;
 
@@ -45,25 +52,31 @@ export const valkeyOption = () => text(process.env.VALKEY_URL ?? 'redis://127.0.
 /** `--valkey`, `--cluster` and `--secure` (with `--cluster`): the options of `drillValkey`. */
 export const fleetOptions = () => ({ valkey: valkeyOption(), cluster: flag(), secure: flag() });
 
+/** A usage mistake or a set-up that cannot work: `message` on one line of stderr, exit code 2. */
+export function usage(message: string): never {
+  process.stderr.write(`${message}\n`);
+  process.exit(2);
+}
+
 /**
  * Parses the drill's options, plus `--json [file]`: a bare `--json` means
  * "JSON to stdout" (`'-'`), `--json <file>` writes the file as well as the
- * table. A usage mistake (an unknown option, a number out of bounds, a word
- * not among the choices) exits 2 with a one-line message; `--help` (`-h`) prints
- * the options with their defaults and exits 0.
+ * table; with `jsonFileOnly` (a bench that prints its text as it goes) a bare
+ * `--json` is refused. A usage mistake (an unknown option, a number out of
+ * bounds, a word not among the choices) exits 2 with a one-line message;
+ * `--help` (`-h`) prints the options with their defaults and exits 0.
  */
-export function drillArgs<const O extends Record<string, Option>>(options: O): Values<O> {
+export function drillArgs<const O extends Record<string, Option>>(
+  options: O,
+  { jsonFileOnly = false } = {},
+): Values<O> {
   const args = process.argv
     .slice(2)
     .map((a, i, all) => (a === '--json' && (all[i + 1] ?? '--').startsWith('--') ? '--json=-' : a));
   if (args.includes('--help') || args.includes('-h')) {
-    process.stdout.write(help(options));
+    process.stdout.write(help(options, jsonFileOnly));
     process.exit(0);
   }
-  const usage = (message: string): never => {
-    process.stderr.write(`${message}\n`);
-    process.exit(2);
-  };
   const type = (k: string): 'boolean' | 'string' =>
     options[k]?.kind === 'flag' ? 'boolean' : 'string';
   const names = [...Object.keys(options), 'json'];
@@ -76,6 +89,9 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     usage(`${(err as Error).message.replaceAll('\n', ' ')} (options: ${known.join(' ')})`);
   }
   const values: Record<string, unknown> = { json: given.json };
+  if (jsonFileOnly && given.json === '-') {
+    usage('--json needs a file: this bench prints its figures as text as they come');
+  }
   if (typeof given.json === 'string' && given.json !== '-') {
     // Checked before the run, so an unwritable path does not lose a whole run's report.
     try {
@@ -89,7 +105,14 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
     const raw = given[name];
     if (o.kind === 'flag') values[name] = raw === true;
     else if (typeof raw === 'boolean') usage(`--${name} needs a value`);
-    else if (raw === undefined || o.kind === 'text') values[name] = raw ?? o.default;
+    else if (o.kind === 'list') {
+      const list = (raw ?? o.default).split(',');
+      const unknown = list.filter((x) => !o.choices.includes(x));
+      if (unknown.length > 0) {
+        usage(`--${name}: unknown ${unknown.join(', ')} (known: ${o.choices.join(',')})`);
+      }
+      values[name] = list;
+    } else if (raw === undefined || o.kind === 'text') values[name] = raw ?? o.default;
     else if (o.kind === 'oneOf') {
       if (!o.choices.includes(raw)) usage(`--${name} must be ${o.choices.join(' or ')}`);
       values[name] = raw;
@@ -108,16 +131,21 @@ export function drillArgs<const O extends Record<string, Option>>(options: O): V
 }
 
 /** `--help`'s text: each option with what it takes and its default, then where the laws are. */
-function help(options: Record<string, Option>): string {
+function help(options: Record<string, Option>, jsonFileOnly: boolean): string {
   const name = basename(process.argv[1] ?? 'drill', '.js');
   const rows = Object.entries(options).map(([k, o]) => {
     if (o.kind === 'flag') return [`--${k}`, 'flag', 'off'];
     if (o.kind === 'text') return [`--${k}`, 'text', o.default];
+    if (o.kind === 'list') return [`--${k}`, `some of ${o.choices.join(',')}`, o.default];
     if (o.kind === 'oneOf') return [`--${k}`, o.choices.join(' | '), o.default];
     const range = o.max === Number.POSITIVE_INFINITY ? `≥ ${o.min}` : `${o.min} to ${o.max}`;
     return [`--${k}`, `${o.kind === 'int' ? 'an integer' : 'a number'} ${range}`, `${o.default}`];
   });
-  rows.push(['--json [file]', 'the report as JSON (to stdout, or to file too)', 'off']);
+  rows.push(
+    jsonFileOnly
+      ? ['--json <file>', 'the figures as JSON, to file', 'off']
+      : ['--json [file]', 'the report as JSON (to stdout, or to file too)', 'off'],
+  );
   const where = 'usage, laws and exit codes: drills/README.md';
   return `${name} options:\n${columns(rows, ['option', 'takes', 'default'])}\n${where}\n`;
 }
@@ -136,6 +164,19 @@ export interface Outcome {
 
 /** A drill that cannot start for a reason its message says whole (no server at a URL): printed without a stack. */
 export class SetupError extends Error {}
+
+/**
+ * A bench's set-up step (`runDrill` does this for drills): its value, or, when it throws a
+ * {@link SetupError}, `<name> failed to run: <message>` on one line of stderr and exit code 2.
+ */
+export async function setUp<T>(name: string, step: Promise<T>): Promise<T> {
+  try {
+    return await step;
+  } catch (err) {
+    if (err instanceof SetupError) usage(`${name} failed to run: ${err.message}`);
+    throw err;
+  }
+}
 
 /**
  * Runs a drill: `main` measures and judges; the outcome is printed (title, body, one line per

@@ -6,7 +6,6 @@ import { slotMap, spawnCluster } from '../../harness/cluster.js';
 import { spawnSentinelSet } from '../../harness/sentinel.js';
 import { valueKey } from '../../src/l2/keys.js';
 import { keySlot } from '../../src/valkey/slots.js';
-import { track } from './reaper.js';
 
 /** Which side of the failover an id's keys live on. */
 export type Side = 'lost' | 'other';
@@ -32,7 +31,7 @@ export const startTopology = (mode: 'cluster' | 'sentinel', secure: boolean) =>
 
 /** Starts a 3+3 cluster (TLS + ACL with `secure`) and picks the primary of slot 0 as the victim. */
 async function clusterTopology(secure = false): Promise<FailoverTopology> {
-  const cluster = await spawnCluster({ track, secure });
+  const cluster = await spawnCluster({ secure });
   const victim = await cluster.primaryOf(0);
   if (victim === undefined) throw new Error('slot 0 has no primary');
   // The victim's slot ranges, as they were before the kill.
@@ -53,7 +52,7 @@ async function clusterTopology(secure = false): Promise<FailoverTopology> {
  * the primary is the victim (the only shard).
  */
 async function sentinelTopology(secure = false): Promise<FailoverTopology> {
-  const set = await spawnSentinelSet({ track, secure });
+  const set = await spawnSentinelSet({ secure });
   const primary = await set.primary();
   if (primary === undefined) throw new Error('the Sentinels name no primary');
   return {

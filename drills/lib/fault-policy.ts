@@ -8,7 +8,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startOrigin } from '../../harness/origin.js';
 import { type Service, startServices } from '../../harness/service.js';
 import { itemUrl, ready, readyWhen, timed } from './http.js';
-import { track } from './reaper.js';
 import { type Check, check, maxMs } from './report.js';
 import { originConfig } from './store.js';
 
@@ -54,7 +53,7 @@ export async function startFaultPair(
 ) {
   const origin = await startOrigin(latencyMs);
   const config = originConfig({ ...valkey, ...FAULT_VALKEY }, table, origin.template, policy);
-  const services = await startServices(2, config, track, 3_000).catch(async (err: unknown) => {
+  const services = await startServices(2, config, 3_000).catch(async (err: unknown) => {
     await origin.close();
     throw err;
   });

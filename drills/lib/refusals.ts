@@ -12,7 +12,6 @@ import type { TcpProxy } from '../../harness/tcp-proxy.js';
 import { spawnValkey, type ValkeyServer } from '../../harness/valkey-server.js';
 import { FAULT_VALKEY, REQUEST_TIMEOUT_MS, until } from './fault-policy.js';
 import { itemUrl, ready, readyWhen, readyz, timed } from './http.js';
-import { track } from './reaper.js';
 import { bump, type Check, check, listCounts } from './report.js';
 
 /** What every refusal phase works with. */
@@ -108,7 +107,7 @@ async function oomDelete(d: RefusalDrill): Promise<Check> {
 
 /** Phase 6: the server is demoted to a read-only replica, as a failover does to the old primary. */
 async function readOnlyAndBack(d: RefusalDrill): Promise<Check> {
-  const primary = await spawnValkey({ track });
+  const primary = await spawnValkey();
   try {
     await d.admin.replicaof('127.0.0.1', String(primary.port));
     const demoted = await readyWhen(urls(d), (r) => r.reason === 'readonly', 8_000);
@@ -136,7 +135,6 @@ async function aclWithoutChannels(d: RefusalDrill): Promise<Check> {
   });
   const started = performance.now();
   const child = spawnService(configFor(true), 0, { stdio: ['ignore', 'ignore', 'pipe'] });
-  track(child);
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr += chunk.toString();
@@ -149,7 +147,6 @@ async function aclWithoutChannels(d: RefusalDrill): Promise<Check> {
   const id = `acl-${d.run}`;
   const reads0 = d.origin.readsOf(id);
   const s = await startService(configFor(false));
-  track(s.process);
   try {
     const r = await readyz(s.url);
     const tally: Record<string, number> = {};

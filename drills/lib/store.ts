@@ -10,7 +10,6 @@ import { createStore, type TableOptions } from '../../src/store/store.js';
 import { redactUrl, type ValkeyOptions } from '../../src/valkey/client.js';
 import { within } from '../../src/valkey/probe.js';
 import { SetupError } from './cli.js';
-import { track } from './reaper.js';
 
 /** A store with one table, `table`, whose loader GETs the origin's item `template`; `valkey` as `createStore` takes it. */
 export async function originStore(
@@ -120,7 +119,7 @@ export async function drillValkey(url: string, cluster: boolean, secure = false)
       close: async () => admin.disconnect(),
     };
   }
-  const local = await spawnCluster({ track, secure });
+  const local = await spawnCluster({ secure });
   const tls = local.secure === undefined ? '' : ', TLS + ACL user';
   return {
     target: local.valkey as string | ValkeyOptions,

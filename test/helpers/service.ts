@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { onTestFinished, vi } from 'vitest';
 import { stringify } from 'yaml';
-import { freePort } from '../../harness/free-port.js';
+import { listeningPort } from '../../harness/free-port.js';
 
 const MAIN = fileURLToPath(new URL('../../dist/src/main.js', import.meta.url));
 
@@ -28,7 +28,10 @@ export interface ServiceProcess {
 /**
  * Writes `config` to a temporary YAML file in `dir` (a new temporary directory
  * by default: relative paths in `config` resolve against it), starts the
- * service on a free port (on `host`, default 127.0.0.1) and waits until `/healthz` answers. Killed when the
+ * service on port 0 (on `host`, default 127.0.0.1), learns the port it listens
+ * on from the OS ({@link listeningPort}), and waits until `/healthz` there
+ * answers: what answers is this process, never another that took a port
+ * picked free beforehand. Killed when the
  * test ends if it is still running, unless `inHook` (started in a `beforeAll`:
  * the caller kills it).
  */
@@ -40,20 +43,25 @@ export async function startServiceProcess(
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'echostore-test-'));
   const file = join(dir, 'config.yaml');
   writeFileSync(file, stringify(config));
-  const port = await freePort();
   const child = spawn(process.execPath, [MAIN, '--config', file], {
     env: {
       ...process.env,
-      PORT: String(port),
+      PORT: '0',
       HOST: options.host ?? '127.0.0.1',
       LOG_LEVEL: 'info',
       ...options.env,
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  // A folder of the caller's (`dir`) stays; one made here goes with the process, or with the
+  // test (its end may come before the exit is seen: the worker may be gone by then).
+  const removeDir = () => {
+    if (owned) rmSync(dir, { recursive: true, force: true });
+  };
   if (options.inHook !== true) {
     onTestFinished(() => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      removeDir();
     });
   }
   let out = '';
@@ -63,14 +71,16 @@ export async function startServiceProcess(
   const exited = new Promise<number | string>((resolve) =>
     child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
   );
-  // A folder of the caller's (`dir`) stays; one made here goes with the process.
-  if (owned) child.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-  const url = `http://${options.host ?? '127.0.0.1'}:${port}`;
-  await vi.waitFor(
+  child.once('exit', removeDir);
+  const url = await vi.waitFor(
     async () => {
       if (child.exitCode !== null) throw new Error(`the service exited with ${child.exitCode}`);
+      const port = listeningPort(child.pid as number);
+      if (port === undefined) throw new Error('the service is not listening yet');
+      const url = `http://${options.host ?? '127.0.0.1'}:${port}`;
       const r = await fetch(`${url}/healthz`);
       if (!r.ok) throw new Error(`/healthz answered ${r.status}`);
+      return url;
     },
     { timeout: 15_000, interval: 50 },
   );
