@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type LoadContext, ShedError, valueKey } from '../src/index.js';
+import { ShedError, valueKey } from '../src/index.js';
 import { errorOf, metricValue, openStore, rawValkey } from './helpers/probe.js';
 import { deferred, uniqueTable } from './helpers/store.js';
 
@@ -42,30 +42,6 @@ describe('load timeouts, shedding and close', () => {
     expect(signal?.aborted).toBe(true);
     expect(signal?.reason).toMatchObject({ code: 'ECC_LOAD_TIMEOUT' });
     expect(t.stats().flights).toBe(0);
-  });
-
-  it('a loader that reads its signal only after the timeout finds it aborted, and a copy of its context carries the signal', async () => {
-    const table = uniqueTable('to-late-signal');
-    const contexts = new Map<string, LoadContext>();
-    const store = await openStore({
-      [table]: {
-        loadTimeoutMs: 100,
-        leaseMs: 200,
-        load: (id, ctx) => {
-          contexts.set(id, id === 'copied' ? { ...ctx } : ctx);
-          return never();
-        },
-      },
-    });
-    const t = store.table(table);
-    const [late, copied] = await Promise.all([errorOf(t.get('late')), errorOf(t.get('copied'))]);
-    expect([late.code, copied.code]).toEqual(['ECC_LOAD_TIMEOUT', 'ECC_LOAD_TIMEOUT']);
-    for (const id of ['late', 'copied']) {
-      const signal = contexts.get(id)?.signal;
-      expect(signal).toBeInstanceOf(AbortSignal);
-      expect(signal?.aborted).toBe(true);
-      expect(signal?.reason).toMatchObject({ code: 'ECC_LOAD_TIMEOUT', id });
-    }
   });
 
   it('a loader that ignores its aborted signal keeps its slot, and a warning says so once it has not settled loadTimeoutMs later', async () => {

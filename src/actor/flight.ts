@@ -47,8 +47,7 @@ export type Outcome =
 
 /**
  * One in-flight load of one id. Who writes each field, and when:
- * - `id`: fixed at creation; `abort`: made on its first use (the loader reading its signal, a
- *   load timeout, or a forced close).
+ * - `id`: fixed at creation; `abort`: made on its first use (a load, or a forced close).
  * - `waiters`, `callers`: appended to and emptied only by the owner (on
  *   `miss`, `serveStale`, `landed`, close); the runner only reads the length.
  * - `background`: set at creation (no first waiter), and by the owner when it
@@ -102,7 +101,7 @@ export class Flight {
    */
   beforePurge: number | undefined;
 
-  /** Aborted on load timeout or forced close; the loader's `signal`. Made on first use: most flights never load, and many loaders never read it. */
+  /** Aborted on load timeout or forced close; the loader's `signal`. Made on first use: most flights never load. */
   get abort(): AbortController {
     this.#abort ??= new AbortController();
     return this.#abort;

@@ -33,7 +33,6 @@ import { HARD_PURGED, NOT_PURGED } from '../store/epochs.js';
 import { LoadResult, type RowPolicy } from '../store/load-result.js';
 import { mintEnvelope } from '../store/mint.js';
 import { rowTags } from '../store/tags.js';
-import type { LoadContext } from '../store/types.js';
 import { classifyValkeyError } from '../valkey/breaker.js';
 import { type Flight, noteWritten, type Outcome, type TableContext } from './flight.js';
 
@@ -340,8 +339,7 @@ async function loadAndFill(
     return { kind: 'value', envelope, layer: 'origin', refused: false };
   }
   if (lease.fenced) return { kind: 'value', envelope, layer: 'origin', refused: true };
-  // The envelope is this flight's own (built by its load): stamped in place, not copied.
-  envelope.version = fillVersion(leased.valkeyNowUs, leased.stale);
+  envelope = { ...envelope, version: fillVersion(leased.valkeyNowUs, leased.stale) };
   let refused = false;
   const filling = ctx.l2.fillAndRelease(flight.id, token, leased.mark, envelope, ctx.now());
   reports.loaded(flight, envelope);
@@ -709,7 +707,7 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
   });
   let loading: Promise<unknown>;
   try {
-    loading = Promise.resolve(ctx.load(flight.id, loadContext(flight)));
+    loading = Promise.resolve(ctx.load(flight.id, { signal: flight.abort.signal }));
   } catch (err) {
     loading = Promise.reject(err);
   }
@@ -731,19 +729,6 @@ async function callLoader(ctx: TableContext, flight: Flight, permit: Permit): Pr
     clearTimeout(timer);
     ctx.metrics.loadSeconds.observe((performance.now() - started) / 1000);
   }
-}
-
-/**
- * What the loader of `flight` is given: the flight's signal, made when the loader first reads
- * it (an accessor of its own, so a spread of it reads it too). A loader that never reads it
- * costs the flight no `AbortController`; one read after a timeout is already aborted.
- */
-function loadContext(flight: Flight): LoadContext {
-  return {
-    get signal() {
-      return flight.abort.signal;
-    },
-  };
 }
 
 /**
@@ -780,16 +765,8 @@ function buildEnvelope(
   }
   const tags = negative ? undefined : rowTags(override.tags, ctx.name, id);
   const envelope = mintEnvelope(
-    {
-      value: negative ? null : value,
-      json,
-      // Valkey sets the version when it stores the fill; this one stands only while it does not.
-      version: ctx.clock.local(),
-      deltaMs,
-      negative,
-      born,
-      fingerprint: ctx.fingerprint,
-    },
+    // Valkey sets the version when it stores the fill; this one stands only while it does not.
+    { value: negative ? null : value, json, version: ctx.clock.local(), deltaMs, negative },
     {
       ttlMs: override.ttlMs ?? (negative ? policy.negativeTtlMs : policy.ttlMs),
       staleMs: negative ? 0 : (override.staleMs ?? policy.staleMs),
@@ -797,6 +774,8 @@ function buildEnvelope(
     },
     ctx.now(),
   );
+  envelope.born = born;
+  envelope.fingerprint = ctx.fingerprint;
   if (tags !== undefined) envelope.tags = tags;
   return envelope;
 }

@@ -99,20 +99,14 @@ export class Writes {
     const now = ctx.now();
     // The version is Valkey's to set (above the key's); 0 stands until it answers.
     const envelope = mintEnvelope(
-      {
-        value: m.value,
-        json: m.json,
-        version: 0,
-        deltaMs: 0,
-        negative: false,
-        // Its data is as of Valkey's clock when it is stored (no purge before covers it); its own
-        // source's fingerprint; no tags (a PUT is reached by a table purge, not a tag's).
-        born: BORN_NOW,
-        fingerprint: ctx.fingerprint,
-      },
+      { value: m.value, json: m.json, version: 0, deltaMs: 0, negative: false },
       policy,
       now,
     );
+    // Its data is as of Valkey's clock when it is stored (no purge before covers it); its own
+    // source's fingerprint; no tags (a PUT is reached by a table purge, not a tag's).
+    envelope.born = BORN_NOW;
+    envelope.fingerprint = ctx.fingerprint;
     this.#parked.set(m.id, []);
     this.#sent.set(m.id, m);
     ctx.l2.write(m.id, envelope, now, hardTtlMs(envelope, now), 'put').then(

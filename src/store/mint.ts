@@ -20,7 +20,7 @@ export interface Lifetimes {
  * do not expire together.
  */
 export function mintEnvelope(
-  row: Omit<Envelope, 'softExpiresAt' | 'hardExpiresAt'>,
+  row: { value: unknown; json: string; version: number; deltaMs: number; negative: boolean },
   life: Lifetimes,
   now: number,
   random: () => number = Math.random,
