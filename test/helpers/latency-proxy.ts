@@ -2,7 +2,9 @@
  * A TCP proxy in front of the test server that delays every chunk by
  * `delayMs` each way and counts round trips: a round trip starts each time a
  * connection sends after it last received (commands written together before
- * any answer arrives count once, however many segments carry them).
+ * any answer arrives count once, however many segments carry them). A chunk
+ * that is one lone `PING` (the subscriber's heartbeat, once a second) starts
+ * none: it is not a round trip of the protocol a test counts.
  */
 import { createServer, Socket } from 'node:net';
 import { onTestFinished } from 'vitest';
@@ -16,6 +18,9 @@ export interface LatencyProxy {
   close(): Promise<void>;
 }
 
+/** `PING` alone, as RESP: what the subscriber's heartbeat sends. */
+const LONE_PING = /^\*1\r\n\$4\r\nping\r\n$/i;
+
 /** Starts a proxy to `target` (a `redis://host:port` URL), closed when the test ends. */
 export async function latencyProxy(target: string, delayMs: number): Promise<LatencyProxy> {
   const { hostname, port } = new URL(target);
@@ -28,6 +33,10 @@ export async function latencyProxy(target: string, delayMs: number): Promise<Lat
     let answered = true;
     const later = (fn: () => void) => setTimeout(fn, delayMs);
     client.on('data', (chunk) => {
+      if (LONE_PING.test(chunk.toString('latin1'))) {
+        later(() => upstream.write(chunk));
+        return;
+      }
       if (answered) trips++;
       answered = false;
       later(() => upstream.write(chunk));
