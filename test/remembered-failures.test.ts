@@ -54,6 +54,18 @@ describe.skipIf(valkeyCluster() !== undefined)('an origin that says "wait" is he
     expect(origin.readsOf('busy')).toBe(1);
   });
 
+  it('an origin 429 or 503 with Retry-After: 0 is answered 502 ECC_LOAD_FAILED with Retry-After: 1', async () => {
+    for (const status of [429, 503]) {
+      const id = `now${status}`;
+      origin.answerWith(id, { status, headers: { 'retry-after': '0' } });
+      expect(await get(services[0] as Service, table, id)).toEqual({
+        status: 502,
+        code: 'ECC_LOAD_FAILED',
+        retryAfterS: 1,
+      });
+    }
+  });
+
   it('once the remembered failure ends the origin is asked again (a Retry-After of 1 s)', async () => {
     origin.answerWith('brief', { status: 503, headers: { 'retry-after': '1' } });
     expect(await get(services[0] as Service, table, 'brief')).toMatchObject({

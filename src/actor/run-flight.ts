@@ -512,7 +512,7 @@ const unstorableCode = (err: unknown): string | undefined =>
  * for that long no instance asks the source again.
  *
  * @throws {LoadFailedError} `ECC_LOAD_FAILED` with `retryAfterMs` for a remembered failure of
- *   the loader; `ECC_BAD_VALUE` or `ECC_BAD_ROW_TAGS` as thrown; otherwise what
+ *   the loader, or 0 for an origin's `Retry-After` that is not remembered; `ECC_BAD_VALUE` or `ECC_BAD_ROW_TAGS` as thrown; otherwise what
  *   {@link loadEnvelope} throws.
  */
 async function loadOrRemember(ctx: TableContext, flight: Flight, born: number): Promise<Envelope> {
@@ -520,7 +520,17 @@ async function loadOrRemember(ctx: TableContext, flight: Flight, born: number): 
     return await loadEnvelope(ctx, flight, born);
   } catch (err) {
     const ttlMs = failureTtlMs(ctx, err);
-    if (ttlMs <= 0) throw err;
+    if (ttlMs <= 0) {
+      if (!(err instanceof SourceError) || err.retryAfterMs === undefined) throw err;
+      // Not remembered (`Retry-After: 0`, or maxErrorTtlMs 0), but the origin said when to
+      // retry: so does the answer, `Retry-After: 1` (whole seconds, at least 1).
+      throw new LoadFailedError('the source failed to load the item', {
+        table: ctx.name,
+        id: flight.id,
+        cause: err,
+        retryAfterMs: 0,
+      });
+    }
     const unstorable = unstorableCode(err);
     try {
       await ctx.l2.rememberFailure(flight.id, unstorable ?? LoadFailedError.code, ttlMs);
