@@ -468,7 +468,15 @@ function rememberedFailure(
   if (stale !== undefined && servable(ctx, flight, stale, ctx.now()) && !flight.background) {
     return { kind: 'value', envelope: stale, layer: 'l2', refused: false };
   }
-  const where = { id: flight.id };
+  // The first failure's own cause is in the log of the instance that met it; Valkey keeps only
+  // its code, so this line says what this one is.
+  const where = {
+    table: ctx.name,
+    id: flight.id,
+    cause: new Error(
+      `a failure of the source for this id, remembered for ${failed.remainingMs} ms more: not asked meanwhile`,
+    ),
+  };
   const Unstorable = UNSTORABLE[failed.failure];
   return {
     kind: 'error',
