@@ -75,7 +75,11 @@ export class LoadFailedError extends EchoStoreError {
   static override readonly code = 'ECC_LOAD_FAILED';
   static override readonly statusCode = 502;
   static override readonly publicMessage = 'the source failed to load the item';
-  /** How long the failure is remembered for the id, ms (the `Retry-After` answered); undefined: not remembered. */
+  /**
+   * How long the failure is remembered for the id, ms (the `Retry-After` answered, at least 1 s);
+   * 0: not remembered, though the origin sent `Retry-After` (0, or more than maxErrorTtlMs 0
+   * allows); undefined: not remembered.
+   */
   readonly retryAfterMs: number | undefined;
 
   constructor(message: string, options: EchoStoreErrorOptions & { retryAfterMs?: number } = {}) {

@@ -13,6 +13,7 @@ import { Registry } from 'prom-client';
 import type { ChangeFollower } from './changes/follower.js';
 import { type Followers, startFollowers } from './changes/start.js';
 import { loadStartupConfig } from './config/check.js';
+import { configArgsUsageError } from './config/load.js';
 import { DEFAULT_WARM_CONCURRENCY, DEFAULT_WARM_TIMEOUT_MS } from './config/schema.js';
 import { ConfigError, EchoStoreError } from './errors.js';
 import { heapRoom } from './heap-ceiling.js';
@@ -245,10 +246,15 @@ export class ListenError extends Error {}
 
 /**
  * Runs {@link serve} as the process: a failure to start is one line on
- * stderr and the exit code docs/cli.md lists (2: invalid configuration, 1:
- * anything else).
+ * stderr and the exit code docs/cli.md lists (64: an unknown argument or a
+ * `--config` without a path, 2: invalid configuration, 1: anything else).
  */
 export function runService(argv: readonly string[]): void {
+  const usage = configArgsUsageError(argv);
+  if (usage !== undefined) {
+    process.stderr.write(`echostore serve: ${usage}\n\nUsage: echostore serve [--config <file>]\n`);
+    process.exit(64);
+  }
   serve(argv).catch((err: unknown) => {
     if (err instanceof ListenError) {
       process.stderr.write(`echostore: ${err.message}\n`);

@@ -197,6 +197,11 @@ const REFUSED: Array<{
     field: 'valkey.cluster.nodes.0',
   },
   {
+    name: 'an initialConcurrentLoads above maxConcurrentLoads',
+    config: { tables: { t: { ...http(), maxConcurrentLoads: 2, initialConcurrentLoads: 50 } } },
+    field: 'tables.t.initialConcurrentLoads',
+  },
+  {
     name: 'a trace endpoint with credentials',
     config: { tracing: { endpoint: 'http://user:pw@127.0.0.1:4318' }, tables: { t: http() } },
     field: 'tracing.endpoint',

@@ -132,7 +132,8 @@ describe('the echostore CLI against a running service', () => {
   });
 
   it('refuses a --timeout beyond a day, or not a positive integer, with exit 64', async () => {
-    for (const timeout of ['99999999999', '86400001', '0', '-5', '1.5', 'soon']) {
+    const notDecimal = ['0x10', '+5', '0b11', '1e3', ' 100', '100 ', '010', ''];
+    for (const timeout of ['99999999999', '86400001', '0', '-5', '1.5', 'soon', ...notDecimal]) {
       const r = await cli(['inspect', table, 'x', '--timeout', timeout, ...remote]);
       expect(r.code, timeout).toBe(64);
       expect(r.stderr, timeout).toContain('--timeout');
@@ -340,6 +341,26 @@ describe('echostore check-config and serve', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('ECC_BAD_CONFIG');
     expect(bad.stderr).toContain('tables.t1');
+  });
+
+  it('serve and check-config exit 64 for an unknown argument or a --config without a file', {
+    timeout: 60_000,
+  }, async () => {
+    const argvs = [['--bogus'], ['--config'], ['--config='], ['--config', '--bogus'], ['x']];
+    const lines = argvs.flatMap((args) => [
+      ['serve', ...args],
+      ['check-config', ...args],
+    ]);
+    const runs = await Promise.all(lines.map((line) => cli(line)));
+    for (const [i, r] of runs.entries()) {
+      const [command] = lines[i] as string[];
+      expect(r.code, (lines[i] as string[]).join(' ')).toBe(64);
+      expect(r.stderr).toContain(`echostore ${command}:`);
+      expect(r.stderr).toContain(`Usage: echostore ${command}`);
+    }
+    const entry = fileURLToPath(new URL('../dist/src/main.js', import.meta.url));
+    const child = spawn(process.execPath, [entry, '--bogus'], { stdio: 'ignore' });
+    expect(await new Promise((resolve) => child.on('close', resolve))).toBe(64);
   });
 
   it('serve runs the service until SIGTERM', async () => {

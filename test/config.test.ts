@@ -941,6 +941,22 @@ describe('table policy defaults', () => {
     });
   });
 
+  it('refuses an initialConcurrentLoads above maxConcurrentLoads, naming the field', () => {
+    expect(() =>
+      resolvePolicy({ maxConcurrentLoads: 2, initialConcurrentLoads: 50 }, 'tables.t'),
+    ).toThrow(
+      expect.objectContaining({ code: 'ECC_BAD_CONFIG', field: 'tables.t.initialConcurrentLoads' }),
+    );
+    expect(
+      resolvePolicy({ maxConcurrentLoads: 2, initialConcurrentLoads: 2 }).initialConcurrentLoads,
+    ).toBe(2);
+  });
+
+  it('starts the load limit at maxConcurrentLoads when only it is set, below the default', () => {
+    expect(resolvePolicy({ maxConcurrentLoads: 4 }).initialConcurrentLoads).toBe(4);
+    expect(resolvePolicy({ maxConcurrentLoads: 64 }).initialConcurrentLoads).toBe(16);
+  });
+
   it('names the bare field when resolvePolicy is given no path', () => {
     expect(() => resolvePolicy({ idPattern: '(' })).toThrow(
       expect.objectContaining({ code: 'ECC_BAD_CONFIG', field: 'idPattern' }),

@@ -237,6 +237,21 @@ describe('HTTP API', () => {
     const big = await app.inject({ method: 'PUT', url, payload: { s: 'x'.repeat(2000) } });
     expect(big.statusCode).toBe(413);
     expect(big.json().error.code).toBe('ECC_PAYLOAD_TOO_LARGE');
+    // http.bodyLimitBytes caps every JSON body, not only a PUT's (docs/http-api.md).
+    const bigIds = { ids: Array.from({ length: 200 }, (_, i) => `id${i}`) };
+    for (const [path, payload] of [
+      ['items:batchGet', bigIds],
+      ['warm', bigIds],
+      ['purge', { tags: Array.from({ length: 200 }, (_, i) => `tag${i}`) }],
+    ] as const) {
+      const r = await app.inject({
+        method: 'POST',
+        url: `/v1/tables/${products}/${path}`,
+        payload,
+      });
+      expect(r.statusCode, path).toBe(413);
+      expect(r.json().error.code, path).toBe('ECC_PAYLOAD_TOO_LARGE');
+    }
     const badId = await app.inject({
       method: 'PUT',
       url: item(products, '%01'),

@@ -1,8 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type Origin, startOrigin } from '../harness/origin.js';
 import { type Service, startService } from '../harness/service.js';
 import { withPolicy } from '../src/index.js';
 import { errorOf, openStore } from './helpers/probe.js';
+import { startServiceProcess } from './helpers/service.js';
 import { uniqueTable, valkeyCluster, valkeyUrl } from './helpers/store.js';
 
 /** One GET over HTTP: its status, error code and `Retry-After` (seconds). */
@@ -54,6 +55,18 @@ describe.skipIf(valkeyCluster() !== undefined)('an origin that says "wait" is he
     expect(origin.readsOf('busy')).toBe(1);
   });
 
+  it('an origin 429 or 503 with Retry-After: 0 is answered 502 ECC_LOAD_FAILED with Retry-After: 1', async () => {
+    for (const status of [429, 503]) {
+      const id = `now${status}`;
+      origin.answerWith(id, { status, headers: { 'retry-after': '0' } });
+      expect(await get(services[0] as Service, table, id)).toEqual({
+        status: 502,
+        code: 'ECC_LOAD_FAILED',
+        retryAfterS: 1,
+      });
+    }
+  });
+
   it('once the remembered failure ends the origin is asked again (a Retry-After of 1 s)', async () => {
     origin.answerWith('brief', { status: 503, headers: { 'retry-after': '1' } });
     expect(await get(services[0] as Service, table, 'brief')).toMatchObject({
@@ -66,6 +79,33 @@ describe.skipIf(valkeyCluster() !== undefined)('an origin that says "wait" is he
     await new Promise((r) => setTimeout(r, 1_100)); // past the origin's Retry-After
     expect(await get(services[1] as Service, table, 'brief')).toMatchObject({ status: 200 });
     expect(origin.readsOf('brief')).toBe(2);
+  });
+});
+
+describe.skipIf(valkeyCluster() !== undefined)('the log of a remembered failure', () => {
+  it('names the table, the id and a cause at warn, like the first failure', async () => {
+    const origin = await startOrigin(5);
+    onTestFinished(() => origin.close());
+    const table = uniqueTable('logged');
+    const service = await startServiceProcess({
+      valkey: { url: valkeyUrl() },
+      tables: { [table]: { source: { kind: 'http', url: origin.template } } },
+    });
+    origin.answerWith('radatex', { status: 503, headers: { 'retry-after': '30' } });
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`${service.url}/v1/tables/${table}/items/radatex`);
+      expect(res.status).toBe(502);
+    }
+    expect(origin.readsOf('radatex')).toBe(1);
+    await vi.waitFor(() => {
+      const failures = service.logs().filter((l) => l.code === 'ECC_LOAD_FAILED');
+      expect(failures).toHaveLength(2);
+      for (const line of failures) {
+        expect(line).toMatchObject({ level: 40, table, id: 'radatex' });
+        expect(line.cause).toEqual(expect.any(String));
+      }
+      expect(failures[1]?.cause).toContain('remembered');
+    });
   });
 });
 

@@ -468,7 +468,15 @@ function rememberedFailure(
   if (stale !== undefined && servable(ctx, flight, stale, ctx.now()) && !flight.background) {
     return { kind: 'value', envelope: stale, layer: 'l2', refused: false };
   }
-  const where = { id: flight.id };
+  // The first failure's own cause is in the log of the instance that met it; Valkey keeps only
+  // its code, so this line says what this one is.
+  const where = {
+    table: ctx.name,
+    id: flight.id,
+    cause: new Error(
+      `a failure of the source for this id, remembered for ${failed.remainingMs} ms more: not asked meanwhile`,
+    ),
+  };
   const Unstorable = UNSTORABLE[failed.failure];
   return {
     kind: 'error',
@@ -512,7 +520,7 @@ const unstorableCode = (err: unknown): string | undefined =>
  * for that long no instance asks the source again.
  *
  * @throws {LoadFailedError} `ECC_LOAD_FAILED` with `retryAfterMs` for a remembered failure of
- *   the loader; `ECC_BAD_VALUE` or `ECC_BAD_ROW_TAGS` as thrown; otherwise what
+ *   the loader, or 0 for an origin's `Retry-After` that is not remembered; `ECC_BAD_VALUE` or `ECC_BAD_ROW_TAGS` as thrown; otherwise what
  *   {@link loadEnvelope} throws.
  */
 async function loadOrRemember(ctx: TableContext, flight: Flight, born: number): Promise<Envelope> {
@@ -520,7 +528,17 @@ async function loadOrRemember(ctx: TableContext, flight: Flight, born: number): 
     return await loadEnvelope(ctx, flight, born);
   } catch (err) {
     const ttlMs = failureTtlMs(ctx, err);
-    if (ttlMs <= 0) throw err;
+    if (ttlMs <= 0) {
+      if (!(err instanceof SourceError) || err.retryAfterMs === undefined) throw err;
+      // Not remembered (`Retry-After: 0`, or maxErrorTtlMs 0), but the origin said when to
+      // retry: so does the answer, `Retry-After: 1` (whole seconds, at least 1).
+      throw new LoadFailedError('the source failed to load the item', {
+        table: ctx.name,
+        id: flight.id,
+        cause: err,
+        retryAfterMs: 0,
+      });
+    }
     const unstorable = unstorableCode(err);
     try {
       await ctx.l2.rememberFailure(flight.id, unstorable ?? LoadFailedError.code, ttlMs);

@@ -11,6 +11,7 @@ import {
   type Remote,
   tablePath,
   UnreadableFileError,
+  UsageError,
 } from './remote.js';
 
 /**
@@ -205,6 +206,9 @@ export async function stats(remote: Remote, json: boolean, out: Out) {
  * Exit 0; an invalid one throws `ECC_BAD_CONFIG` (exit 2).
  */
 export async function checkConfig(argv: readonly string[], out: Out) {
+  const { configArgsUsageError } = await import('../config/load.js');
+  const usage = configArgsUsageError(argv);
+  if (usage !== undefined) throw new UsageError(usage);
   const { loadStartupConfig } = await import('../config/check.js');
   const config = await loadStartupConfig({ argv: [...argv], env: process.env });
   const tables = Object.keys(config.tables);

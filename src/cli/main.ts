@@ -57,7 +57,8 @@ Run echostore <command> --help for its options. Exit codes: docs/cli.md.`,
 
 Runs the service: reads the configuration (--config, else $ECHOSTORE_CONFIG, else the
 built-in demo), serves HTTP, and stops gracefully on SIGTERM or SIGINT.
-Exit codes: 2 invalid configuration, 1 any other failure to start.`,
+Exit codes: 64 unknown argument or --config without a file, 2 invalid configuration,
+1 any other failure to start.`,
   inspect: `Usage: echostore inspect <table> <id> [--json]
 
 Shows what the cache holds for <id>: the instance's L1 row, the Valkey value's header and
@@ -167,8 +168,10 @@ async function dispatch(command: string, rest: string[], out: (line: string) => 
       soft: { type: 'boolean' },
     },
   });
-  const timeoutMs = Number(values.timeout ?? 10_000);
-  if (!(Number.isInteger(timeoutMs) && timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) {
+  // Decimal digits only: Number() would also take '0x10', '+5', '1e3' and ' 100'.
+  const timeout = values.timeout ?? '10000';
+  const timeoutMs = Number(timeout);
+  if (!(/^[1-9][0-9]*$/.test(timeout) && timeoutMs <= MAX_TIMEOUT_MS)) {
     throw new UsageError(
       `--timeout must be a positive integer of milliseconds, at most ${MAX_TIMEOUT_MS} (a day)`,
     );

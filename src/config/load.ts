@@ -196,6 +196,31 @@ function isMapping(value: unknown): value is Record<string, unknown> {
 }
 
 /**
+ * What is wrong with the command line of `serve` or `check-config`, if
+ * anything: an argument other than `--config <path>` / `--config=<path>`, or a
+ * `--config` without a path. A usage error (exit 64), not an invalid
+ * configuration (exit 2): docs/cli.md.
+ *
+ * @returns the message, or `undefined` when the arguments are well formed.
+ */
+export function configArgsUsageError(argv: readonly string[]): string | undefined {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === '--config') {
+      const path = argv[++i];
+      if (path === undefined || path === '' || path.startsWith('--')) {
+        return '--config: needs a file path';
+      }
+    } else if (arg.startsWith('--config=')) {
+      if (arg === '--config=') return '--config: needs a file path';
+    } else {
+      return `unknown argument "${arg.slice(0, 100)}": the only one is --config <path> (or set ECHOSTORE_CONFIG)`;
+    }
+  }
+  return undefined;
+}
+
+/**
  * The value of the last `--config <path>` / `--config=<path>`, if any.
  *
  * @throws {ConfigError} for any other argument (a mistyped `--confg`, a bare

@@ -633,7 +633,8 @@ export const HttpSchema = Type.Object(
       minimum: 1,
       maximum: GIB,
       default: 1024 * 1024,
-      description: 'Largest PUT body.',
+      description:
+        'Largest JSON request body, of any route: a PUT, `items:batchGet`, purge, warm. A larger one is answered 413 `ECC_PAYLOAD_TOO_LARGE`.',
     }),
     maxBatchBytes: Type.Integer({
       minimum: 1024,

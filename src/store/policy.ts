@@ -144,7 +144,7 @@ export const TablePolicySchema = Type.Object(
         maximum: 100_000,
         default: 16,
         description:
-          'Where the adaptive load limit starts, per process (at most `maxConcurrentLoads`): what a source is trusted with before it has shown how much it takes. A table that batches (`loadMany`) fills a batch only within the limit: give it at least `maxBatchSize` to fill its first batches.',
+          'Where the adaptive load limit starts, per process: at most `maxConcurrentLoads` (more is refused; left out, 16 or `maxConcurrentLoads`, the lower). It is what a source is trusted with before it has shown how much it takes. A table that batches (`loadMany`) fills a batch only within the limit: give it at least `maxBatchSize` to fill its first batches.',
       }),
     ),
     maxQueueDelayMs: Type.Optional(
@@ -292,6 +292,8 @@ export const policySchemaProperties = TablePolicySchema.properties;
  * @param at - dotted path of `input` in the configuration (e.g. `tables.products`), prefixed to
  *   the field an error names. Default: none (the field alone, e.g. `leaseMs`).
  * @returns the resolved policy.
+ * @throws {ConfigError} `ECC_BAD_CONFIG` whose `field` is `<at>.initialConcurrentLoads` when it
+ *   exceeds `maxConcurrentLoads` (left out, it is the default or `maxConcurrentLoads`, the lower).
  * @throws {ConfigError} `ECC_BAD_CONFIG` whose `field` is `<at>.idPattern` when `idPattern` is not a valid regular
  *   expression or one the recheck ReDoS checker does not prove safe (nested quantifiers such
  *   as `^(a+)+$`, overlapping alternation such as `^(a|aa)+$`): matching an id against it
@@ -309,6 +311,18 @@ export function resolvePolicy(input: TablePolicyInput, at?: string): TablePolicy
     const field = at === undefined || at === '' ? name : `${at}.${name}`;
     throw new ConfigError(`${field}: ${problem}`, { field, cause });
   };
+  // The limit starts at most at its ceiling: a table that lowers only the ceiling starts there.
+  if (rest.initialConcurrentLoads === undefined) {
+    policy.initialConcurrentLoads = Math.min(
+      DEFAULT_POLICY.initialConcurrentLoads,
+      policy.maxConcurrentLoads,
+    );
+  } else if (rest.initialConcurrentLoads > policy.maxConcurrentLoads) {
+    fail(
+      'initialConcurrentLoads',
+      `must be at most maxConcurrentLoads (${policy.maxConcurrentLoads}), is ${rest.initialConcurrentLoads}`,
+    );
+  }
   if (idPattern !== undefined) {
     try {
       policy.idPattern = new RegExp(idPattern, 'u');
