@@ -10,7 +10,14 @@ import { cachingHeaders } from './cache-control.js';
 import { clip, sendError } from './errors.js';
 import { receivedJson } from './json-body.js';
 import { allowOnly } from './methods.js';
-import { ADMIN_ERRORS, ADMIN_SECURITY, errorResponses, header, RETRY_AFTER } from './openapi.js';
+import {
+  ADMIN_ERRORS,
+  ADMIN_SECURITY,
+  errorResponses,
+  header,
+  LOAD_FAILED_RETRY_AFTER,
+  RETRY_AFTER,
+} from './openapi.js';
 import { inCallerTrace } from './trace-context.js';
 
 interface ItemParams {
@@ -96,6 +103,7 @@ const readSchema = {
       headers: READ_HEADERS,
     },
     ...readErrors,
+    502: { ...readErrors[502], headers: LOAD_FAILED_RETRY_AFTER },
     503: { ...readErrors[503], headers: RETRY_AFTER },
   },
 } as const;

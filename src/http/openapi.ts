@@ -85,6 +85,13 @@ export const RETRY_AFTER = {
   'retry-after': header('Seconds to wait before retrying (on `ECC_SHED`).'),
 };
 
+/** `Retry-After` on a failed load that the source asked to be retried later, or that is remembered. */
+export const LOAD_FAILED_RETRY_AFTER = {
+  'retry-after': header(
+    'Whole seconds, at least 1, before the source is asked again (on `ECC_LOAD_FAILED` when the failure is remembered or the origin sent `Retry-After`).',
+  ),
+};
+
 /**
  * Registers the error schema and `@fastify/swagger` (OpenAPI 3.1). Call before
  * the routes are registered: the plugin collects them as they are added, so
