@@ -14,6 +14,7 @@ import { eventsChannel, leaseKey, valueKey } from '../src/l2/keys.js';
 import { manualClock } from './helpers/clock.js';
 import {
   clientLists,
+  landed,
   metricValue,
   openStore,
   plantStale,
@@ -136,6 +137,7 @@ describe('soft and hard TTL (stale-while-revalidate)', () => {
       [table]: { ...policy, ttlMs: 40, staleMs: 40, load: source.load },
     });
     await store.table(table).get('k');
+    // Not waited for with `landed`: the key may already be gone again (80 ms hard TTL).
     expect(await raw.pttl(valueKey(table, 'k'))).toBeLessThanOrEqual(80);
     await vi.waitFor(async () => expect(await raw.exists(valueKey(table, 'k'))).toBe(0), {
       interval: 10,
@@ -316,6 +318,7 @@ describe('per-result policy', () => {
     });
     const t = store.table(table);
     await t.get('short');
+    await landed(raw, `ecc:${table}:{short}`);
     const pttl = await raw.pttl(`ecc:${table}:{short}`);
     expect(pttl).toBeGreaterThan(1_000);
     expect(pttl).toBeLessThanOrEqual(1_500);

@@ -6,6 +6,7 @@ import type { Envelope } from '../src/l2/format.js';
 import {
   errorOf,
   isTombstone,
+  landed,
   metricValue,
   openStore,
   rawValkey,
@@ -60,6 +61,7 @@ describe('L2', () => {
     for (let i = 0; i < 20; i++) {
       const id = `id-${i}`;
       await t.get(id);
+      await landed(raw, valueKey(table, id));
       pttls.push(await raw.pttl(valueKey(table, id)));
     }
     const hardMs = ttlMs + staleMs;
@@ -77,6 +79,7 @@ describe('L2', () => {
       [table]: { ttlMs: 10_000, staleMs: 5_000, jitter: 0, load: (id) => ({ id }) },
     });
     await store.table(table).get('a');
+    await landed(raw, valueKey(table, 'a'));
     const pttl = await raw.pttl(valueKey(table, 'a'));
     expect(pttl).toBeLessThanOrEqual(15_000);
     expect(pttl).toBeGreaterThanOrEqual(15_000 - 250);
@@ -219,6 +222,7 @@ describe('L2', () => {
     });
     const t = store.table(table);
     await t.get('i');
+    await landed(raw, valueKey(table, 'i'));
     await raw.set(leaseKey(table, 'i'), 'someone-elses-token', 'PX', 60_000);
     expect(await raw.exists(valueKey(table, 'i'), leaseKey(table, 'i'))).toBe(2);
     expect((await t.get('i')).layer).toBe('l1');

@@ -155,6 +155,14 @@ export async function untilValkeyTime(raw: Redis, ms: number, timeoutMs = 5_000)
   });
 }
 
+/**
+ * Waits until Valkey holds `key`: a read is answered as its fill is sent, so a look from another
+ * connection right after the answer may come before the fill (seen on a TLS cluster under load).
+ */
+export function landed(raw: Redis | Cluster, key: string): Promise<void> {
+  return vi.waitFor(async () => expect(await raw.exists(key)).toBe(1));
+}
+
 /** The envelope of `table`/`id` as Valkey holds it: decoded, `null` when the key is absent, `'garbage'` when it does not decode. */
 export async function readEnvelope(
   raw: Redis,
