@@ -196,28 +196,38 @@ function isMapping(value: unknown): value is Record<string, unknown> {
 }
 
 /**
+ * The command line of `serve` or `check-config`: the last `--config <path>` /
+ * `--config=<path>`, or what is wrong with it (an argument other than those, a
+ * `--config` without a path).
+ */
+function readConfigArgs(argv: readonly string[]): { path?: string; usage?: string } {
+  let path: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === '--config') {
+      // `--config --x`: the next option, not a path (`--config=--x` names a file "--x").
+      path = argv[++i];
+      if (path?.startsWith('--')) path = undefined;
+    } else if (arg.startsWith('--config=')) path = arg.slice('--config='.length);
+    else {
+      return {
+        usage: `unknown argument "${arg.slice(0, 100)}": the only one is --config <path> (or set ECHOSTORE_CONFIG)`,
+      };
+    }
+    if (path === undefined || path === '') return { usage: '--config: needs a file path' };
+  }
+  return { path };
+}
+
+/**
  * What is wrong with the command line of `serve` or `check-config`, if
- * anything: an argument other than `--config <path>` / `--config=<path>`, or a
- * `--config` without a path. A usage error (exit 64), not an invalid
- * configuration (exit 2): docs/cli.md.
+ * anything: a usage error (exit 64), not an invalid configuration (exit 2):
+ * docs/cli.md.
  *
  * @returns the message, or `undefined` when the arguments are well formed.
  */
 export function configArgsUsageError(argv: readonly string[]): string | undefined {
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i] as string;
-    if (arg === '--config') {
-      const path = argv[++i];
-      if (path === undefined || path === '' || path.startsWith('--')) {
-        return '--config: needs a file path';
-      }
-    } else if (arg.startsWith('--config=')) {
-      if (arg === '--config=') return '--config: needs a file path';
-    } else {
-      return `unknown argument "${arg.slice(0, 100)}": the only one is --config <path> (or set ECHOSTORE_CONFIG)`;
-    }
-  }
-  return undefined;
+  return readConfigArgs(argv).usage;
 }
 
 /**
@@ -227,21 +237,8 @@ export function configArgsUsageError(argv: readonly string[]): string | undefine
  *   path): the service must not start on the built-in demo by mistake.
  */
 function configPath(argv: string[]): string | undefined {
-  let path: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i] as string;
-    if (arg === '--config') {
-      path = argv[++i];
-      if (path === undefined || path === '') throw new ConfigError('--config: needs a file path');
-    } else if (arg.startsWith('--config=')) {
-      path = arg.slice('--config='.length);
-      if (path === '') throw new ConfigError('--config: needs a file path');
-    } else {
-      throw new ConfigError(
-        `unknown argument "${arg.slice(0, 100)}": the only one is --config <path> (or set ECHOSTORE_CONFIG)`,
-      );
-    }
-  }
+  const { path, usage } = readConfigArgs(argv);
+  if (usage !== undefined) throw new ConfigError(usage);
   return path;
 }
 
